@@ -1,0 +1,1 @@
+"""Which micro-batch x gradient-accumulation split trains a LoRA fastest, and does it fit under a memory cap."""

@@ -1,0 +1,60 @@
+"""Where a job runs and in which precision: the real device, the emulated card, and the compute dtype."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: str  # "cuda" or "cpu"
+    device_name: str  # what the hardware says, e.g. "NVIDIA H200" or the CPU model
+    device_memory_gib: float | None  # real total memory of the device (None on CPU)
+    emulated: str | None  # gpu profile whose memory is emulated on a bigger device, e.g. "t4"
+    dtype: str  # fp32 | fp16 | bf16
+    peak_tflops: float | None  # for MFU; the profile's figure
+    bf16_supported: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"
+
+
+def resolve_placement(
+    gpu_name: str, memory_gib: float | None, bf16: bool | None, peak_tflops: float | None, dtype: str
+) -> Placement:
+    """Pick the device for a gpu profile and the dtype for `dtype` (auto: bf16 where supported, fp16 on other GPUs,
+    fp32 on CPU). A named profile on a CUDA device with more memory is emulated (its memory becomes the cap)."""
+    use_cuda = gpu_name != "cpu" and torch.cuda.is_available()
+    if use_cuda:
+        props = torch.cuda.get_device_properties(0)
+        real_gib = props.total_memory / GIB
+        supported = torch.cuda.is_bf16_supported() if bf16 is None else bool(bf16)
+        emulated = None
+        if gpu_name != "auto" and memory_gib is not None and memory_gib < real_gib:
+            emulated = gpu_name
+        if dtype == "auto":
+            dtype = "bf16" if supported else "fp16"
+        return Placement("cuda", props.name, round(real_gib, 2), emulated, dtype, peak_tflops, supported)
+    if dtype == "auto":
+        dtype = "fp32"
+    emulated = gpu_name if gpu_name not in ("auto", "cpu") else None
+    return Placement("cpu", _cpu_name(), None, emulated, dtype, None, True)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]

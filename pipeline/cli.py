@@ -1,0 +1,62 @@
+"""What every entry point does around Hydra: validate the whole command line first, then hand over to `hydra.main`.
+
+Bad input ends here with one line on stderr and exit code 2, before Hydra creates a folder or MLflow a run.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import hydra
+from hydra._internal.utils import get_args_parser
+
+from pipeline.config.compose import CONF_DIR, precheck
+from pipeline.config.schema import register_configs
+from pipeline.config.validate import ConfigError
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def _with_repeats(overrides: list[str], multirun: bool) -> tuple[list[str], bool]:
+    """`repeats=N` becomes a leading `repeat=0,..,N-1` sweep: Hydra's basic sweeper makes the first override the
+    outer loop, so every config runs once before any runs twice (interleaved repeats)."""
+    repeats = [o for o in overrides if o.split("=", 1)[0] == "repeats"]
+    if not repeats or any(o.split("=", 1)[0] == "repeat" for o in overrides):
+        return overrides, multirun
+    value = repeats[-1].split("=", 1)[1]
+    if not value.isdigit() or int(value) <= 1:
+        return overrides, multirun
+    return [f"repeat={','.join(str(i) for i in range(int(value)))}", *overrides], True
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_entry(config_name: str, task: Callable[[Any], Any], argv: list[str] | None = None) -> None:
+    """Precheck `argv` (default sys.argv[1:]) for `config_name`, then run `task` through hydra.main."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    register_configs()
+    args, _ = get_args_parser().parse_known_args(argv)
+    informational = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+    if not informational:
+        overrides, multirun = _with_repeats(list(args.overrides), bool(args.multirun))
+        try:
+            precheck(args.config_name or config_name, overrides, multirun)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT)
+        rest = [a for a in argv if a not in args.overrides]
+        argv = [*rest, *(["--multirun"] if multirun and not args.multirun else []), *overrides]
+    signal.signal(signal.SIGTERM, _terminate)
+    sys.argv = [sys.argv[0], *argv]
+    main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(task)
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted: runs in progress were marked KILLED", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)

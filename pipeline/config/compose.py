@@ -1,0 +1,165 @@
+"""Compose and validate every job of a command line before Hydra runs anything.
+
+Hydra reports a bad override with several lines and exit code 1, after it has created its output folders. The entry
+points call `precheck` first: it expands a multirun into its jobs, composes each with Hydra's compose API, applies
+`validate`, and turns any failure into one `ConfigError` naming the field and the accepted form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    InterpolationResolutionError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+    ValidationError,
+)
+
+from pipeline.config.schema import GROUPS, Config, register_configs
+from pipeline.config.validate import ConfigError, validate
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+_TYPE_WORDS = {
+    "bool": "true or false",
+    "Integer": "an integer",
+    "Float": "a number",
+    "Boolean": "true or false",
+    "String": "a string",
+}
+
+
+def expand_jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """The override list of every job Hydra's basic sweeper would run, in its order."""
+    if not multirun:
+        return [list(overrides)]
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+
+
+def compose_job(config_name: str, overrides: list[str]) -> DictConfig:
+    """Compose one job's config (without the hydra node), translating every failure into a ConfigError."""
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=config_name):
+            cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+        with open_dict(cfg):
+            del cfg["hydra"]
+    except (HydraException, OmegaConfBaseException) as err:
+        raise translate(err) from None
+    finally:
+        GlobalHydra.instance().clear()
+    _check_known_keys(cfg)
+    return cfg
+
+
+def _check_known_keys(cfg: DictConfig) -> None:
+    """`+key=value` can add keys the schema lacks; refuse them like any unknown key."""
+    allowed = {f.name for f in dataclasses.fields(Config)}
+    for key in cfg:
+        if key not in allowed:
+            raise ConfigError(str(key), f"unknown key; accepted keys here: {', '.join(sorted(allowed))}")
+    for group, schema in GROUPS.items():
+        fields = {f.name for f in dataclasses.fields(schema)}
+        for key in cfg[group]:
+            if key not in fields:
+                raise ConfigError(
+                    f"{group}.{key}", f"unknown key; accepted keys here: {', '.join(sorted(fields))}"
+                )
+
+
+def precheck(config_name: str, overrides: list[str], multirun: bool) -> list[DictConfig]:
+    """Compose and validate all jobs; return their configs. Raises ConfigError on the first bad input."""
+    jobs = []
+    try:
+        job_overrides = expand_jobs(overrides, multirun)
+    except (HydraException, OmegaConfBaseException) as err:
+        raise translate(err) from None
+    for job in job_overrides:
+        cfg = compose_job(config_name, job)
+        try:
+            validate(cfg)
+        except (MissingMandatoryValue, InterpolationResolutionError, ValidationError) as err:
+            raise translate(err) from None
+        jobs.append(cfg)
+    return jobs
+
+
+def translate(err: BaseException) -> ConfigError:
+    """Map a Hydra or OmegaConf exception to a one-line ConfigError."""
+    if isinstance(err, MissingConfigException):
+        return _missing_option(err)
+    if isinstance(err, OverrideParseException):
+        return ConfigError(
+            "override", f"{_first_line(err)}; accepted: key=value, group=option, a,b,c to sweep with -m"
+        )
+    cause = err
+    while cause.__cause__ is not None and not isinstance(cause, OmegaConfBaseException):
+        cause = cause.__cause__
+    if isinstance(cause, OmegaConfBaseException):
+        key = getattr(cause, "full_key", None) or _key_from_message(str(err)) or "config"
+        if isinstance(cause, MissingMandatoryValue):
+            return ConfigError(key, "required but not set; give it on the command line, e.g. " + f"{key}=...")
+        if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and re.search(
+            r"not in (struct|')", str(cause)
+        ):
+            return ConfigError(key, f"unknown key; accepted keys here: {', '.join(_keys_near(key))}")
+        if isinstance(cause, ValidationError):
+            return ConfigError(key, _type_message(str(cause)))
+        return ConfigError(key, _first_line(cause))
+    key = _key_from_message(str(err))
+    return ConfigError(key or "override", _first_line(err))
+
+
+def _missing_option(err: MissingConfigException) -> ConfigError:
+    missing = err.missing_cfg_file or ""
+    group, _, option = missing.rpartition("/")
+    if not group:
+        return ConfigError("config", _first_line(err))
+    options = sorted(o for o in (err.options or []) if not o.endswith("_schema"))
+    if not options:
+        options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    return ConfigError(group, f"unknown option '{option}'; accepted: {', '.join(options)}")
+
+
+def _keys_near(full_key: str) -> list[str]:
+    parent = full_key.rpartition(".")[0]
+    schema = GROUPS.get(parent.split(".")[0]) if parent else Config
+    if schema is None:
+        return ["see conf/"]
+    return [f.name for f in dataclasses.fields(schema)]
+
+
+def _type_message(message: str) -> str:
+    value = re.search(r"Value '([^']*)'", message)
+    kind = re.search(r"converted to (\w+)", message) or re.search(r"is not a valid (bool)", message)
+    if kind:
+        expected = _TYPE_WORDS.get(kind.group(1), kind.group(1))
+        return f"got '{value.group(1) if value else '?'}'; accepted: {expected}"
+    return _first_line(message)
+
+
+def _key_from_message(message: str) -> str | None:
+    match = re.search(r"full_key: ([\w.\-]+)", message) or re.search(r"override '?([\w.\-]+)=", message)
+    return match.group(1) if match else None
+
+
+def _first_line(err: BaseException | str) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def resolved_container(cfg: DictConfig) -> dict:
+    """The config as plain data with every interpolation resolved."""
+    return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)

@@ -1,0 +1,164 @@
+"""Typed schemas of every config group, registered in Hydra's ConfigStore.
+
+Each YAML option in conf/<group>/ starts its defaults list with `<group>_schema`, so OmegaConf checks its keys and
+types against the dataclass here. Rules that span fields (split against effective batch, cap format, ranges) live in
+`pipeline.config.validate`, checked once before anything runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class ModelConfig:
+    """An architecture and where its weights come from.
+
+    `source: config` builds the exact architecture with random weights in the target dtype (speed and memory do not
+    depend on weight values); `source: pretrained` loads `name_or_path` (hub id or local directory).
+    """
+
+    name: str = MISSING
+    source: str = "config"
+    name_or_path: str | None = None
+    model_type: str = "qwen3"
+    hidden_size: int | None = None
+    intermediate_size: int | None = None
+    num_hidden_layers: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    vocab_size: int | None = None
+    max_position_embeddings: int | None = None
+    rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    attn_implementation: str = "sdpa"
+
+
+@dataclass
+class LoraConfig:
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+    bias: str = "none"
+
+
+@dataclass
+class GpuConfig:
+    """A card profile. `memory_gib` is what the card reports as total memory; a profile smaller than the real device
+    becomes the memory cap (capacity is emulated, speed never is)."""
+
+    name: str = MISSING
+    memory_gib: float | None = None
+    bf16: bool | None = None
+    peak_tflops: float | None = None
+
+
+@dataclass
+class BatchConfig:
+    effective: int = 4
+    split: str = "4x1"
+
+
+@dataclass
+class DataConfig:
+    """`kind` picks the source: synthetic token ids, a local jsonl file, or a hub dataset (id or local folder)."""
+
+    kind: str = MISSING
+    num_samples: int | None = None
+    length: int = 128
+    min_length: int | None = None
+    distribution: str = "fixed"
+    path: str | None = None
+    name: str | None = None
+    subset: str | None = None
+    split: str = "train"
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 30
+    max_length: int = 128
+    dtype: str = "auto"
+    gradient_checkpointing: bool = False
+    optimizer: str = "adamw_torch"
+    learning_rate: float = 2e-4
+    lr_scheduler: str = "linear"
+    warmup_steps: int = 5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    seed: int = 42
+    padding: str = "longest"
+    progress_bar: bool = True
+
+
+@dataclass
+class MeasureConfig:
+    """How steps are timed: the first `warmup_steps` optimizer steps are left out of every statistic."""
+
+    warmup_steps: int = 5
+    confidence: float = 0.95
+
+
+@dataclass
+class TrackingConfig:
+    uri: str = MISSING
+    experiment: str = "batch-split"
+    artifact_root: str = MISSING
+
+
+@dataclass
+class LauncherConfig:
+    """How each job gets its own process. `forkserver` forks from a server that has imported the training stack
+    once (never touching CUDA); `subprocess` starts a fresh interpreter per job."""
+
+    kind: str = "forkserver"
+    timeout_s: float | None = None
+
+
+@dataclass
+class PathsConfig:
+    root: str = "mlruns"
+
+
+@dataclass
+class Config:
+    model: ModelConfig = MISSING
+    lora: LoraConfig = MISSING
+    gpu: GpuConfig = MISSING
+    batch: BatchConfig = MISSING
+    data: DataConfig = MISSING
+    train: TrainConfig = MISSING
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    world_size: int = 1
+    repeats: int = 1
+    repeat: int = 0
+    mem_cap: str | None = None
+    sweep_id: str | None = None
+
+
+GROUPS: dict[str, type] = {
+    "model": ModelConfig,
+    "lora": LoraConfig,
+    "gpu": GpuConfig,
+    "batch": BatchConfig,
+    "data": DataConfig,
+    "train": TrainConfig,
+}
+
+
+def register_configs(extra: dict[str, Any] | None = None) -> None:
+    """Store the primary schema and one `<group>_schema` node per group (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="config_schema", node=Config)
+    for group, schema in {**GROUPS, **(extra or {})}.items():
+        cs.store(group=group, name=f"{group}_schema", node=schema)

@@ -1,0 +1,255 @@
+"""Cross-field rules, checked once on the composed config before anything is written or loaded.
+
+Every failure is a `ConfigError` naming the field, what was given and the accepted form; the entry points print it as
+one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+DTYPES = ("auto", "fp32", "fp16", "bf16")
+PADDINGS = ("longest", "max_length", "padding_free", "packing")
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd")
+SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
+SOURCES = ("config", "pretrained")
+DATA_KINDS = ("synthetic", "jsonl", "hub")
+DISTRIBUTIONS = ("fixed", "uniform")
+LAUNCHERS = ("forkserver", "subprocess")
+LORA_BIAS = ("none", "all", "lora_only")
+ARCH_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+)
+
+_SPLIT = re.compile(r"^([0-9]+)x([0-9]+)$")
+_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(TiB|GiB|MiB|KiB|TB|GB|MB|KB)$")
+_UNIT = {
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": 2**30,
+    "TiB": 2**40,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+}
+SIZE_FORM = "a size like 14GiB, 14.5GB or 15000MiB"
+
+
+class ConfigError(ValueError):
+    """A bad input: `field`, then what is wrong and what is accepted."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Split:
+    micro: int
+    accumulation: int
+
+    def __str__(self) -> str:
+        return f"{self.micro}x{self.accumulation}"
+
+
+def parse_split(text: str, field: str = "batch.split") -> Split:
+    match = _SPLIT.match(str(text))
+    if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+        raise ConfigError(
+            field,
+            f"got '{text}'; accepted: 'MxA' with whole numbers M, A >= 1 (micro-batch x accumulation), e.g. 2x2",
+        )
+    return Split(int(match.group(1)), int(match.group(2)))
+
+
+def parse_size(text: str, field: str = "mem_cap") -> int:
+    """'14GiB' -> bytes. Binary (KiB..TiB) and decimal (KB..TB) units; no spaces."""
+    match = _SIZE.match(str(text))
+    if not match or float(match.group(1)) <= 0:
+        raise ConfigError(field, f"got '{text}'; accepted: {SIZE_FORM}")
+    return int(float(match.group(1)) * _UNIT[match.group(2)])
+
+
+def _choice(field: str, value: object, accepted: tuple[str, ...]) -> None:
+    if value not in accepted:
+        raise ConfigError(field, f"got '{value}'; accepted: {', '.join(accepted)}")
+
+
+def _at_least(field: str, value: float | int | None, low: float, what: str = "a whole number") -> None:
+    if value is None or value < low:
+        raise ConfigError(field, f"got {value}; accepted: {what} >= {low:g}")
+
+
+def _in_range(field: str, value: float, low: float, high: float) -> None:
+    if not (low <= value < high):
+        raise ConfigError(field, f"got {value}; accepted: a number in [{low:g}, {high:g})")
+
+
+def check_split(cfg: DictConfig) -> Split:
+    split = parse_split(cfg.batch.split)
+    _at_least("batch.effective", cfg.batch.effective, 1)
+    _at_least("world_size", cfg.world_size, 1)
+    product = split.micro * split.accumulation * cfg.world_size
+    if product != cfg.batch.effective:
+        divisors = [
+            d for d in range(1, cfg.batch.effective + 1) if cfg.batch.effective % (d * cfg.world_size) == 0
+        ]
+        forms = ", ".join(f"{d}x{cfg.batch.effective // (d * cfg.world_size)}" for d in divisors)
+        raise ConfigError(
+            "batch.split",
+            f"'{cfg.batch.split}' x world_size {cfg.world_size} gives {product}, not batch.effective "
+            f"{cfg.batch.effective}; accepted: {forms or 'none (world_size does not divide the effective batch)'}",
+        )
+    return split
+
+
+def check_model(m: DictConfig) -> None:
+    _choice("model.source", m.source, SOURCES)
+    if m.source == "pretrained":
+        if not m.name_or_path:
+            raise ConfigError(
+                "model.name_or_path", "required with model.source=pretrained; a hub id or a directory"
+            )
+        path = str(m.name_or_path)
+        looks_local = path.startswith(("/", ".", "~")) or os.path.exists(path)
+        if looks_local and not (Path(path).expanduser() / "config.json").is_file():
+            raise ConfigError("model.name_or_path", f"'{path}' is not a directory with a config.json")
+        return
+    for name in ARCH_FIELDS:
+        _at_least(f"model.{name}", m[name], 1)
+    if m.num_attention_heads % m.num_key_value_heads:
+        raise ConfigError(
+            "model.num_key_value_heads",
+            f"{m.num_key_value_heads} does not divide num_attention_heads {m.num_attention_heads}",
+        )
+
+
+def check_lora(lora: DictConfig) -> None:
+    _at_least("lora.r", lora.r, 1)
+    _at_least("lora.alpha", lora.alpha, 1)
+    _in_range("lora.dropout", lora.dropout, 0.0, 1.0)
+    if not lora.target_modules:
+        raise ConfigError(
+            "lora.target_modules", "empty; accepted: [all-linear] or module names like [q_proj, v_proj]"
+        )
+    _choice("lora.bias", lora.bias, LORA_BIAS)
+
+
+def check_gpu(gpu: DictConfig) -> None:
+    if gpu.memory_gib is not None and gpu.memory_gib <= 0:
+        raise ConfigError("gpu.memory_gib", f"got {gpu.memory_gib}; accepted: a number of GiB > 0")
+    if gpu.peak_tflops is not None and gpu.peak_tflops <= 0:
+        raise ConfigError("gpu.peak_tflops", f"got {gpu.peak_tflops}; accepted: a number > 0")
+
+
+def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig) -> None:
+    _at_least("train.steps", t.steps, 1)
+    _at_least("train.max_length", t.max_length, 2)
+    _choice("train.dtype", t.dtype, DTYPES)
+    if t.dtype == "bf16" and gpu.bf16 is False and gpu.name != "cpu":
+        raise ConfigError(
+            "train.dtype", f"bf16 is not supported by gpu={gpu.name}; accepted: auto, fp16, fp32"
+        )
+    if t.dtype == "fp16" and gpu.name == "cpu":
+        raise ConfigError("train.dtype", "fp16 needs a CUDA device; accepted with gpu=cpu: auto, fp32, bf16")
+    _choice("train.optimizer", t.optimizer, OPTIMIZERS)
+    _choice("train.lr_scheduler", t.lr_scheduler, SCHEDULERS)
+    _choice("train.padding", t.padding, PADDINGS)
+    if t.learning_rate <= 0:
+        raise ConfigError("train.learning_rate", f"got {t.learning_rate}; accepted: a number > 0")
+    _at_least("train.warmup_steps", t.warmup_steps, 0)
+    _at_least("train.weight_decay", t.weight_decay, 0, "a number")
+    _at_least("train.max_grad_norm", t.max_grad_norm, 0, "a number")
+    _at_least("measure.warmup_steps", measure.warmup_steps, 0)
+    if measure.warmup_steps >= t.steps:
+        raise ConfigError(
+            "measure.warmup_steps",
+            f"{measure.warmup_steps} leaves no steady step of train.steps={t.steps}; accepted: 0 to {t.steps - 1}",
+        )
+    if not (0.5 <= measure.confidence < 1.0):
+        raise ConfigError("measure.confidence", f"got {measure.confidence}; accepted: a number in [0.5, 1)")
+
+
+def check_data(d: DictConfig, max_length: int) -> None:
+    _choice("data.kind", d.kind, DATA_KINDS)
+    if d.kind == "synthetic":
+        _choice("data.distribution", d.distribution, DISTRIBUTIONS)
+        _at_least("data.length", d.length, 2)
+        if d.length > max_length:
+            raise ConfigError(
+                "data.length",
+                f"{d.length} exceeds train.max_length {max_length}; accepted: 2 to {max_length}",
+            )
+        if d.num_samples is not None:
+            _at_least("data.num_samples", d.num_samples, 1)
+        if d.distribution == "uniform":
+            if d.min_length is None or not (1 <= d.min_length <= d.length):
+                raise ConfigError(
+                    "data.min_length",
+                    f"got {d.min_length}; accepted with distribution=uniform: 1 to {d.length}",
+                )
+    elif d.kind == "jsonl":
+        check_jsonl(d.path)
+    elif not d.name:
+        raise ConfigError("data.name", "required with data.kind=hub; a hub dataset id or a local folder")
+
+
+def check_jsonl(path: str | None) -> None:
+    form = "a readable JSON-lines file whose records have 'messages' or 'text'"
+    if not path:
+        raise ConfigError("data.path", f"missing; accepted: {form}")
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError("data.path", f"'{path}' does not exist; accepted: {form}")
+    try:
+        with file.open(encoding="utf-8") as handle:
+            first = next((line for line in handle if line.strip()), None)
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(
+            "data.path", f"'{path}' cannot be read ({err.__class__.__name__}); accepted: {form}"
+        ) from None
+    if first is None:
+        raise ConfigError("data.path", f"'{path}' is empty; accepted: {form}")
+    try:
+        record = json.loads(first)
+    except json.JSONDecodeError:
+        raise ConfigError("data.path", f"'{path}' line 1 is not JSON; accepted: {form}") from None
+    if not isinstance(record, dict) or not ({"messages", "text"} & record.keys()):
+        raise ConfigError("data.path", f"'{path}' line 1 has neither 'messages' nor 'text'; accepted: {form}")
+
+
+def validate(cfg: DictConfig) -> Split:
+    """Check every rule; return the parsed split. Raises ConfigError on the first bad field."""
+    check_model(cfg.model)
+    check_lora(cfg.lora)
+    check_gpu(cfg.gpu)
+    split = check_split(cfg)
+    check_train(cfg.train, cfg.measure, cfg.gpu)
+    check_data(cfg.data, cfg.train.max_length)
+    if cfg.mem_cap is not None:
+        parse_size(cfg.mem_cap)
+    _at_least("repeats", cfg.repeats, 1)
+    _choice("launcher.kind", cfg.launcher.kind, LAUNCHERS)
+    if cfg.launcher.timeout_s is not None and cfg.launcher.timeout_s <= 0:
+        raise ConfigError(
+            "launcher.timeout_s", f"got {cfg.launcher.timeout_s}; accepted: seconds > 0 or null"
+        )
+    if not str(cfg.tracking.uri).strip():
+        raise ConfigError(
+            "tracking.uri",
+            "empty; accepted: a tracking URI like sqlite:///mlruns/mlflow.db or http://host:port",
+        )
+    return split

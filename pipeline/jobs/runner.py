@@ -1,0 +1,138 @@
+"""Parent side of a job: start it in a fresh process, wait, and collect its record whatever happened to it.
+
+Hydra's basic launcher runs multirun jobs one after another in one process, where CUDA peaks, allocator caches and
+leaked tensors would carry over and one OOM would end the sweep. Here every job gets its own process:
+
+- `forkserver` (default): a server process imports torch/transformers/trl/peft once (it never touches CUDA) and
+  forks a fresh child per job, so jobs do not pay the imports again;
+- `subprocess`: a new interpreter per job (`python -m pipeline.jobs.child`), e.g. under a debugger or profiler.
+
+A child that crashes, is killed or times out still yields a record (status `failed`, its signal or exit code, and
+the steps it logged before dying, read back from its steps.jsonl).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.jobs.child import RESULT_FILE, STEPS_FILE
+
+_CONTEXT: multiprocessing.context.BaseContext | None = None
+PRELOAD = ["pipeline.jobs.child"]
+
+
+def _forkserver() -> multiprocessing.context.BaseContext:
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = multiprocessing.get_context("forkserver")
+        _CONTEXT.set_forkserver_preload(PRELOAD)
+    return _CONTEXT
+
+
+class _Handle:
+    """A started child of either kind: pid, wait, kill, exit code."""
+
+    def __init__(self, process) -> None:
+        self.process = process
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait(self, timeout: float | None) -> bool:
+        if isinstance(self.process, subprocess.Popen):
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        self.process.join(timeout)
+        return self.process.exitcode is not None
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.wait(10)
+
+    @property
+    def exitcode(self) -> int | None:
+        if isinstance(self.process, subprocess.Popen):
+            return self.process.returncode
+        return self.process.exitcode
+
+
+def start(kind: str, spec: dict, workdir: Path) -> _Handle:
+    workdir.mkdir(parents=True, exist_ok=True)
+    if kind == "subprocess":
+        spec_path = workdir / "spec.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        cmd = [sys.executable, "-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
+        return _Handle(subprocess.Popen(cmd))
+    from pipeline.jobs import child
+
+    process = _forkserver().Process(target=child.main, args=(spec, str(workdir)), name="batch-split-job")
+    process.start()
+    return _Handle(process)
+
+
+def read_steps(workdir: Path) -> list[dict]:
+    path = workdir / STEPS_FILE
+    if not path.exists():
+        return []
+    steps = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            steps.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line cut off by the kill
+    return steps
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        hint = " (killed: out of host memory, or by a user)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exited with code {code} without a result"
+
+
+def run_job(
+    kind: str,
+    spec: dict,
+    workdir: Path,
+    timeout_s: float | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> dict:
+    """Run one job to its end and return its record (never raises for the child's sake)."""
+    launched = time.time()
+    handle = start(kind, spec, workdir)
+    if on_start is not None:
+        on_start(handle.pid)
+    try:
+        finished = handle.wait(timeout_s)
+    except BaseException:
+        handle.kill()  # Ctrl-C or SIGTERM of the parent: take the child down with it
+        raise
+    timed_out = not finished
+    if timed_out:
+        handle.kill()
+    result_path = workdir / RESULT_FILE
+    if result_path.exists() and not timed_out:
+        record = json.loads(result_path.read_text(encoding="utf-8"))
+    else:
+        reason = f"timed out after {timeout_s:g} s" if timed_out else _exit_reason(handle.exitcode)
+        record = {"status": "failed", "error": reason, "steps": read_steps(workdir), "pid": handle.pid}
+    record["exitcode"] = handle.exitcode
+    record["launch_time"] = launched
+    record["wall_s"] = time.time() - launched
+    if "child_start_time" in record:
+        record["spawn_s"] = record["child_start_time"] - launched
+    return record

@@ -1,0 +1,182 @@
+"""The training callback that measures every optimizer step.
+
+Per step it records wall time (synchronised once, at the step's end), and its phases: forward, backward (recompute
+included under gradient checkpointing), optimizer, data (fetching and collating the step's micro-batches, plus the
+previous step's logging) and other (the rest: input copies, hooks, Python overhead). On CUDA the phases come from
+CUDA events read after that one synchronisation, never a synchronisation per micro-batch; on CPU from perf_counter.
+
+Trainer order per optimizer step (transformers 5): fetch all micro-batches -> step_begin -> [forward, backward,
+substep_end] per micro-batch (the last one ends with clipping and pre_optimizer_step) -> optimizer_step ->
+scheduler, zero_grad -> step_end -> log. The forward marks come from hooks on the top-level model, which runs once
+per micro-batch even when layers recompute under checkpointing.
+
+Each step is appended to a JSON-lines file as soon as its loss is logged, so a killed job keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from pipeline.measure import memory
+
+
+class _Clock:
+    """Marks on the device timeline (CUDA events) or the host clock (CPU)."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+
+    def mark(self) -> Any:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds(self, start: Any, end: Any) -> float:
+        if self.cuda:
+            return start.elapsed_time(end) / 1000.0
+        return end - start
+
+
+class StepMeter(TrainerCallback):
+    def __init__(self, cuda: bool, steps_path: str | None = None) -> None:
+        self.cuda = cuda
+        self.clock = _Clock(cuda)
+        self.steps_path = steps_path
+        self.steps: list[dict] = []
+        self.current_step = 0
+        self.train_begin_host: float | None = None
+        self.model_memory: dict[str, int | None] = {}
+        self._hooks: list[Any] = []
+        self._reset_step()
+        self._last_end_host: float | None = None
+        self._pending: dict | None = None
+
+    # ---- hooks on the model -------------------------------------------------------------------------------------
+    def _reset_step(self) -> None:
+        self._begin = None
+        self._begin_host = None
+        self._micro: list[list[Any]] = []  # [forward start, forward end, micro end]
+        self._opt_end = None
+        self._tokens: list[torch.Tensor | int] = []
+        self._padded = 0
+        self._samples: list[torch.Tensor | int] = []
+
+    def _forward_start(self, module, args, kwargs) -> None:
+        if not module.training:
+            return
+        self._micro.append([self.clock.mark(), None, None])
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        mask = kwargs.get("attention_mask")
+        if ids is not None:
+            self._padded += ids.numel()
+            self._samples.append(ids.shape[0] if mask is not None else _samples_from_positions(kwargs, ids))
+            self._tokens.append(mask.sum() if mask is not None else ids.numel())
+
+    def _forward_end(self, module, args, kwargs, output) -> None:
+        if module.training and self._micro and self._micro[-1][1] is None:
+            self._micro[-1][1] = self.clock.mark()
+
+    def _micro_end(self) -> None:
+        if self._micro and self._micro[-1][2] is None:
+            self._micro[-1][2] = self.clock.mark()
+
+    # ---- trainer events -----------------------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if model is not None:
+            self._hooks.append(model.register_forward_pre_hook(self._forward_start, with_kwargs=True))
+            self._hooks.append(model.register_forward_hook(self._forward_end, with_kwargs=True))
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.model_memory = {
+                "allocated": torch.cuda.memory_allocated(),
+                "reserved": torch.cuda.memory_reserved(),
+            }
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self.model_memory = {"allocated": memory.rss_bytes(), "reserved": None}
+            memory.reset_peak_rss()
+        self.train_begin_host = self._last_end_host = time.perf_counter()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.current_step = state.global_step + 1
+        self._begin_host = time.perf_counter()
+        self._begin = self.clock.mark()
+
+    def on_substep_end(self, args, state, control, **kwargs):
+        self._micro_end()
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self._micro_end()
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self._opt_end = self.clock.mark()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        end = self.clock.mark()
+        if self.cuda:
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        step_time = now - self._last_end_host
+        data = self._begin_host - self._last_end_host
+        self._last_end_host = now
+        micro = [m for m in self._micro if None not in m]
+        forward = sum(self.clock.seconds(m[0], m[1]) for m in micro)
+        backward = sum(self.clock.seconds(m[1], m[2]) for m in micro)
+        optimizer = self.clock.seconds(micro[-1][2], end) if micro else 0.0
+        tokens = sum(int(t) for t in self._tokens)
+        record = {
+            "step": state.global_step,
+            "step_time_s": step_time,
+            "forward_s": forward,
+            "backward_s": backward,
+            "optimizer_s": optimizer,
+            "data_s": data,
+            "other_s": step_time - forward - backward - optimizer - data,
+            "micro_batches": len(micro),
+            "tokens": tokens,
+            "padded_tokens": self._padded,
+            "samples": sum(int(n) for n in self._samples),
+        }
+        if self.cuda:
+            record["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+            record["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+        else:
+            record["peak_rss_bytes"] = memory.peak_rss_bytes()
+        self._pending = record
+        self._reset_step()
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self._pending is None or not logs or "loss" not in logs:
+            return
+        record = self._pending
+        self._pending = None
+        record["loss"] = float(logs["loss"])
+        if logs.get("grad_norm") is not None:
+            record["grad_norm"] = float(logs["grad_norm"])
+        if logs.get("learning_rate") is not None:
+            record["learning_rate"] = float(logs["learning_rate"])
+        self.steps.append(record)
+        if self.steps_path:
+            with open(self.steps_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+
+
+def _samples_from_positions(kwargs: dict, ids: torch.Tensor) -> torch.Tensor | int:
+    """Padding-free batches are one flattened row; count sequences by position ids restarting at 0 (a tensor,
+    read after the step's synchronisation)."""
+    positions = kwargs.get("position_ids")
+    if positions is None:
+        return ids.shape[0]
+    return (positions == 0).sum()

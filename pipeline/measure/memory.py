@@ -1,0 +1,109 @@
+"""Memory as the job sees it: allocator peaks, the device's own figure (NVML, CUDA context included), resident
+memory on CPU, and the cap enforced inside the job."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+GIB = 2**30
+
+
+def _proc_status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def rss_bytes() -> int:
+    kib = _proc_status_kib("VmRSS")
+    if kib is None:
+        import psutil
+
+        return psutil.Process().memory_info().rss
+    return kib * 1024
+
+
+def peak_rss_bytes() -> int:
+    kib = _proc_status_kib("VmHWM")
+    return rss_bytes() if kib is None else kib * 1024
+
+
+def reset_peak_rss() -> bool:
+    """Linux resets the resident high-water mark when 5 is written to clear_refs (since 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class DeviceMemory:
+    """NVML's view of this process on the job's GPU; None everywhere NVML or the GPU is absent."""
+
+    def __init__(self) -> None:
+        self.handle = None
+        self.baseline = 0
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
+            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self.baseline = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
+            self._nvml = pynvml
+        except Exception:  # noqa: BLE001 - no NVML, no GPU, or no driver: the figure is simply absent
+            self.handle = None
+
+    def process_bytes(self) -> int | None:
+        """Memory NVML charges to this process (context included); falls back to the device's use above the
+        baseline taken before CUDA started, when the process list is hidden (containers, VMs)."""
+        if self.handle is None:
+            return None
+        try:
+            for proc in self._nvml.nvmlDeviceGetComputeRunningProcesses(self.handle):
+                if proc.pid == os.getpid() and proc.usedGpuMemory:
+                    return int(proc.usedGpuMemory)
+            return int(self._nvml.nvmlDeviceGetMemoryInfo(self.handle).used - self.baseline)
+        except Exception:  # noqa: BLE001
+            return None
+
+
+@dataclass
+class CapPlan:
+    cap_bytes: int | None
+    context_bytes: int
+    fraction: float | None
+
+
+def apply_cuda_cap(cap_bytes: int | None, device_memory: DeviceMemory) -> CapPlan:
+    """Start CUDA, measure the context, and limit the caching allocator so reserved + context stays under the cap."""
+    import torch
+
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    used = device_memory.process_bytes()
+    context = max(0, (used or 0) - torch.cuda.memory_reserved())
+    if cap_bytes is None:
+        return CapPlan(None, context, None)
+    total = torch.cuda.get_device_properties(0).total_memory
+    fraction = max(0.0, min(1.0, (cap_bytes - context) / total))
+    torch.cuda.set_per_process_memory_fraction(fraction)
+    return CapPlan(cap_bytes, context, fraction)
+
+
+def verdict(status: str, peak_bytes: int | None, cap_bytes: int | None) -> str:
+    """fits / over-cap / oom / failed; without a cap a finished job is 'no-cap'."""
+    if status == "oom":
+        return "oom"
+    if status != "ok":
+        return "failed"
+    if cap_bytes is None:
+        return "no-cap"
+    return "fits" if peak_bytes is not None and peak_bytes <= cap_bytes else "over-cap"

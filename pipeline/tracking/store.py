@@ -1,0 +1,124 @@
+"""The only code that talks to MLflow: experiments, runs, params, metrics, tags and artifacts.
+
+It uses `MlflowClient` rather than the fluent API, so no global "active run" exists and nothing ends a run FINISHED
+behind our back. Every run this process opens is remembered; on exit (normal, Ctrl-C, SIGTERM) any still open is
+ended KILLED, so no run is ever left RUNNING.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+STATUS_TAG = "status"
+SWEEP_TAG = "sweep_id"
+PARENT_ENV = "BATCH_SPLIT_PARENT_RUN_ID"
+SWEEP_ENV = "BATCH_SPLIT_SWEEP_ID"
+_OPEN: dict[str, Tracker] = {}
+MAX_PARAMS, MAX_METRICS, MAX_PARAM_CHARS = 100, 1000, 6000
+
+
+def absolute_uri(uri: str) -> str:
+    """`sqlite:///mlruns/mlflow.db` is relative to the working directory: pin it, and create its folder."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
+        path = Path(uri[len(prefix) :]).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return prefix + str(path)
+    if uri.startswith(prefix):
+        Path(uri[len(prefix) - 1 :]).parent.mkdir(parents=True, exist_ok=True)
+    return uri
+
+
+def _end_open_runs() -> None:
+    for run_id, tracker in list(_OPEN.items()):
+        try:
+            tracker.end(run_id, "KILLED")
+        except Exception:  # noqa: BLE001 - at exit, a store that is gone cannot be helped
+            pass
+
+
+atexit.register(_end_open_runs)
+
+
+class Tracker:
+    def __init__(self, uri: str, experiment: str, artifact_root: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.uri = absolute_uri(uri)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        found = self.client.get_experiment_by_name(experiment)
+        if found is None:
+            location = None
+            if self.uri.startswith("sqlite:"):
+                root = Path(artifact_root).resolve()
+                root.mkdir(parents=True, exist_ok=True)
+                location = root.as_uri()
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        else:
+            self.experiment_id = found.experiment_id
+
+    def start(self, name: str, tags: dict[str, str] | None = None, parent_id: str | None = None) -> str:
+        tags = dict(tags or {})
+        if parent_id:
+            tags["mlflow.parentRunId"] = parent_id
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        _OPEN[run.info.run_id] = self
+        return run.info.run_id
+
+    def end(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(run_id, status=status)
+        _OPEN.pop(run_id, None)
+
+    def params(self, run_id: str, params: dict[str, object]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()]
+        for i in range(0, len(items), MAX_PARAMS):
+            self.client.log_batch(run_id, params=items[i : i + MAX_PARAMS])
+
+    def tags(self, run_id: str, tags: dict[str, object]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def metrics(
+        self, run_id: str, values: dict[str, float], series: dict[str, list[tuple[int, float]]] | None = None
+    ):
+        """Summary metrics (step 0) and per-step series, in as few batched calls as MLflow allows."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, 0) for k, v in values.items() if v is not None]
+        for key, points in (series or {}).items():
+            items += [Metric(key, float(v), now, int(step)) for step, v in points if v is not None]
+        for i in range(0, len(items), MAX_METRICS):
+            self.client.log_batch(run_id, metrics=items[i : i + MAX_METRICS])
+
+    def artifact_json(self, run_id: str, name: str, record: object) -> None:
+        self.artifact_text(run_id, name, json.dumps(record, indent=2, default=str))
+
+    def artifact_text(self, run_id: str, name: str, text: str) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / name
+            path.write_text(text, encoding="utf-8")
+            self.client.log_artifact(run_id, str(path))
+
+    def artifact_file(self, run_id: str, path: str | os.PathLike, folder: str | None = None) -> None:
+        self.client.log_artifact(run_id, str(path), artifact_path=folder)
+
+
+def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
+    """{'train': {'steps': 5}} -> {'train.steps': 5}; lists become their string form."""
+    flat: dict[str, object] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat

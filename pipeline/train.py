@@ -1,0 +1,25 @@
+"""Train one LoRA job per config, each in its own process, and record it in MLflow.
+
+python -m pipeline.train                                   # one job on the default (tiny model, CPU)
+python -m pipeline.train -m batch.split=1x4,2x2,4x1        # a sweep: one isolated job per split
+python -m pipeline.train -m experiment=seed-t4 batch.split=1x4,2x2,4x1 repeats=3
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from pipeline.cli import run_entry
+from pipeline.jobs import task
+
+
+def train(cfg: DictConfig) -> dict:
+    return task.run(cfg)
+
+
+def main() -> None:
+    run_entry("config", train)
+
+
+if __name__ == "__main__":
+    main()
