@@ -10,10 +10,11 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from pipeline.cli import run_entry
-from pipeline.jobs import task
 
 
 def train(cfg: DictConfig) -> dict:
+    from pipeline.jobs import task  # after the precheck: bad input never pays for this import
+
     return task.run(cfg)
 
 

@@ -6,9 +6,7 @@ from peft import LoraConfig, TaskType
 
 
 def build_lora_config(r: int, alpha: int, dropout: float, target_modules: list[str], bias: str) -> LoraConfig:
-    targets: str | list[str] = (
-        "all-linear" if list(target_modules) == ["all-linear"] else list(target_modules)
-    )
+    targets: str | list[str] = "all-linear" if list(target_modules) == ["all-linear"] else list(target_modules)
     return LoraConfig(
         r=r,
         lora_alpha=alpha,

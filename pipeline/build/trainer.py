@@ -52,9 +52,7 @@ def sft_kwargs(output_dir: str, micro: int, accumulation: int, train: dict, dtyp
     )
 
 
-def build_trainer(
-    model, tokenizer, dataset, sft_config: SFTConfig, peft_config, callbacks: list[TrainerCallback]
-):
+def build_trainer(model, tokenizer, dataset, sft_config: SFTConfig, peft_config, callbacks: list[TrainerCallback]):
     trainer = SFTTrainer(
         model=model,
         args=sft_config,

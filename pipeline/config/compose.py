@@ -74,9 +74,7 @@ def _check_known_keys(cfg: DictConfig) -> None:
         fields = {f.name for f in dataclasses.fields(schema)}
         for key in cfg[group]:
             if key not in fields:
-                raise ConfigError(
-                    f"{group}.{key}", f"unknown key; accepted keys here: {', '.join(sorted(fields))}"
-                )
+                raise ConfigError(f"{group}.{key}", f"unknown key; accepted keys here: {', '.join(sorted(fields))}")
 
 
 def precheck(config_name: str, overrides: list[str], multirun: bool) -> list[DictConfig]:
@@ -101,9 +99,7 @@ def translate(err: BaseException) -> ConfigError:
     if isinstance(err, MissingConfigException):
         return _missing_option(err)
     if isinstance(err, OverrideParseException):
-        return ConfigError(
-            "override", f"{_first_line(err)}; accepted: key=value, group=option, a,b,c to sweep with -m"
-        )
+        return ConfigError("override", f"{_first_line(err)}; accepted: key=value, group=option, a,b,c to sweep with -m")
     cause = err
     while cause.__cause__ is not None and not isinstance(cause, OmegaConfBaseException):
         cause = cause.__cause__
@@ -111,9 +107,7 @@ def translate(err: BaseException) -> ConfigError:
         key = getattr(cause, "full_key", None) or _key_from_message(str(err)) or "config"
         if isinstance(cause, MissingMandatoryValue):
             return ConfigError(key, "required but not set; give it on the command line, e.g. " + f"{key}=...")
-        if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and re.search(
-            r"not in (struct|')", str(cause)
-        ):
+        if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and re.search(r"not in (struct|')", str(cause)):
             return ConfigError(key, f"unknown key; accepted keys here: {', '.join(_keys_near(key))}")
         if isinstance(cause, ValidationError):
             return ConfigError(key, _type_message(str(cause)))

@@ -104,9 +104,7 @@ def check_split(cfg: DictConfig) -> Split:
     _at_least("world_size", cfg.world_size, 1)
     product = split.micro * split.accumulation * cfg.world_size
     if product != cfg.batch.effective:
-        divisors = [
-            d for d in range(1, cfg.batch.effective + 1) if cfg.batch.effective % (d * cfg.world_size) == 0
-        ]
+        divisors = [d for d in range(1, cfg.batch.effective + 1) if cfg.batch.effective % (d * cfg.world_size) == 0]
         forms = ", ".join(f"{d}x{cfg.batch.effective // (d * cfg.world_size)}" for d in divisors)
         raise ConfigError(
             "batch.split",
@@ -120,9 +118,7 @@ def check_model(m: DictConfig) -> None:
     _choice("model.source", m.source, SOURCES)
     if m.source == "pretrained":
         if not m.name_or_path:
-            raise ConfigError(
-                "model.name_or_path", "required with model.source=pretrained; a hub id or a directory"
-            )
+            raise ConfigError("model.name_or_path", "required with model.source=pretrained; a hub id or a directory")
         path = str(m.name_or_path)
         looks_local = path.startswith(("/", ".", "~")) or os.path.exists(path)
         if looks_local and not (Path(path).expanduser() / "config.json").is_file():
@@ -142,9 +138,7 @@ def check_lora(lora: DictConfig) -> None:
     _at_least("lora.alpha", lora.alpha, 1)
     _in_range("lora.dropout", lora.dropout, 0.0, 1.0)
     if not lora.target_modules:
-        raise ConfigError(
-            "lora.target_modules", "empty; accepted: [all-linear] or module names like [q_proj, v_proj]"
-        )
+        raise ConfigError("lora.target_modules", "empty; accepted: [all-linear] or module names like [q_proj, v_proj]")
     _choice("lora.bias", lora.bias, LORA_BIAS)
 
 
@@ -160,9 +154,7 @@ def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig) -> None:
     _at_least("train.max_length", t.max_length, 2)
     _choice("train.dtype", t.dtype, DTYPES)
     if t.dtype == "bf16" and gpu.bf16 is False and gpu.name != "cpu":
-        raise ConfigError(
-            "train.dtype", f"bf16 is not supported by gpu={gpu.name}; accepted: auto, fp16, fp32"
-        )
+        raise ConfigError("train.dtype", f"bf16 is not supported by gpu={gpu.name}; accepted: auto, fp16, fp32")
     if t.dtype == "fp16" and gpu.name == "cpu":
         raise ConfigError("train.dtype", "fp16 needs a CUDA device; accepted with gpu=cpu: auto, fp32, bf16")
     _choice("train.optimizer", t.optimizer, OPTIMIZERS)
@@ -195,12 +187,11 @@ def check_data(d: DictConfig, max_length: int) -> None:
             )
         if d.num_samples is not None:
             _at_least("data.num_samples", d.num_samples, 1)
-        if d.distribution == "uniform":
-            if d.min_length is None or not (1 <= d.min_length <= d.length):
-                raise ConfigError(
-                    "data.min_length",
-                    f"got {d.min_length}; accepted with distribution=uniform: 1 to {d.length}",
-                )
+        if d.distribution == "uniform" and (d.min_length is None or not (1 <= d.min_length <= d.length)):
+            raise ConfigError(
+                "data.min_length",
+                f"got {d.min_length}; accepted with distribution=uniform: 1 to {d.length}",
+            )
     elif d.kind == "jsonl":
         check_jsonl(d.path)
     elif not d.name:
@@ -244,9 +235,7 @@ def validate(cfg: DictConfig) -> Split:
     _at_least("repeats", cfg.repeats, 1)
     _choice("launcher.kind", cfg.launcher.kind, LAUNCHERS)
     if cfg.launcher.timeout_s is not None and cfg.launcher.timeout_s <= 0:
-        raise ConfigError(
-            "launcher.timeout_s", f"got {cfg.launcher.timeout_s}; accepted: seconds > 0 or null"
-        )
+        raise ConfigError("launcher.timeout_s", f"got {cfg.launcher.timeout_s}; accepted: seconds > 0 or null")
     if not str(cfg.tracking.uri).strip():
         raise ConfigError(
             "tracking.uri",

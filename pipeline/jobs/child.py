@@ -28,6 +28,7 @@ from pipeline.build.lora import build_lora_config
 from pipeline.build.model import build_model
 from pipeline.build.tokenizer import build_tokenizer
 from pipeline.build.trainer import build_sft_config, build_trainer
+from pipeline.jobs.files import RESULT_FILE, STEPS_FILE
 from pipeline.measure import memory
 from pipeline.measure.callback import StepMeter
 from pipeline.measure.flops import count_params, flops_per_token
@@ -46,8 +47,6 @@ ARCH_KEYS = (
     "rms_norm_eps",
     "tie_word_embeddings",
 )
-RESULT_FILE = "result.json"
-STEPS_FILE = "steps.jsonl"
 
 
 def versions() -> dict[str, str]:
@@ -144,9 +143,7 @@ class Job:
             self.placement.device,
         )
         self.meter = StepMeter(self.placement.device == "cuda", str(self.workdir / STEPS_FILE))
-        peft_config = build_lora_config(
-            lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["bias"]
-        )
+        peft_config = build_lora_config(lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["bias"])
         self.trainer = self._timed(
             "trainer_build",
             build_trainer,
@@ -167,11 +164,7 @@ class Job:
         model = self.trainer.model
         base, lora = count_params(model)
         steps = self.meter.steps
-        seq_len = (
-            (sum(s["padded_tokens"] for s in steps) / max(1, sum(s["samples"] for s in steps)))
-            if steps
-            else 0
-        )
+        seq_len = (sum(s["padded_tokens"] for s in steps) / max(1, sum(s["samples"] for s in steps))) if steps else 0
         m = model.base_model.model.config
         fpt = flops_per_token(
             base,
@@ -245,9 +238,7 @@ class Job:
 
 def write_json(path: Path, record: dict) -> None:
     """Write atomically, so a reader never sees half a record."""
-    with tempfile.NamedTemporaryFile(
-        "w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8"
-    ) as tmp:
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
         json.dump(record, tmp, default=str)
     os.replace(tmp.name, path)
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pipeline.jobs.child import RESULT_FILE, STEPS_FILE
+from pipeline.jobs.files import RESULT_FILE, SPEC_FILE, STEPS_FILE
 
 _CONTEXT: multiprocessing.context.BaseContext | None = None
 PRELOAD = ["pipeline.jobs.child"]
@@ -70,7 +70,7 @@ class _Handle:
 def start(kind: str, spec: dict, workdir: Path) -> _Handle:
     workdir.mkdir(parents=True, exist_ok=True)
     if kind == "subprocess":
-        spec_path = workdir / "spec.json"
+        spec_path = workdir / SPEC_FILE
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         cmd = [sys.executable, "-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
         return _Handle(subprocess.Popen(cmd))

@@ -52,9 +52,7 @@ def summarize_job(record: dict, warmup_steps: int, confidence: float) -> dict:
     out["setup_s"] = record.get("setup_s")
     if steps:
         out["final_loss"] = steps[-1]["loss"]
-    out["verdict"] = mem.verdict(
-        record.get("status", "failed"), memory.get("peak_bytes"), memory.get("cap_bytes")
-    )
+    out["verdict"] = mem.verdict(record.get("status", "failed"), memory.get("peak_bytes"), memory.get("cap_bytes"))
     return out
 
 

@@ -96,11 +96,7 @@ def run(cfg: DictConfig) -> dict:
         tracker.tags(run_id, end_tags)
         tracker.artifact_json(run_id, "result.json", record)
         status = "FINISHED" if record["status"] in ("ok", "oom") else "FAILED"
-        line = (
-            f"step {summary.get('step_time_median_s', float('nan')):.4f} s"
-            if record["status"] == "ok"
-            else ""
-        )
+        line = f"step {summary.get('step_time_median_s', float('nan')):.4f} s" if record["status"] == "ok" else ""
         print(f"[job] {name}: {record['status']} {line} {record.get('error', '')}".rstrip(), flush=True)
         return {
             "run_id": run_id,

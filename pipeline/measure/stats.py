@@ -27,10 +27,7 @@ class Summary:
     ci_high: float
 
     def as_dict(self, prefix: str, unit: str = "s") -> dict[str, float]:
-        return {
-            f"{prefix}_{k}_{unit}" if k not in ("n", "cv") else f"{prefix}_{k}": v
-            for k, v in asdict(self).items()
-        }
+        return {f"{prefix}_{k}_{unit}" if k not in ("n", "cv") else f"{prefix}_{k}": v for k, v in asdict(self).items()}
 
 
 def quantile(sorted_values: list[float], q: float) -> float:

@@ -18,16 +18,12 @@ def comparison_rows(results: list[dict], mem_cap: str | None = None) -> list[dic
         groups[key].append(result)
     rows = []
     for key, jobs in groups.items():
-        ok = [
-            j for j in jobs if j.get("status") == "ok" and j["summary"].get("step_time_median_s") is not None
-        ]
+        ok = [j for j in jobs if j.get("status") == "ok" and j["summary"].get("step_time_median_s") is not None]
         row: dict = {"config": key, "jobs": len(jobs), "ok": len(ok), "status": _status(jobs)}
         if ok:
             if len(ok) == 1:
                 s = ok[0]["summary"]
-                row.update(
-                    median=s["step_time_median_s"], low=s["step_time_ci_low_s"], high=s["step_time_ci_high_s"]
-                )
+                row.update(median=s["step_time_median_s"], low=s["step_time_ci_low_s"], high=s["step_time_ci_high_s"])
             else:  # repeats: interval of the median over the repeats' medians
                 medians = sorted(j["summary"]["step_time_median_s"] for j in ok)
                 low, high = median_ci(medians)
@@ -39,9 +35,7 @@ def comparison_rows(results: list[dict], mem_cap: str | None = None) -> list[dic
                 peak_gib=max(j["summary"].get("peak_gib", 0.0) for j in ok),
                 verdict=pick.get("verdict"),
             )
-        deviations = [
-            max_relative_deviation(j["losses"], reference) for j in jobs if reference and j.get("losses")
-        ]
+        deviations = [max_relative_deviation(j["losses"], reference) for j in jobs if reference and j.get("losses")]
         row["loss_dev"] = max((d for d in deviations if d is not None), default=None)
         row["run_id"] = jobs[0].get("run_id") if len(jobs) == 1 else None
         row["run_ids"] = [j.get("run_id") for j in jobs]
@@ -90,8 +84,6 @@ def format_table(rows: list[dict]) -> str:
             ]
         )
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
-    out = [
-        "| " + " | ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in lines
-    ]
+    out = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in lines]
     out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(out)

@@ -86,9 +86,7 @@ class Tracker:
 
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
-    def metrics(
-        self, run_id: str, values: dict[str, float], series: dict[str, list[tuple[int, float]]] | None = None
-    ):
+    def metrics(self, run_id: str, values: dict[str, float], series: dict[str, list[tuple[int, float]]] | None = None):
         """Summary metrics (step 0) and per-step series, in as few batched calls as MLflow allows."""
         from mlflow.entities import Metric
 

@@ -1,0 +1,5 @@
+"""Names of the files a job process writes into its work directory (shared by both sides, importing nothing)."""
+
+RESULT_FILE = "result.json"  # the whole record, written atomically at the end
+STEPS_FILE = "steps.jsonl"  # one line per optimizer step, appended as the job goes
+SPEC_FILE = "spec.json"  # the job's spec, for the `subprocess` launcher

@@ -1,0 +1,122 @@
+"""Bad input never gives a traceback: exit code 2, one line naming the field and the accepted form, nothing written.
+
+Each case runs the real entry point in a fresh interpreter, in an empty folder that must stay empty (no mlruns/,
+no Hydra output folder, no MLflow database).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.conftest import run_cli
+
+CASES = [
+    # (command-line arguments, exact start of the message, a fragment of the accepted form)
+    (["batch.split=3x"], "batch.split: got '3x'", "'MxA' with whole numbers"),
+    (["batch.split=0x4"], "batch.split: got '0x4'", "M, A >= 1"),
+    (["batch.split=abc"], "batch.split: got 'abc'", "e.g. 2x2"),
+    (
+        ["batch.split=2x3"],
+        "batch.split: '2x3' x world_size 1 gives 6, not batch.effective 4",
+        "accepted: 1x4, 2x2, 4x1",
+    ),
+    (["-m", "batch.split=1x4,2x3"], "batch.split: '2x3' x world_size 1 gives 6", "accepted: 1x4, 2x2, 4x1"),
+    (["batch.effective=0"], "batch.effective: got 0", "a whole number >= 1"),
+    (["batch.effective=abc"], "batch.effective: got 'abc'", "an integer"),
+    (["mem_cap=14 GB?"], "mem_cap: got '14 GB?'", "a size like 14GiB, 14.5GB or 15000MiB"),
+    (["mem_cap=14"], "mem_cap: got '14'", "a size like 14GiB"),
+    (["mem_cap=-3GiB"], "mem_cap: got '-3GiB'", "a size like 14GiB"),
+    (["train.steps=0"], "train.steps: got 0", "a whole number >= 1"),
+    (["train.steps=-5"], "train.steps: got -5", "a whole number >= 1"),
+    (["train.steps=abc"], "train.steps: got 'abc'", "an integer"),
+    (["train.steps=1.5"], "train.steps: got '1.5'", "an integer"),
+    (["train.learning_rate=fast"], "train.learning_rate: got 'fast'", "a number"),
+    (["train.learning_rate=0"], "train.learning_rate: got 0", "a number > 0"),
+    (["train.dtype=fp8"], "train.dtype: got 'fp8'", "accepted: auto, fp32, fp16, bf16"),
+    (["gpu=cpu", "train.dtype=fp16"], "train.dtype: fp16 needs a CUDA device", "accepted with gpu=cpu"),
+    (["gpu=t4", "train.dtype=bf16"], "train.dtype: bf16 is not supported by gpu=t4", "accepted: auto, fp16, fp32"),
+    (["train.padding=sometimes"], "train.padding: got 'sometimes'", "longest, max_length, padding_free, packing"),
+    (["train.optimizer=lion"], "train.optimizer: got 'lion'", "adamw_torch"),
+    (["train.gradient_checkpointing=maybe"], "train.gradient_checkpointing: got 'maybe'", "true or false"),
+    (["train.steps=[1"], "override: ", "key=value"),
+    (["model=gpt9"], "model: unknown option 'gpt9'", "qwen3-1.7b"),
+    (["gpu=v100"], "gpu: unknown option 'v100'", "a100-40gb"),
+    (["data=imagenet"], "data: unknown option 'imagenet'", "synthetic"),
+    (["experiment=nope"], "experiment: unknown option 'nope'", "seed-t4"),
+    (["lora.r=0"], "lora.r: got 0", "a whole number >= 1"),
+    (["lora.dropout=1.5"], "lora.dropout: got 1.5", "[0, 1)"),
+    (["lora.target_modules=[]"], "lora.target_modules: empty", "all-linear"),
+    (["data=jsonl"], "data.path: missing", "JSON-lines file"),
+    (
+        ["data=jsonl", "data.path=/nonexistent/x.jsonl"],
+        "data.path: '/nonexistent/x.jsonl' does not exist",
+        "JSON-lines",
+    ),
+    (["data=jsonl", "data.path=unreadable.jsonl"], "data.path: 'unreadable.jsonl' line 1 is not JSON", "JSON-lines"),
+    (["data=jsonl", "data.path=wrong.jsonl"], "data.path: 'wrong.jsonl' line 1 has neither", "'messages' or 'text'"),
+    (["data.length=4096"], "data.length: 4096 exceeds train.max_length 128", "accepted: 2 to 128"),
+    (["data.distribution=uniform"], "data.min_length: got None", "accepted with distribution=uniform"),
+    (["model=pretrained"], "model.name_or_path: required with model.source=pretrained", "a hub id or a directory"),
+    (
+        ["model=pretrained", "model.name_or_path=./missing-dir"],
+        "model.name_or_path: './missing-dir' is not a directory",
+        "config.json",
+    ),
+    (["model.hidden_size=abc"], "model.hidden_size: got 'abc'", "an integer"),
+    (["train.foo=1"], "train.foo: unknown key", "steps, max_length"),
+    (["+train.foo=1"], "train.foo: unknown key", "steps"),
+    (["+colour=red"], "colour: unknown key", "batch, data"),
+    (["measure.warmup_steps=30"], "measure.warmup_steps: 30 leaves no steady step", "accepted: 0 to 29"),
+    (["repeats=0"], "repeats: got 0", "a whole number >= 1"),
+    (["launcher.kind=ssh"], "launcher.kind: got 'ssh'", "forkserver, subprocess"),
+    (["world_size=3"], "batch.split: '4x1' x world_size 3 gives 12", "world_size does not divide"),
+]
+
+
+def _prepare(folder):
+    (folder / "unreadable.jsonl").write_bytes(b"\x00\x01 not json\n")
+    (folder / "wrong.jsonl").write_text('{"prompt": "x"}\n')
+
+
+def test_at_least_25_cases():
+    assert len(CASES) >= 25
+
+
+def test_every_bad_input_gives_one_line_and_exit_2(tmp_path):
+    folders = []
+    for i in range(len(CASES)):
+        folder = tmp_path / f"case{i}"
+        folder.mkdir()
+        _prepare(folder)
+        folders.append(folder)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(
+            pool.map(lambda pair: run_cli(*pair[0][0], cwd=pair[1], timeout=120), zip(CASES, folders, strict=False))
+        )
+    failures = []
+    for (args, start, accepted), folder, proc in zip(CASES, folders, results, strict=False):
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        written = sorted(p.name for p in folder.iterdir()) != ["unreadable.jsonl", "wrong.jsonl"]
+        ok = (
+            proc.returncode == 2
+            and len(lines) == 1
+            and lines[0].startswith("error: " + start)
+            and accepted in lines[0]
+            and "Traceback" not in proc.stdout + proc.stderr
+            and not proc.stdout.strip()
+            and not written
+        )
+        if not ok:
+            failures.append(
+                f"{args}: rc={proc.returncode} written={written} stderr={proc.stderr!r} stdout={proc.stdout[-300:]!r}"
+            )
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--cfg", "job"]])
+def test_informational_flags_still_work(tmp_path, argv):
+    proc = run_cli(*argv, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "batch" in proc.stdout

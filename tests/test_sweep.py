@@ -1,0 +1,98 @@
+"""End to end: the real entry point, real child processes, a real MLflow database."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import run_cli
+
+FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
+
+
+def client_for(folder) -> MlflowClient:
+    return MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlruns' / 'mlflow.db'}")
+
+
+def all_runs(client: MlflowClient):
+    experiment = client.get_experiment_by_name("batch-split")
+    return client.search_runs([experiment.experiment_id])
+
+
+def test_sweep_records_a_parent_run_with_three_nested_jobs(tmp_path):
+    proc = run_cli("-m", "batch.split=1x4,2x2,4x1", *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "3/3 jobs done" in proc.stdout
+    assert re.search(r"\| tiny 4x1 +\| ok", proc.stdout), proc.stdout[-2000:]
+
+    client = client_for(tmp_path)
+    runs = all_runs(client)
+    parents = [r for r in runs if r.data.tags.get("kind") == "sweep"]
+    jobs = [r for r in runs if r.data.tags.get("kind") != "sweep"]
+    assert len(parents) == 1 and len(jobs) == 3
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert {r.data.tags["mlflow.parentRunId"] for r in jobs} == {parent.info.run_id}
+    assert {r.data.tags["sweep_id"] for r in runs} == {parent.data.tags["sweep_id"]}
+    assert sorted(r.data.params["batch.split"] for r in jobs) == ["1x4", "2x2", "4x1"]
+    for run in jobs:
+        assert run.info.status == "FINISHED" and run.data.tags["status"] == "ok"
+        p, m = run.data.params, run.data.metrics
+        assert int(p["micro_batch"]) * int(p["accumulation"]) == int(p["effective_batch"]) == 4
+        assert p["world_size"] == "1" and p["device"] == "cpu" and p["version.trl"] and p["version.torch"]
+        assert p["model.hidden_size"] == "64" and p["train.steps"] == "6"
+        assert m["step_time_median_s"] > 0 and m["tokens_per_s"] > 0 and m["peak_gib"] > 0 and m["runtime_s"] > 0
+        assert m["loss_max_rel_dev"] <= 1e-5
+        history = client.get_metric_history(run.info.run_id, "loss")
+        assert sorted(point.step for point in history) == [1, 2, 3, 4, 5, 6]
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"config.yaml", "result.json"} <= artifacts
+    assert "summary.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    # Hydra's own records of the sweep land under mlruns/ too, nothing in the working folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlruns"]
+
+
+def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
+    """SIGKILL the first job's process mid-training: its run ends FAILED, the next job still runs and succeeds."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.train",
+        "-m",
+        "train.steps=100000,6",
+        "measure.warmup_steps=1",
+        "train.progress_bar=false",
+    ]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    output = []
+    killed = None
+    for line in proc.stdout:
+        output.append(line)
+        match = re.search(r"\[job\] tiny 4x1: pid (\d+)", line)
+        if match:
+            killed = int(match.group(1))
+            break
+    assert killed, "".join(output)
+    time.sleep(6)  # well into training: the tiny model sets up in about a second
+    os.kill(killed, signal.SIGKILL)
+    rest, _ = proc.communicate(timeout=240)
+    output.append(rest)
+    text = "".join(output)
+    assert proc.returncode == 0, text[-3000:]
+    assert "2/2 jobs done" in text
+
+    runs = all_runs(client_for(tmp_path))
+    jobs = {r.data.params["train.steps"]: r for r in runs if r.data.tags.get("kind") != "sweep"}
+    dead, alive = jobs["100000"], jobs["6"]
+    assert dead.info.status == "FAILED" and dead.data.tags["status"] == "failed"
+    assert "SIGKILL" in dead.data.tags["error"]
+    assert alive.info.status == "FINISHED" and alive.data.tags["status"] == "ok"
+    assert all(r.info.status != "RUNNING" for r in runs)
