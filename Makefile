@@ -1,0 +1,42 @@
+# Every target is one call into Python; `make help` lists them.
+PYTHON   ?= python3.11
+VENV     ?= .venv
+BIN      := $(VENV)/bin
+PORT     ?= 5000
+STORE    ?= mlruns
+ARGS     ?=
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test test-all ui lint format
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed ## Make .venv with the CPU build of torch 2.13.0 and the pinned stack
+
+demo: install ## Sweep splits 1x4,2x2,4x1 on the tiny CPU model and record them in MLflow
+	$(BIN)/python -m pipeline.train -m batch.split=1x4,2x2,4x1 $(ARGS)
+
+test: install ## Run the test suite (CPU, a few minutes)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+ui: install ## MLflow UI over the project's store on http://127.0.0.1:$(PORT)
+	$(BIN)/mlflow server --backend-store-uri sqlite:///$(STORE)/mlflow.db --default-artifact-root $(STORE)/artifacts --host 127.0.0.1 --port $(PORT) --workers 1
+
+lint: install ## ruff lint and format check
+	$(BIN)/ruff check pipeline tests bench
+	$(BIN)/ruff format --check pipeline tests bench
+
+format: install ## ruff format and safe fixes
+	$(BIN)/ruff check --fix pipeline tests bench
+	$(BIN)/ruff format pipeline tests bench
