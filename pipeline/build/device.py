@@ -34,8 +34,23 @@ def _cpu_name() -> str:
     return "cpu"
 
 
+def match_profile(device_name: str, memory_gib: float, profiles: dict[str, dict]) -> str | None:
+    """The gpu profile of a real device: its family ('h200', 'a100', 't4') named in the device's name, the closest
+    memory breaking ties (a100-40gb vs a100-80gb)."""
+    words = device_name.lower().replace("-", " ").split()
+    found = [n for n in profiles if n.split("-")[0] in words and profiles[n].get("memory_gib")]
+    if not found:
+        return None
+    return min(found, key=lambda n: abs(profiles[n]["memory_gib"] - memory_gib))
+
+
 def resolve_placement(
-    gpu_name: str, memory_gib: float | None, bf16: bool | None, peak_tflops: float | None, dtype: str
+    gpu_name: str,
+    memory_gib: float | None,
+    bf16: bool | None,
+    peak_tflops: float | None,
+    dtype: str,
+    profiles: dict[str, dict] | None = None,
 ) -> Placement:
     """Pick the device for a gpu profile and the dtype for `dtype` (auto: bf16 where supported, fp16 on other GPUs,
     fp32 on CPU). A named profile on a CUDA device with more memory is emulated (its memory becomes the cap)."""
@@ -49,6 +64,9 @@ def resolve_placement(
             emulated = gpu_name
         if dtype == "auto":
             dtype = "bf16" if supported else "fp16"
+        if emulated or gpu_name == "auto":  # speed is the real device's: so is the peak MFU is measured against
+            real = match_profile(props.name, real_gib, profiles or {})
+            peak_tflops = (profiles or {}).get(real, {}).get("peak_tflops") if real else None
         return Placement("cuda", props.name, round(real_gib, 2), emulated, dtype, peak_tflops, supported)
     if dtype == "auto":
         dtype = "fp32"

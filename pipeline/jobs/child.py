@@ -81,7 +81,7 @@ class Job:
         gpu, train = self.cfg["gpu"], self.cfg["train"]
         self.device_memory = memory.DeviceMemory()
         self.placement = resolve_placement(
-            gpu["name"], gpu["memory_gib"], gpu["bf16"], gpu["peak_tflops"], train["dtype"]
+            gpu["name"], gpu["memory_gib"], gpu["bf16"], gpu["peak_tflops"], train["dtype"], self.spec["gpu_profiles"]
         )
         cap = self.spec["cap_bytes"]
         if cap is None and self.placement.emulated and gpu["memory_gib"]:

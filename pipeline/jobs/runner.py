@@ -36,6 +36,22 @@ def _forkserver() -> multiprocessing.context.BaseContext:
     return _CONTEXT
 
 
+def warm_up(kind: str) -> None:
+    """Start the fork server now (it imports the training stack once), so the first job's spawn time is a fork."""
+    if kind == "forkserver":
+        from multiprocessing import forkserver
+
+        context = _forkserver()
+        forkserver.ensure_running()
+        probe = context.Process(target=_noop)  # returns once the server has finished its imports
+        probe.start()
+        probe.join()
+
+
+def _noop() -> None:
+    return None
+
+
 class _Handle:
     """A started child of either kind: pid, wait, kill, exit code."""
 

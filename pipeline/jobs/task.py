@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.compose import CONF_DIR
 from pipeline.config.validate import parse_size, validate
 from pipeline.jobs import runner
 from pipeline.jobs.summary import series, summarize_job
@@ -25,10 +26,21 @@ def job_name(cfg: DictConfig) -> str:
     return f"{name} #{cfg.repeat}" if cfg.repeats > 1 else name
 
 
+def gpu_profiles() -> dict[str, dict]:
+    """Every card profile in conf/gpu, so a job can find the peak of the device it really runs on."""
+    profiles = {}
+    for path in sorted((CONF_DIR / "gpu").glob("*.yaml")):
+        node = OmegaConf.load(path)
+        if node.get("memory_gib"):
+            profiles[path.stem] = {"memory_gib": node.memory_gib, "peak_tflops": node.peak_tflops}
+    return profiles
+
+
 def job_spec(cfg: DictConfig) -> dict:
-    """What the child needs: the resolved config, the parsed split and the cap in bytes."""
+    """What the child needs: the resolved config, the parsed split, the cap in bytes and the card profiles."""
     split = validate(cfg)
     return {
+        "gpu_profiles": gpu_profiles(),
         "config": OmegaConf.to_container(cfg, resolve=True),
         "split": {"micro": split.micro, "accumulation": split.accumulation},
         "cap_bytes": parse_size(cfg.mem_cap) if cfg.mem_cap else None,

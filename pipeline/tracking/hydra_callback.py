@@ -57,6 +57,9 @@ class SweepTracker(Callback):
         os.environ[PARENT_ENV] = self.parent_id
         os.environ[SWEEP_ENV] = self.sweep_id
         print(f"[sweep] {self.sweep_id}: {self.total} jobs, MLflow parent run {self.parent_id}", flush=True)
+        from pipeline.jobs import runner
+
+        runner.warm_up(config.launcher.kind)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.parent_id is None:

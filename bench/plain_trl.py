@@ -1,0 +1,117 @@
+"""Plain TRL reference for the measurement benchmark: the seed's setup written the way a user would, no pipeline code.
+
+Qwen3-1.7B architecture with random weights in fp16 on the GPU, LoRA r16/a32 on all linear layers, fp16 mixed
+precision with gradient checkpointing, synthetic 512-token sequences padded to 512, adamw, lr 2e-4, warm-up 5.
+Step time comes from the timestamps of the per-step log (logging_steps=1 reads the loss, which synchronises).
+
+    python bench/plain_trl.py --split 4x1 --steps 20 --out plain-4x1.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+from datasets import Dataset
+from peft import LoraConfig
+from tokenizers import Tokenizer, models
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+from trl import SFTConfig, SFTTrainer
+
+
+class LogClock(TrainerCallback):
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.losses: list[float] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.times.append(time.perf_counter())
+            self.losses.append(float(logs["loss"]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--split", required=True)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--length", type=int, default=512)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    micro, accumulation = (int(x) for x in args.split.split("x"))
+    start = time.perf_counter()
+
+    vocab = {f"t{i}": i for i in range(151936)}
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0")), pad_token="t0", eos_token="t1"
+    )
+    config = AutoConfig.for_model(
+        "qwen3",
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        vocab_size=151936,
+        max_position_embeddings=40960,
+        tie_word_embeddings=True,
+        rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6,
+        pad_token_id=0,
+        eos_token_id=1,
+    )
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float16, attn_implementation="sdpa")
+    rng = np.random.default_rng(0)
+    rows = rng.integers(4, 151936, size=(args.steps * micro * accumulation, args.length)).tolist()
+    dataset = Dataset.from_dict({"input_ids": rows})
+    clock = LogClock()
+    trainer = SFTTrainer(
+        model=model,
+        args=SFTConfig(
+            output_dir="/tmp/plain-trl",
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=accumulation,
+            max_steps=args.steps,
+            max_length=args.length,
+            pad_to_multiple_of=args.length,
+            learning_rate=2e-4,
+            warmup_steps=5,
+            optim="adamw_torch",
+            fp16=True,
+            bf16=False,
+            gradient_checkpointing=True,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+            logging_steps=1,
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            seed=42,
+        ),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=LoraConfig(
+            r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+        ),
+        callbacks=[clock],
+    )
+    setup = time.perf_counter() - start
+    trainer.train()
+    steps = [b - a for a, b in zip(clock.times, clock.times[1:], strict=False)]
+    record = {
+        "split": args.split,
+        "setup_s": setup,
+        "step_times_s": steps,  # step k+1's time for k = 1..: the first step has no predecessor
+        "losses": clock.losses,
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+    }
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump(record, handle)
+
+
+if __name__ == "__main__":
+    main()
