@@ -52,6 +52,14 @@ def _noop() -> None:
     return None
 
 
+def _child_main(spec: dict, workdir: str) -> None:
+    """Runs in the child. Importing the job module here keeps torch out of the parent (the fork server has
+    already imported it, so this costs nothing in the child)."""
+    from pipeline.jobs import child
+
+    child.main(spec, workdir)
+
+
 class _Handle:
     """A started child of either kind: pid, wait, kill, exit code."""
 
@@ -90,9 +98,7 @@ def start(kind: str, spec: dict, workdir: Path) -> _Handle:
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         cmd = [sys.executable, "-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
         return _Handle(subprocess.Popen(cmd))
-    from pipeline.jobs import child
-
-    process = _forkserver().Process(target=child.main, args=(spec, str(workdir)), name="batch-split-job")
+    process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
     process.start()
     return _Handle(process)
 
