@@ -11,7 +11,7 @@ from pipeline.config.compose import compose_job
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
 
-QUIET = ["train.progress_bar=false", "train.steps=8", "measure.warmup_steps=2", "gpu=cpu"]
+QUIET = ["train.progress_bar=false", "train.steps=8", "measure.warmup_steps=2"]
 
 
 def make_job(tmp_path, *overrides: str) -> Job:
@@ -123,3 +123,21 @@ def test_jsonl_data_trains(tmp_path, kind):
     assert record["status"] == "ok", record.get("traceback")
     assert all(s["tokens"] < s["padded_tokens"] or s["tokens"] == s["padded_tokens"] for s in record["steps"])
     assert record["steps"][0]["tokens"] > 0
+
+
+@pytest.mark.parametrize(("cap", "expected"), [("64GiB", "fits"), ("100MiB", "over-cap")])
+def test_cpu_cap_is_judged_on_peak_resident_memory(tmp_path, cap, expected):
+    """On CPU the job's peak resident memory is its memory figure, judged against the cap after the job."""
+    from pipeline.jobs.summary import summarize_job
+
+    record = make_job(tmp_path, f"mem_cap={cap}").run()
+    memory = record["memory"]
+    assert memory["cap_bytes"] == {"64GiB": 64 * 2**30, "100MiB": 100 * 2**20}[cap]
+    assert memory["peak_bytes"] == memory["peak_rss_bytes"] > 100 * 2**20
+    assert summarize_job(record, 2, 0.95)["verdict"] == expected
+
+
+def test_gpu_profile_on_cpu_is_recorded_as_emulated(tmp_path):
+    record = make_job(tmp_path, "gpu=t4", "train.dtype=fp32").run()
+    assert record["placement"]["device"] == "cpu" and record["placement"]["emulated"] == "t4"
+    assert record["memory"]["cap_bytes"] == 15 * 2**30
