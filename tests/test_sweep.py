@@ -96,3 +96,92 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     assert "SIGKILL" in dead.data.tags["error"]
     assert alive.info.status == "FINISHED" and alive.data.tags["status"] == "ok"
     assert all(r.info.status != "RUNNING" for r in runs)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str, payload: dict | None = None) -> dict:
+    import json
+    import urllib.request
+
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_report_and_mlflow_server_read_back_a_sweep(tmp_path):
+    """A real sweep, a report over it, then a real `mlflow server` on loopback serving its runs, metrics, artifacts."""
+    proc = run_cli("-m", "batch.split=1x2,2x1", "batch.effective=2", *FAST, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    from pipeline import report
+
+    report.main(["--out", str(tmp_path / "mlruns" / "reports")])
+    (folder,) = (tmp_path / "mlruns" / "reports").iterdir()
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["loss.png", "memory.png", "phases.png", "report.html", "report.md", "step_time.png"]
+    md = (folder / "report.md").read_text()
+    assert "| tiny 2x1" in md and "![Loss per step](loss.png)" in md
+    assert all((folder / n).read_bytes()[:4] == b"\x89PNG" for n in names if n.endswith(".png"))
+
+    port = _free_port()
+    store = tmp_path / "mlruns"
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{store / 'mlflow.db'}",
+            "--default-artifact-root",
+            str(store / "artifacts"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}/api/2.0/mlflow"
+        deadline = time.time() + 90
+        while True:
+            try:
+                experiment = _get(f"{base}/experiments/get-by-name?experiment_name=batch-split")["experiment"]
+                break
+            except OSError:
+                assert time.time() < deadline, "mlflow server did not answer"
+                time.sleep(1)
+        runs = _get(f"{base}/runs/search", {"experiment_ids": [experiment["experiment_id"]]})["runs"]
+        by_name = {r["info"]["run_name"]: r for r in runs}
+        assert {"tiny 1x2", "tiny 2x1"} <= set(by_name)
+        job = by_name["tiny 2x1"]
+        metrics = {m["key"]: m["value"] for m in job["data"]["metrics"]}
+        assert metrics["step_time_median_s"] > 0
+        run_id = job["info"]["run_id"]
+        history = _get(f"{base}/metrics/get-history?run_id={run_id}&metric_key=loss")["metrics"]
+        assert sorted(m["step"] for m in history) == [1, 2, 3, 4, 5, 6]
+        files = {f["path"] for f in _get(f"{base}/artifacts/list?run_id={run_id}")["files"]}
+        assert {"config.yaml", "result.json"} <= files
+        parent = next(r for r in runs if r["info"]["run_name"].startswith("sweep "))
+        report_files = {
+            f["path"] for f in _get(f"{base}/artifacts/list?run_id={parent['info']['run_id']}&path=report")["files"]
+        }
+        assert "report/report.html" in report_files and "report/step_time.png" in report_files
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    assert server.returncode is not None

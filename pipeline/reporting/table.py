@@ -34,6 +34,11 @@ def comparison_rows(results: list[dict], mem_cap: str | None = None) -> list[dic
                 mfu=pick.get("mfu"),
                 peak_gib=max(j["summary"].get("peak_gib", 0.0) for j in ok),
                 verdict=pick.get("verdict"),
+                phases={
+                    phase: statistics.median(j["summary"][f"{phase}_median_s"] for j in ok)
+                    for phase in ("forward", "backward", "optimizer", "data", "other")
+                    if all(f"{phase}_median_s" in j["summary"] for j in ok)
+                },
             )
         deviations = [max_relative_deviation(j["losses"], reference) for j in jobs if reference and j.get("losses")]
         row["loss_dev"] = max((d for d in deviations if d is not None), default=None)

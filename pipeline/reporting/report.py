@@ -1,0 +1,98 @@
+"""A report over one recorded sweep, read back from MLflow: Markdown and HTML with PNG plots.
+
+The files are written to a folder and logged as artifacts (under `report/`) on the sweep's parent run.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from pipeline.reporting import plots
+from pipeline.reporting.table import comparison_rows, format_table
+from pipeline.tracking.store import SWEEP_TAG, Tracker
+
+
+class ReportError(LookupError):
+    """Nothing to report on (no sweep recorded, or an unknown sweep id)."""
+
+
+def find_sweep(tracker: Tracker, sweep_id: str | None):
+    query = "tags.kind = 'sweep'" + (f" and tags.{SWEEP_TAG} = '{sweep_id}'" if sweep_id else "")
+    runs = tracker.client.search_runs(
+        [tracker.experiment_id], query, order_by=["attributes.start_time DESC"], max_results=1
+    )
+    if not runs:
+        what = f"sweep '{sweep_id}'" if sweep_id else "any sweep"
+        raise ReportError(f"no record of {what} in {tracker.uri}; run a sweep first: python -m pipeline.train -m ...")
+    return runs[0]
+
+
+def collect(tracker: Tracker, parent) -> tuple[list[dict], dict[str, list[tuple[int, float]]]]:
+    children = tracker.client.search_runs(
+        [tracker.experiment_id],
+        f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
+        order_by=["attributes.start_time ASC"],
+    )
+    results, curves = [], {}
+    for run in children:
+        history = sorted(tracker.client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)
+        summary = dict(run.data.metrics)
+        summary["verdict"] = run.data.tags.get("verdict")
+        results.append(
+            {
+                "name": run.info.run_name,
+                "status": run.data.tags.get("status", "failed"),
+                "run_id": run.info.run_id,
+                "summary": summary,
+                "losses": [m.value for m in history],
+            }
+        )
+        curves[run.info.run_name] = [(m.step, m.value) for m in history]
+    return results, curves
+
+
+def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path) -> Path:
+    """Write report.md, report.html and the PNGs for a sweep (the latest by default); return the folder."""
+    parent = find_sweep(tracker, sweep_id)
+    sweep = parent.data.tags[SWEEP_TAG]
+    results, curves = collect(tracker, parent)
+    rows = comparison_rows(results)
+    caps = [r["summary"].get("cap_gib") for r in results if r["summary"].get("cap_gib")]
+    out = out_root / sweep
+    out.mkdir(parents=True, exist_ok=True)
+    images = {
+        "Step time per config": plots.step_times(rows, out / "step_time.png"),
+        "Where a step goes": plots.phases(rows, out / "phases.png"),
+        "Peak memory per config": plots.memory(rows, max(caps) if caps else None, out / "memory.png"),
+        "Loss per step": plots.losses(curves, out / "loss.png"),
+    }
+    table = format_table(rows)
+    overrides = parent.data.tags.get("overrides", "")
+    md = [f"# Sweep {sweep}", "", f"`python -m pipeline.train -m {overrides}`", "", table, ""]
+    md += [f"![{title}]({path.name})" for title, path in images.items()]
+    (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    cells = [line.strip("|").split("|") for line in table.splitlines() if not line.startswith("|-")]
+    rows_html = "".join(
+        "<tr>"
+        + "".join(
+            f"<{'th' if i == 0 else 'td'}>{html.escape(c.strip())}</{'th' if i == 0 else 'td'}>" for c in cells_row
+        )
+        + "</tr>"
+        for i, cells_row in enumerate(cells)
+    )
+    figures = "".join(
+        f'<figure><img src="{p.name}" alt="{html.escape(t)}"><figcaption>{html.escape(t)}</figcaption></figure>'
+        for t, p in images.items()
+    )
+    (out / "report.html").write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Sweep {sweep}</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+        "padding:4px 8px}th{background:#eee}figure{display:inline-block;margin:1em}</style></head><body>"
+        f"<h1>Sweep {html.escape(sweep)}</h1><p><code>python -m pipeline.train -m {html.escape(overrides)}</code></p>"
+        f"<table>{rows_html}</table>{figures}</body></html>",
+        encoding="utf-8",
+    )
+    for path in sorted(out.iterdir()):
+        tracker.artifact_file(parent.info.run_id, path, folder="report")
+    return out
