@@ -185,3 +185,18 @@ def test_report_and_mlflow_server_read_back_a_sweep(tmp_path):
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
     assert server.returncode is not None
+
+
+def test_subprocess_launcher_runs_a_job_in_a_fresh_interpreter(tmp_path):
+    """`launcher.kind=subprocess`: the job is `python -m pipeline.jobs.child SPEC WORKDIR`, and its record comes back."""
+    from pipeline.config.compose import compose_job
+    from pipeline.jobs import runner
+    from pipeline.jobs.task import job_spec
+
+    spec = job_spec(compose_job("config", ["train.steps=4", "measure.warmup_steps=1", "train.progress_bar=false"]))
+    pids = []
+    record = runner.run_job("subprocess", spec, tmp_path / "job", on_start=pids.append)
+    assert record["status"] == "ok", record.get("error")
+    assert record["pid"] == pids[0] != os.getpid() and record["exitcode"] == 0
+    assert [s["step"] for s in record["steps"]] == [1, 2, 3, 4]
+    assert (tmp_path / "job" / "spec.json").exists() and (tmp_path / "job" / "result.json").exists()
