@@ -8,7 +8,7 @@ ARGS     ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test report ui lint format
+.PHONY: help install demo test optimize report ui lint format
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -29,6 +29,9 @@ demo: install ## Sweep splits 1x4,2x2,4x1 on the tiny CPU model and record them 
 
 test: install ## Run the test suite (CPU, a few minutes)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+optimize: install ## Optuna study: fastest config under MEM_CAP (e.g. MEM_CAP=14GiB TRIALS=20 ARGS="optimize=knobs")
+	$(BIN)/python -m pipeline.optimize $(if $(MEM_CAP),mem_cap=$(MEM_CAP),) $(if $(TRIALS),optimize.trials=$(TRIALS),) $(ARGS)
 
 report: install ## Markdown + HTML report with plots for the latest sweep (SWEEP=<id> for another)
 	$(BIN)/python -m pipeline.report $(if $(SWEEP),--sweep $(SWEEP),)

@@ -37,8 +37,14 @@ def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def run_entry(config_name: str, task: Callable[[Any], Any], argv: list[str] | None = None) -> None:
-    """Precheck `argv` (default sys.argv[1:]) for `config_name`, then run `task` through hydra.main."""
+def run_entry(
+    config_name: str,
+    task: Callable[[Any], Any],
+    argv: list[str] | None = None,
+    extra_check: Callable[[Any], None] | None = None,
+) -> None:
+    """Precheck `argv` (default sys.argv[1:]) for `config_name` (and `extra_check` on every job's config), then run
+    `task` through hydra.main."""
     argv = list(sys.argv[1:] if argv is None else argv)
     register_configs()
     args, _ = get_args_parser().parse_known_args(argv)
@@ -46,7 +52,9 @@ def run_entry(config_name: str, task: Callable[[Any], Any], argv: list[str] | No
     if not informational:
         overrides, multirun = _with_repeats(list(args.overrides), bool(args.multirun))
         try:
-            precheck(args.config_name or config_name, overrides, multirun)
+            for cfg in precheck(args.config_name or config_name, overrides, multirun):
+                if extra_check is not None:
+                    extra_check(cfg)
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(EXIT_BAD_INPUT)

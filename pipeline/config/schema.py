@@ -95,6 +95,8 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     seed: int = 42
     padding: str = "longest"
+    liger_kernel: bool = False
+    torch_compile: bool = False
     progress_bar: bool = True
 
 
@@ -104,6 +106,23 @@ class MeasureConfig:
 
     warmup_steps: int = 5
     confidence: float = 0.95
+
+
+@dataclass
+class OptimizeConfig:
+    """The Optuna study of `python -m pipeline.optimize`: splits are always searched (the divisors of
+    effective / world_size); `space` adds knobs as config keys with their candidate values (empty: fixed)."""
+
+    trials: int = 12
+    sampler: str = "tpe"
+    seed: int = 0
+    storage: str = MISSING
+    study_name: str | None = None
+    space: dict[str, list[Any]] = field(default_factory=dict)
+    probe_steps: int = 4
+    prune_steps: int = 5
+    prune_factor: float = 1.3
+    skip_margin: float = 0.1
 
 
 @dataclass
@@ -135,6 +154,7 @@ class Config:
     batch: BatchConfig = MISSING
     data: DataConfig = MISSING
     train: TrainConfig = MISSING
+    optimize: OptimizeConfig = MISSING
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
@@ -153,6 +173,7 @@ GROUPS: dict[str, type] = {
     "batch": BatchConfig,
     "data": DataConfig,
     "train": TrainConfig,
+    "optimize": OptimizeConfig,
 }
 
 

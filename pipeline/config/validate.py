@@ -23,6 +23,7 @@ DATA_KINDS = ("synthetic", "jsonl", "hub")
 DISTRIBUTIONS = ("fixed", "uniform")
 LAUNCHERS = ("forkserver", "subprocess")
 LORA_BIAS = ("none", "all", "lora_only")
+SAMPLERS = ("tpe", "random", "bruteforce")
 ARCH_FIELDS = (
     "hidden_size",
     "intermediate_size",
@@ -222,6 +223,34 @@ def check_jsonl(path: str | None) -> None:
         raise ConfigError("data.path", f"'{path}' line 1 has neither 'messages' nor 'text'; accepted: {form}")
 
 
+def check_knobs(t: DictConfig, gpu: DictConfig) -> None:
+    import importlib.util
+
+    if t.liger_kernel and importlib.util.find_spec("liger_kernel") is None:
+        raise ConfigError("train.liger_kernel", "true needs the liger-kernel package (pip install liger-kernel); accepted: false")
+    if t.liger_kernel and gpu.name == "cpu":
+        raise ConfigError("train.liger_kernel", "Liger kernels need a CUDA device; accepted with gpu=cpu: false")
+
+
+def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
+    _at_least("optimize.trials", o.trials, 1)
+    _choice("optimize.sampler", o.sampler, SAMPLERS)
+    _at_least("optimize.probe_steps", o.probe_steps, 2)
+    _at_least("optimize.prune_steps", o.prune_steps, 1)
+    if o.prune_factor < 1.0:
+        raise ConfigError("optimize.prune_factor", f"got {o.prune_factor}; accepted: a number >= 1")
+    _at_least("optimize.skip_margin", o.skip_margin, 0, "a number")
+    from omegaconf import OmegaConf
+
+    for key, values in o.space.items():
+        if key == "batch.split":
+            raise ConfigError("optimize.space", "batch.split is always searched; accepted: other config keys")
+        if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
+            raise ConfigError(f"optimize.space.{key}", "unknown config key; accepted: keys like train.dtype")
+        if not isinstance(values, list | tuple) and not OmegaConf.is_list(values):
+            raise ConfigError(f"optimize.space.{key}", f"got {values}; accepted: a list of candidate values")
+
+
 def validate(cfg: DictConfig) -> Split:
     """Check every rule; return the parsed split. Raises ConfigError on the first bad field."""
     check_model(cfg.model)
@@ -230,6 +259,9 @@ def validate(cfg: DictConfig) -> Split:
     split = check_split(cfg)
     check_train(cfg.train, cfg.measure, cfg.gpu)
     check_data(cfg.data, cfg.train.max_length)
+    check_knobs(cfg.train, cfg.gpu)
+    if "optimize" in cfg:
+        check_optimize(cfg.optimize, cfg)
     if cfg.mem_cap is not None:
         parse_size(cfg.mem_cap)
     _at_least("repeats", cfg.repeats, 1)

@@ -142,7 +142,11 @@ class Job:
             self.placement.dtype,
             self.placement.device,
         )
-        self.meter = StepMeter(self.placement.device == "cuda", str(self.workdir / STEPS_FILE))
+        stop = dict(self.spec.get("stop") or {})
+        if stop.get("cap_bytes") is None:
+            stop.pop("cap_bytes", None)
+        stop["context_bytes"] = self.context_bytes
+        self.meter = StepMeter(self.placement.device == "cuda", str(self.workdir / STEPS_FILE), stop)
         peft_config = build_lora_config(lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["bias"])
         self.trainer = self._timed(
             "trainer_build",
@@ -207,7 +211,10 @@ class Job:
             self.result["setup_s"] = time.time() - self.result["child_start_time"]
             self._train()
             self._collect()
-            self.result["status"] = "ok"
+            reason = self.meter.stop_reason
+            self.result["status"] = {"over-cap": "over-cap", "pruned": "pruned"}.get(reason, "ok")
+            if reason:
+                self.result["stopped"] = f"{reason} at step {self.meter.current_step}"
         except torch.OutOfMemoryError as err:
             self.result.update(status="oom", error=str(err).splitlines()[0])
             self.result["oom_step"] = getattr(getattr(self, "meter", None), "current_step", 0)

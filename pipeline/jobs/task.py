@@ -66,16 +66,27 @@ def derived_params(spec: dict, record: dict) -> dict[str, object]:
     return {k: v for k, v in params.items() if v is not None}
 
 
-def run(cfg: DictConfig) -> dict:
-    """Run one job and return its summary (the sweep callback ranks these)."""
+def run(
+    cfg: DictConfig,
+    *,
+    stop: dict | None = None,
+    parent_id: str | None = None,
+    tags: dict | None = None,
+    name: str | None = None,
+) -> dict:
+    """Run one job and return its summary (the sweep callback and the study rank these). `stop` lets the study end
+    it early (over the cap, or slow); `parent_id` nests its run elsewhere than the sweep's."""
     spec = job_spec(cfg)
+    if stop:
+        spec["stop"] = stop
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
     sweep_id = os.environ.get(SWEEP_ENV) or cfg.sweep_id
-    tags = {STATUS_TAG: "running", "split": cfg.batch.split, "model": cfg.model.name, "repeat": cfg.repeat}
+    run_tags = {STATUS_TAG: "running", "split": cfg.batch.split, "model": cfg.model.name, "repeat": cfg.repeat}
+    run_tags.update(tags or {})
     if sweep_id:
-        tags[SWEEP_TAG] = sweep_id
-    name = job_name(cfg)
-    run_id = tracker.start(name, tags=tags, parent_id=os.environ.get(PARENT_ENV))
+        run_tags[SWEEP_TAG] = sweep_id
+    name = name or job_name(cfg)
+    run_id = tracker.start(name, tags=run_tags, parent_id=parent_id or os.environ.get(PARENT_ENV))
     tracker.params(run_id, flatten(spec["config"]))
     tracker.artifact_text(run_id, "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     workdir = Path(tempfile.mkdtemp(prefix="batch-split-job-"))
@@ -99,6 +110,8 @@ def run(cfg: DictConfig) -> dict:
         end_tags = {STATUS_TAG: record["status"], "verdict": summary["verdict"]}
         if record.get("error"):
             end_tags["error"] = record["error"][:5000]
+        if record.get("stopped"):
+            end_tags["stopped"] = record["stopped"]
         if record.get("oom_step") is not None:
             end_tags["oom_step"] = record["oom_step"]
         emulated = (record.get("placement") or {}).get("emulated")
@@ -107,7 +120,7 @@ def run(cfg: DictConfig) -> dict:
             end_tags["memory_note"] = f"memory emulated as {emulated}, speed measured on {device}"
         tracker.tags(run_id, end_tags)
         tracker.artifact_json(run_id, "result.json", record)
-        status = "FINISHED" if record["status"] in ("ok", "oom") else "FAILED"
+        status = "FINISHED" if record["status"] in ("ok", "oom", "over-cap", "pruned") else "FAILED"
         line = f"step {summary.get('step_time_median_s', float('nan')):.4f} s" if record["status"] == "ok" else ""
         print(f"[job] {name}: {record['status']} {line} {record.get('error', '')}".rstrip(), flush=True)
         return {
@@ -117,6 +130,11 @@ def run(cfg: DictConfig) -> dict:
             "status": record["status"],
             "summary": summary,
             "losses": [s["loss"] for s in record.get("steps", [])],
+            "stopped": record.get("stopped"),
+            "oom_step": record.get("oom_step"),
+            "error": record.get("error"),
+            "model_flops_per_token": record.get("model_flops_per_token"),
+            "placement": record.get("placement"),
         }
     except KeyboardInterrupt:
         status = "KILLED"

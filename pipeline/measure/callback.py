@@ -16,6 +16,8 @@ Each step is appended to a JSON-lines file as soon as its loss is logged, so a k
 from __future__ import annotations
 
 import json
+import os
+import statistics
 import time
 from typing import Any
 
@@ -45,8 +47,13 @@ class _Clock:
 
 
 class StepMeter(TrainerCallback):
-    def __init__(self, cuda: bool, steps_path: str | None = None) -> None:
+    def __init__(self, cuda: bool, steps_path: str | None = None, stop: dict | None = None) -> None:
+        """`stop` ends training early: `cap_bytes` (+ `context_bytes`) once a step's peak is over the cap,
+        `prune_after` steady steps (after `warmup`) when their median exceeds `prune_threshold_s`."""
         self.cuda = cuda
+        self.stop = stop or {}
+        self.stop_reason: str | None = None
+        self._ppid = os.getppid()
         self.clock = _Clock(cuda)
         self.steps_path = steps_path
         self.steps: list[dict] = []
@@ -151,6 +158,27 @@ class StepMeter(TrainerCallback):
             record["peak_rss_bytes"] = memory.peak_rss_bytes()
         self._pending = record
         self._reset_step()
+        self.stop_reason = self._should_stop(record, state.global_step)
+        if self.stop_reason:
+            control.should_training_stop = True
+        return control
+
+    def _should_stop(self, record: dict, step: int) -> str | None:
+        if os.getppid() != self._ppid:
+            return "parent gone"  # the sweep or study that started this job has died: do not train for nobody
+        cap = self.stop.get("cap_bytes")
+        peak = record.get("peak_rss_bytes")
+        if self.cuda:
+            peak = record["peak_reserved_bytes"] + self.stop.get("context_bytes", 0)
+        if cap and peak > cap:
+            return "over-cap"
+        after, threshold = self.stop.get("prune_after"), self.stop.get("prune_threshold_s")
+        warmup = self.stop.get("warmup", 0)
+        if after and threshold and step == warmup + after:
+            steady = [s["step_time_s"] for s in self.steps if s["step"] > warmup] + [record["step_time_s"]]
+            if statistics.median(steady) > threshold:
+                return "pruned"
+        return None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self._pending is None or not logs or "loss" not in logs:

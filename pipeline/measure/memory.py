@@ -99,10 +99,10 @@ def apply_cuda_cap(cap_bytes: int | None, device_memory: DeviceMemory) -> CapPla
 
 
 def verdict(status: str, peak_bytes: int | None, cap_bytes: int | None) -> str:
-    """fits / over-cap / oom / failed; without a cap a finished job is 'no-cap'."""
-    if status == "oom":
-        return "oom"
-    if status != "ok":
+    """fits / over-cap / oom / failed; without a cap a finished (or pruned) job is 'no-cap'."""
+    if status in ("oom", "over-cap"):
+        return status
+    if status not in ("ok", "pruned"):
         return "failed"
     if cap_bytes is None:
         return "no-cap"

@@ -1,0 +1,33 @@
+"""Find the fastest configuration that fits under a memory cap, with an Optuna study of isolated training jobs.
+
+    python -m pipeline.optimize mem_cap=14GiB                          # splits of the effective batch
+    python -m pipeline.optimize mem_cap=14GiB optimize=knobs           # splits x checkpointing x dtype x padding-free
+    make optimize MEM_CAP=14GiB TRIALS=20 ARGS="model=qwen3-1.7b batch.effective=16 optimize=knobs"
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from pipeline.cli import run_entry
+from pipeline.config.validate import ConfigError
+
+
+def require_cap(cfg: DictConfig) -> None:
+    if cfg.mem_cap is None and not cfg.gpu.memory_gib:
+        raise ConfigError("mem_cap", "required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4")
+
+
+def optimize(cfg: DictConfig) -> float | None:
+    from pipeline.search.study import StudyDriver  # after the precheck: bad input never pays for this import
+
+    answer = StudyDriver(cfg).run()
+    return answer.get("step_time_median_s")
+
+
+def main() -> None:
+    run_entry("config", optimize, extra_check=require_cap)
+
+
+if __name__ == "__main__":
+    main()

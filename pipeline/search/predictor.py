@@ -1,0 +1,109 @@
+"""A LoRA-aware prediction of a job's peak memory, calibrated by at most two short probe jobs.
+
+Terms, in bytes (b = bytes per element of the compute dtype, T = tokens per micro-batch = micro x max_length):
+- frozen weights:      b x (embedding + every layer's projections + LM head when untied)
+- adapters:            16 x LoRA parameters (fp32 weights, fp32 gradients, two fp32 Adam moments)
+- activations / token: without checkpointing every layer keeps b x (6h + 4 n_heads d + 4i) + 8h (fp32 norms);
+                       with checkpointing each layer keeps its input (b x h) and one layer is recomputed in full
+- loss buffers / token: 12 x vocab (fp32 logits, log-probabilities and their gradient)
+The analytic sum is the shape of the answer; the probes fix its two free numbers: `scale` multiplies the per-token
+terms (activations and loss buffers), `offset` is what the formula does not see (CUDA context and allocator slack
+on a GPU; the interpreter and libraries on CPU). Two probes at the smallest and largest micro-batch give both; one
+probe gives the offset with scale 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+LORA_STATE_BYTES = 16
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Shape:
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def from_model(cls, m: dict) -> Shape:
+        return cls(
+            m["hidden_size"],
+            m["intermediate_size"],
+            m["num_hidden_layers"],
+            m["num_attention_heads"],
+            m["num_key_value_heads"],
+            m["head_dim"],
+            m["vocab_size"],
+            bool(m["tie_word_embeddings"]),
+        )
+
+    def projections(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each Linear in one decoder layer."""
+        h, i, q, kv = self.hidden, self.intermediate, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return {
+            "q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h),
+        }
+
+
+@dataclass(frozen=True)
+class Knobs:
+    micro: int
+    max_length: int
+    dtype: str
+    checkpointing: bool
+
+
+def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) -> float:
+    b = DTYPE_BYTES[knobs.dtype]
+    per_layer = sum(i * o for i, o in shape.projections().values()) + 2 * shape.hidden
+    weights = shape.vocab * shape.hidden * (1 if shape.tied else 2) + shape.layers * per_layer
+    chosen = shape.projections() if targets == ["all-linear"] else {k: v for k, v in shape.projections().items()
+                                                                        if k in targets}
+    lora = shape.layers * sum(lora_r * (i + o) for i, o in chosen.values())
+    return b * weights + LORA_STATE_BYTES * lora
+
+
+def per_token_bytes(shape: Shape, knobs: Knobs) -> float:
+    b = DTYPE_BYTES[knobs.dtype]
+    h, i, q = shape.hidden, shape.intermediate, shape.heads * shape.head_dim
+    layer = b * (6 * h + 4 * q + 4 * i) + 8 * h
+    activations = (shape.layers * b * h + layer) if knobs.checkpointing else shape.layers * layer
+    return activations + 12 * shape.vocab
+
+
+@dataclass
+class Predictor:
+    shape: Shape
+    lora_r: int
+    targets: list[str]
+    scale: float = 1.0
+    offset: float = 0.0
+
+    def analytic(self, knobs: Knobs) -> tuple[float, float]:
+        """(static bytes, per-micro-batch bytes) before calibration."""
+        tokens = knobs.micro * knobs.max_length
+        return static_bytes(self.shape, knobs, self.lora_r, self.targets), tokens * per_token_bytes(self.shape, knobs)
+
+    def predict(self, knobs: Knobs) -> float:
+        static, dynamic = self.analytic(knobs)
+        return static + self.scale * dynamic + self.offset
+
+    def calibrate(self, probes: list[tuple[Knobs, float]]) -> None:
+        """Fit scale and offset to measured peaks (bytes) of one or two probe jobs."""
+        points = [(self.analytic(k), peak) for k, peak in probes]
+        if len(points) >= 2 and points[0][0][1] != points[1][0][1]:
+            (s0, d0), p0 = points[0]
+            (s1, d1), p1 = points[1]
+            self.scale = max(0.05, ((p1 - s1) - (p0 - s0)) / (d1 - d0))
+        if points:
+            (s0, d0), p0 = points[0]
+            self.offset = p0 - s0 - self.scale * d0

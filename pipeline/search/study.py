@@ -1,0 +1,284 @@
+"""The Optuna study: the fastest configuration whose peak memory fits under the cap.
+
+Cheap decisions first. Two short probe jobs calibrate the memory predictor; a candidate predicted over the cap (by
+more than `skip_margin`) is recorded infeasible without launching; a launched job stops at the first step whose peak
+is over the cap, and a slow one after `prune_steps` steady steps when its median exceeds the best so far times
+`prune_factor`; only contenders run all their steps. Objective: steady step time (median); constraint: peak memory
+minus cap, in GiB, given with `trial.set_constraint`, so infeasible trials still teach the sampler.
+
+The study lives in `optimize.storage` (sqlite under mlruns/ by default) under a name derived from the config, so
+re-running the same command resumes it: decided configs are never run again, and trials left RUNNING by a killed
+worker are marked FAIL. Every trial is an isolated job run by the same code as `pipeline.train`, nested in one MLflow
+parent run for the study.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import optuna
+from omegaconf import DictConfig, OmegaConf
+from optuna.trial import TrialState
+from tqdm import tqdm
+
+from pipeline.config.validate import parse_size
+from pipeline.jobs import runner, task
+from pipeline.search.predictor import GIB, Knobs, Predictor, Shape
+from pipeline.search.space import SPLIT_KEY, Candidate, apply, candidates, knob_space, suggest
+from pipeline.tracking.store import STATUS_TAG, Tracker, flatten
+
+NOT_MEASURED = 1e6  # objective value of a trial decided without a measurement (skipped by prediction)
+DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def study_name(cfg: DictConfig, cap_bytes: int) -> str:
+    """Same command, same name: everything that shapes the answer, hashed (trials and sampler do not)."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    for key in ("tracking", "paths", "repeat", "repeats", "sweep_id", "launcher"):
+        container.pop(key, None)
+    for key in ("trials", "sampler", "seed", "storage", "study_name"):
+        container["optimize"].pop(key, None)
+    container["train"].pop("progress_bar", None)
+    digest = hashlib.sha1(json.dumps(container, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"{cfg.model.name}-e{cfg.batch.effective}-cap{cap_bytes / GIB:g}GiB-{digest}"
+
+
+def storage_url(url: str) -> str:
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url.startswith(prefix + "/"):
+        path = Path(url[len(prefix):]).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return prefix + str(path)
+    return url
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "bruteforce":
+        return optuna.samplers.BruteForceSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+
+
+def knobs_of(cfg: DictConfig, split: str, placement_dtype: str | None = None) -> Knobs:
+    micro = int(split.split("x")[0])
+    dtype = cfg.train.dtype if cfg.train.dtype != "auto" else (placement_dtype or "fp32")
+    return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class StudyDriver:
+    def __init__(self, cfg: DictConfig) -> None:
+        self.cfg = cfg
+        self.o = cfg.optimize
+        self.cap = parse_size(cfg.mem_cap) if cfg.mem_cap else int(cfg.gpu.memory_gib * GIB)
+        self.name = self.o.study_name or study_name(cfg, self.cap)
+        self.space = knob_space(cfg)
+        self.valid, self.invalid = candidates(cfg)
+        self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
+        self.study = optuna.create_study(
+            study_name=self.name,
+            storage=storage_url(self.o.storage),
+            sampler=make_sampler(self.o.sampler, self.o.seed),
+            direction="minimize",
+            load_if_exists=True,
+        )
+        self.predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
+
+    # ---- bookkeeping ----------------------------------------------------------------------------------------------
+    def _fail_stale(self) -> int:
+        """Trials a killed worker left RUNNING (its pid is gone) become FAIL; their configs may run again."""
+        stale = 0
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            pid = trial.user_attrs.get("worker_pid")
+            if pid is None or not _alive(pid):
+                self.study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+                stale += 1
+        for run in self.tracker.client.search_runs(
+            [self.tracker.experiment_id], f"tags.study = '{self.name}' and attributes.status = 'RUNNING'"
+        ):
+            pid = run.data.tags.get("worker_pid")
+            if pid and not _alive(int(pid)):
+                self.tracker.client.set_tag(run.info.run_id, STATUS_TAG, "failed")
+                self.tracker.client.set_tag(run.info.run_id, "error", "worker killed")
+                self.tracker.end(run.info.run_id, "FAILED")
+        return stale
+
+    def _decided(self) -> dict[str, optuna.trial.FrozenTrial]:
+        out = {}
+        for trial in self.study.get_trials(deepcopy=False, states=DONE):
+            out[trial.user_attrs.get("label", "")] = trial
+        return out
+
+    def _parent_run(self) -> str:
+        found = self.tracker.client.search_runs(
+            [self.tracker.experiment_id], f"tags.kind = 'study' and tags.study = '{self.name}'", max_results=1
+        )
+        if found:
+            run_id = found[0].info.run_id
+            self.tracker.client.update_run(run_id, status="RUNNING")
+            from pipeline.tracking.store import _OPEN
+
+            _OPEN[run_id] = self.tracker
+            return run_id
+        run_id = self.tracker.start(
+            f"study {self.name}", tags={"kind": "study", "study": self.name, STATUS_TAG: "running",
+                                         "worker_pid": os.getpid()}
+        )
+        self.tracker.params(run_id, {"study": self.name, "cap_gib": self.cap / GIB, "space": json.dumps(self.space),
+                                     "trials": self.o.trials, "sampler": self.o.sampler,
+                                     **{f"base.{k}": v for k, v in flatten(OmegaConf.to_container(self.cfg, resolve=True)).items()
+                                        if not k.startswith("optimize.")}})
+        return run_id
+
+    # ---- calibration ------------------------------------------------------------------------------------------------
+    def calibrate(self, parent: str) -> None:
+        saved = self.study.user_attrs.get("calibration")
+        if saved:
+            self.predictor.scale, self.predictor.offset = saved["scale"], saved["offset"]
+            return
+        split_values = self.space[SPLIT_KEY]
+        probes = []
+        for split in dict.fromkeys([split_values[0], split_values[-1]]):
+            cfg = apply(self.cfg, Candidate(((SPLIT_KEY, split),)))
+            cfg.train.steps = self.o.probe_steps
+            cfg.measure.warmup_steps = 1
+            result = task.run(cfg, parent_id=parent, tags={"kind": "probe", "study": self.name,
+                                                           "worker_pid": os.getpid()},
+                              name=f"probe {split}")
+            self._gpu_seconds += result["summary"].get("wall_s") or 0.0
+            peak = result["summary"].get("peak_gib")
+            if result["status"] == "ok" and peak:
+                dtype = (result.get("placement") or {}).get("dtype")
+                probes.append((knobs_of(cfg, split, dtype), peak * GIB))
+                self.placement_dtype = dtype
+        self.predictor.calibrate(probes)
+        self.study.set_user_attr("calibration", {
+            "scale": self.predictor.scale, "offset": self.predictor.offset,
+            "probes": [[k.micro, p / GIB] for k, p in probes], "gpu_seconds": self._gpu_seconds,
+        })
+
+    # ---- one trial ----------------------------------------------------------------------------------------------------
+    def _best_value(self) -> float | None:
+        feasible = [t.value for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                    if t.user_attrs.get("feasible") and t.value is not None and t.value < NOT_MEASURED]
+        return min(feasible) if feasible else None
+
+    def evaluate(self, trial: optuna.Trial, candidate: Candidate, parent: str) -> None:
+        cfg = apply(self.cfg, candidate)
+        predicted = self.predictor.predict(knobs_of(cfg, candidate.params[SPLIT_KEY], self.placement_dtype))
+        for key, value in {"label": candidate.label, "predicted_gib": predicted / GIB, "worker_pid": os.getpid(),
+                           "overrides": candidate.overrides}.items():
+            trial.set_user_attr(key, value)
+        if predicted > self.cap * (1 + self.o.skip_margin):
+            reason = f"predicted {predicted / GIB:.2f} GiB > cap {self.cap / GIB:.2f} GiB"
+            trial.set_user_attr("status", "skipped")
+            trial.set_user_attr("reason", reason)
+            trial.set_user_attr("gpu_seconds", 0.0)
+            trial.set_constraint("memory_gib", (predicted - self.cap) / GIB)
+            self._record_skip(parent, trial.number, candidate, reason, predicted)
+            self.study.tell(trial, NOT_MEASURED)
+            return
+        best = self._best_value()
+        stop = {"cap_bytes": self.cap, "warmup": cfg.measure.warmup_steps}
+        if best is not None:
+            stop.update(prune_after=self.o.prune_steps, prune_threshold_s=best * self.o.prune_factor)
+        result = task.run(cfg, stop=stop, parent_id=parent, name=f"trial {trial.number}: {candidate.label}",
+                          tags={"study": self.name, "trial": trial.number, "predicted_gib": f"{predicted / GIB:.3f}",
+                                "worker_pid": os.getpid()})
+        summary = result["summary"]
+        self._gpu_seconds += summary.get("wall_s") or 0.0
+        peak = summary.get("peak_gib")
+        attrs = {"status": result["status"], "gpu_seconds": summary.get("wall_s") or 0.0, "peak_gib": peak,
+                 "step_time_median_s": summary.get("step_time_median_s"),
+                 "ci": [summary.get("step_time_ci_low_s"), summary.get("step_time_ci_high_s")],
+                 "tokens_per_s": summary.get("tokens_per_s"), "run_id": result["run_id"],
+                 "reason": result.get("stopped") or result.get("error") or ""}
+        if peak:
+            attrs["predictor_error"] = (predicted / GIB - peak) / peak
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        if result["status"] == "pruned":
+            self.study.tell(trial, state=TrialState.PRUNED)
+        elif result["status"] in ("ok", "over-cap", "oom"):
+            over = (peak * GIB - self.cap) / GIB if peak else 0.0
+            if result["status"] != "ok":
+                over = max(over, 1e-3)
+            trial.set_user_attr("feasible", over <= 0)
+            trial.set_constraint("memory_gib", over)
+            value = summary.get("step_time_median_s")
+            self.study.tell(trial, value if value is not None and result["status"] == "ok" else NOT_MEASURED)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    def _record_skip(self, parent: str, number: int, candidate: Candidate, reason: str, predicted: float) -> None:
+        run_id = self.tracker.start(
+            f"trial {number}: {candidate.label}", parent_id=parent,
+            tags={"study": self.name, "trial": number, STATUS_TAG: "skipped", "verdict": "predicted-over-cap",
+                  "reason": reason},
+        )
+        self.tracker.params(run_id, candidate.params)
+        self.tracker.metrics(run_id, {"predicted_gib": predicted / GIB, "cap_gib": self.cap / GIB})
+        self.tracker.end(run_id, "FINISHED")
+
+    # ---- the loop -----------------------------------------------------------------------------------------------------
+    def run(self) -> dict:
+        self._gpu_seconds = 0.0
+        self.placement_dtype = None
+        stale = self._fail_stale()
+        parent = self._parent_run()
+        status = "KILLED"
+        try:
+            print(f"[study] {self.name}: {len(self.valid)} valid configs, budget {self.o.trials} trials, cap "
+                  f"{self.cap / GIB:.2f} GiB; storage {self.o.storage}"
+                  + (f"; {stale} stale trial(s) marked FAIL" if stale else ""), flush=True)
+            runner.warm_up(self.cfg.launcher.kind)
+            self.calibrate(parent)
+            self._loop(parent)
+            status = "FINISHED"
+        finally:
+            from pipeline.search.answer import finish
+
+            self.answer = finish(self, parent, status)
+        return self.answer
+
+    def _loop(self, parent: str) -> None:
+        valid_labels = {c.label: c for c in self.valid}
+        budget = min(self.o.trials, len(self.valid))
+        decided = self._decided()
+        bar = tqdm(total=budget, initial=min(len(decided), budget), desc="trials", unit="trial", dynamic_ncols=True)
+        duplicates = 0
+        try:
+            while len(self._decided()) < budget:
+                trial = self.study.ask()
+                trial.set_user_attr("worker_pid", os.getpid())
+                candidate = suggest(trial, self.space)
+                done = self._decided()
+                if candidate.label in done or candidate.label not in valid_labels:
+                    # already decided (or not a valid combination): close it, and steer the next ask to a new config
+                    trial.set_user_attr("duplicate_of", candidate.label)
+                    self.study.tell(trial, state=TrialState.FAIL)
+                    duplicates += 1
+                    remaining = [c for c in self.valid if c.label not in done]
+                    if remaining and duplicates % 3 == 0:
+                        self.study.enqueue_trial(remaining[0].params, skip_if_exists=False)
+                    continue
+                started = time.time()
+                self.evaluate(trial, candidate, parent)
+                bar.set_postfix_str(f"{candidate.label}: {time.time() - started:.0f} s")
+                bar.update(1)
+        finally:
+            bar.close()
