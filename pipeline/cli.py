@@ -42,15 +42,20 @@ def run_entry(
     task: Callable[[Any], Any],
     argv: list[str] | None = None,
     extra_check: Callable[[Any], None] | None = None,
+    base_overrides: list[str] | None = None,
 ) -> None:
     """Precheck `argv` (default sys.argv[1:]) for `config_name` (and `extra_check` on every job's config), then run
-    `task` through hydra.main."""
+    `task` through hydra.main. `base_overrides` go first unless the command line sets the same key."""
     argv = list(sys.argv[1:] if argv is None else argv)
     register_configs()
     args, _ = get_args_parser().parse_known_args(argv)
     informational = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
-    if not informational:
-        overrides, multirun = _with_repeats(list(args.overrides), bool(args.multirun))
+    given = {o.split("=", 1)[0].lstrip("+~") for o in args.overrides}
+    base = [o for o in base_overrides or [] if o.split("=", 1)[0] not in given]
+    overrides, multirun = _with_repeats([*base, *args.overrides], bool(args.multirun))
+    if informational:
+        argv = [*[a for a in argv if a not in args.overrides], *overrides]
+    else:
         try:
             for cfg in precheck(args.config_name or config_name, overrides, multirun):
                 if extra_check is not None:

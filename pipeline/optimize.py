@@ -1,8 +1,8 @@
 """Find the fastest configuration that fits under a memory cap, with an Optuna study of isolated training jobs.
 
-    python -m pipeline.optimize mem_cap=14GiB                          # splits of the effective batch
-    python -m pipeline.optimize mem_cap=14GiB optimize=knobs           # splits x checkpointing x dtype x padding-free
-    make optimize MEM_CAP=14GiB TRIALS=20 ARGS="model=qwen3-1.7b batch.effective=16 optimize=knobs"
+python -m pipeline.optimize mem_cap=14GiB                          # splits of the effective batch
+python -m pipeline.optimize mem_cap=14GiB optimize=knobs           # splits x checkpointing x dtype x padding-free
+make optimize MEM_CAP=14GiB TRIALS=20 ARGS="model=qwen3-1.7b batch.effective=16 optimize=knobs"
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from pipeline.config.validate import ConfigError
 
 def require_cap(cfg: DictConfig) -> None:
     if cfg.mem_cap is None and not cfg.gpu.memory_gib:
-        raise ConfigError("mem_cap", "required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4")
+        raise ConfigError(
+            "mem_cap", "required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4"
+        )
 
 
 def optimize(cfg: DictConfig) -> float | None:
@@ -26,7 +28,13 @@ def optimize(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    run_entry("config", optimize, extra_check=require_cap)
+    # the study searches every split; the base config's split only has to be a valid one
+    run_entry(
+        "config",
+        optimize,
+        extra_check=require_cap,
+        base_overrides=["batch.split='1x${div:${batch.effective},${world_size}}'"],
+    )
 
 
 if __name__ == "__main__":

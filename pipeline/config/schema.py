@@ -178,7 +178,11 @@ GROUPS: dict[str, type] = {
 
 
 def register_configs(extra: dict[str, Any] | None = None) -> None:
-    """Store the primary schema and one `<group>_schema` node per group (idempotent)."""
+    """Store the primary schema and one `<group>_schema` node per group (idempotent), and the `div` resolver."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("div"):
+        OmegaConf.register_new_resolver("div", lambda a, b: int(a) // max(1, int(b)))
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for group, schema in {**GROUPS, **(extra or {})}.items():

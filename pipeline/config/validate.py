@@ -227,7 +227,9 @@ def check_knobs(t: DictConfig, gpu: DictConfig) -> None:
     import importlib.util
 
     if t.liger_kernel and importlib.util.find_spec("liger_kernel") is None:
-        raise ConfigError("train.liger_kernel", "true needs the liger-kernel package (pip install liger-kernel); accepted: false")
+        raise ConfigError(
+            "train.liger_kernel", "true needs the liger-kernel package (pip install liger-kernel); accepted: false"
+        )
     if t.liger_kernel and gpu.name == "cpu":
         raise ConfigError("train.liger_kernel", "Liger kernels need a CUDA device; accepted with gpu=cpu: false")
 

@@ -49,8 +49,13 @@ class Shape:
         """(in, out) of each Linear in one decoder layer."""
         h, i, q, kv = self.hidden, self.intermediate, self.heads * self.head_dim, self.kv_heads * self.head_dim
         return {
-            "q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h),
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
         }
 
 
@@ -66,8 +71,11 @@ def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) ->
     b = DTYPE_BYTES[knobs.dtype]
     per_layer = sum(i * o for i, o in shape.projections().values()) + 2 * shape.hidden
     weights = shape.vocab * shape.hidden * (1 if shape.tied else 2) + shape.layers * per_layer
-    chosen = shape.projections() if targets == ["all-linear"] else {k: v for k, v in shape.projections().items()
-                                                                        if k in targets}
+    chosen = (
+        shape.projections()
+        if targets == ["all-linear"]
+        else {k: v for k, v in shape.projections().items() if k in targets}
+    )
     lora = shape.layers * sum(lora_r * (i + o) for i, o in chosen.values())
     return b * weights + LORA_STATE_BYTES * lora
 

@@ -50,7 +50,7 @@ def study_name(cfg: DictConfig, cap_bytes: int) -> str:
 def storage_url(url: str) -> str:
     prefix = "sqlite:///"
     if url.startswith(prefix) and not url.startswith(prefix + "/"):
-        path = Path(url[len(prefix):]).resolve()
+        path = Path(url[len(prefix) :]).resolve()
         path.parent.mkdir(parents=True, exist_ok=True)
         return prefix + str(path)
     return url
@@ -135,13 +135,24 @@ class StudyDriver:
             _OPEN[run_id] = self.tracker
             return run_id
         run_id = self.tracker.start(
-            f"study {self.name}", tags={"kind": "study", "study": self.name, STATUS_TAG: "running",
-                                         "worker_pid": os.getpid()}
+            f"study {self.name}",
+            tags={"kind": "study", "study": self.name, STATUS_TAG: "running", "worker_pid": os.getpid()},
         )
-        self.tracker.params(run_id, {"study": self.name, "cap_gib": self.cap / GIB, "space": json.dumps(self.space),
-                                     "trials": self.o.trials, "sampler": self.o.sampler,
-                                     **{f"base.{k}": v for k, v in flatten(OmegaConf.to_container(self.cfg, resolve=True)).items()
-                                        if not k.startswith("optimize.")}})
+        self.tracker.params(
+            run_id,
+            {
+                "study": self.name,
+                "cap_gib": self.cap / GIB,
+                "space": json.dumps(self.space),
+                "trials": self.o.trials,
+                "sampler": self.o.sampler,
+                **{
+                    f"base.{k}": v
+                    for k, v in flatten(OmegaConf.to_container(self.cfg, resolve=True)).items()
+                    if not k.startswith("optimize.")
+                },
+            },
+        )
         return run_id
 
     # ---- calibration ------------------------------------------------------------------------------------------------
@@ -149,6 +160,7 @@ class StudyDriver:
         saved = self.study.user_attrs.get("calibration")
         if saved:
             self.predictor.scale, self.predictor.offset = saved["scale"], saved["offset"]
+            self.placement_dtype, self.device = saved.get("dtype"), saved.get("device")
             return
         split_values = self.space[SPLIT_KEY]
         probes = []
@@ -156,32 +168,49 @@ class StudyDriver:
             cfg = apply(self.cfg, Candidate(((SPLIT_KEY, split),)))
             cfg.train.steps = self.o.probe_steps
             cfg.measure.warmup_steps = 1
-            result = task.run(cfg, parent_id=parent, tags={"kind": "probe", "study": self.name,
-                                                           "worker_pid": os.getpid()},
-                              name=f"probe {split}")
+            result = task.run(
+                cfg,
+                parent_id=parent,
+                tags={"kind": "probe", "study": self.name, "worker_pid": os.getpid()},
+                name=f"probe {split}",
+            )
             self._gpu_seconds += result["summary"].get("wall_s") or 0.0
             peak = result["summary"].get("peak_gib")
             if result["status"] == "ok" and peak:
-                dtype = (result.get("placement") or {}).get("dtype")
-                probes.append((knobs_of(cfg, split, dtype), peak * GIB))
-                self.placement_dtype = dtype
+                placement = result.get("placement") or {}
+                probes.append((knobs_of(cfg, split, placement.get("dtype")), peak * GIB))
+                self.placement_dtype, self.device = placement.get("dtype"), placement.get("device")
         self.predictor.calibrate(probes)
-        self.study.set_user_attr("calibration", {
-            "scale": self.predictor.scale, "offset": self.predictor.offset,
-            "probes": [[k.micro, p / GIB] for k, p in probes], "gpu_seconds": self._gpu_seconds,
-        })
+        self.study.set_user_attr(
+            "calibration",
+            {
+                "scale": self.predictor.scale,
+                "offset": self.predictor.offset,
+                "probes": [[k.micro, p / GIB] for k, p in probes],
+                "gpu_seconds": self._gpu_seconds,
+                "dtype": self.placement_dtype,
+                "device": self.device,
+            },
+        )
 
     # ---- one trial ----------------------------------------------------------------------------------------------------
     def _best_value(self) -> float | None:
-        feasible = [t.value for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                    if t.user_attrs.get("feasible") and t.value is not None and t.value < NOT_MEASURED]
+        feasible = [
+            t.value
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get("feasible") and t.value is not None and t.value < NOT_MEASURED
+        ]
         return min(feasible) if feasible else None
 
     def evaluate(self, trial: optuna.Trial, candidate: Candidate, parent: str) -> None:
         cfg = apply(self.cfg, candidate)
         predicted = self.predictor.predict(knobs_of(cfg, candidate.params[SPLIT_KEY], self.placement_dtype))
-        for key, value in {"label": candidate.label, "predicted_gib": predicted / GIB, "worker_pid": os.getpid(),
-                           "overrides": candidate.overrides}.items():
+        for key, value in {
+            "label": candidate.label,
+            "predicted_gib": predicted / GIB,
+            "worker_pid": os.getpid(),
+            "overrides": candidate.overrides,
+        }.items():
             trial.set_user_attr(key, value)
         if predicted > self.cap * (1 + self.o.skip_margin):
             reason = f"predicted {predicted / GIB:.2f} GiB > cap {self.cap / GIB:.2f} GiB"
@@ -196,17 +225,31 @@ class StudyDriver:
         stop = {"cap_bytes": self.cap, "warmup": cfg.measure.warmup_steps}
         if best is not None:
             stop.update(prune_after=self.o.prune_steps, prune_threshold_s=best * self.o.prune_factor)
-        result = task.run(cfg, stop=stop, parent_id=parent, name=f"trial {trial.number}: {candidate.label}",
-                          tags={"study": self.name, "trial": trial.number, "predicted_gib": f"{predicted / GIB:.3f}",
-                                "worker_pid": os.getpid()})
+        result = task.run(
+            cfg,
+            stop=stop,
+            parent_id=parent,
+            name=f"trial {trial.number}: {candidate.label}",
+            tags={
+                "study": self.name,
+                "trial": trial.number,
+                "predicted_gib": f"{predicted / GIB:.3f}",
+                "worker_pid": os.getpid(),
+            },
+        )
         summary = result["summary"]
         self._gpu_seconds += summary.get("wall_s") or 0.0
         peak = summary.get("peak_gib")
-        attrs = {"status": result["status"], "gpu_seconds": summary.get("wall_s") or 0.0, "peak_gib": peak,
-                 "step_time_median_s": summary.get("step_time_median_s"),
-                 "ci": [summary.get("step_time_ci_low_s"), summary.get("step_time_ci_high_s")],
-                 "tokens_per_s": summary.get("tokens_per_s"), "run_id": result["run_id"],
-                 "reason": result.get("stopped") or result.get("error") or ""}
+        attrs = {
+            "status": result["status"],
+            "gpu_seconds": summary.get("wall_s") or 0.0,
+            "peak_gib": peak,
+            "step_time_median_s": summary.get("step_time_median_s"),
+            "ci": [summary.get("step_time_ci_low_s"), summary.get("step_time_ci_high_s")],
+            "tokens_per_s": summary.get("tokens_per_s"),
+            "run_id": result["run_id"],
+            "reason": result.get("stopped") or result.get("error") or "",
+        }
         if peak:
             attrs["predictor_error"] = (predicted / GIB - peak) / peak
         for key, value in attrs.items():
@@ -226,9 +269,15 @@ class StudyDriver:
 
     def _record_skip(self, parent: str, number: int, candidate: Candidate, reason: str, predicted: float) -> None:
         run_id = self.tracker.start(
-            f"trial {number}: {candidate.label}", parent_id=parent,
-            tags={"study": self.name, "trial": number, STATUS_TAG: "skipped", "verdict": "predicted-over-cap",
-                  "reason": reason},
+            f"trial {number}: {candidate.label}",
+            parent_id=parent,
+            tags={
+                "study": self.name,
+                "trial": number,
+                STATUS_TAG: "skipped",
+                "verdict": "predicted-over-cap",
+                "reason": reason,
+            },
         )
         self.tracker.params(run_id, candidate.params)
         self.tracker.metrics(run_id, {"predicted_gib": predicted / GIB, "cap_gib": self.cap / GIB})
@@ -237,14 +286,17 @@ class StudyDriver:
     # ---- the loop -----------------------------------------------------------------------------------------------------
     def run(self) -> dict:
         self._gpu_seconds = 0.0
-        self.placement_dtype = None
+        self.placement_dtype = self.device = None
         stale = self._fail_stale()
         parent = self._parent_run()
         status = "KILLED"
         try:
-            print(f"[study] {self.name}: {len(self.valid)} valid configs, budget {self.o.trials} trials, cap "
-                  f"{self.cap / GIB:.2f} GiB; storage {self.o.storage}"
-                  + (f"; {stale} stale trial(s) marked FAIL" if stale else ""), flush=True)
+            print(
+                f"[study] {self.name}: {len(self.valid)} valid configs, budget {self.o.trials} trials, cap "
+                f"{self.cap / GIB:.2f} GiB; storage {self.o.storage}"
+                + (f"; {stale} stale trial(s) marked FAIL" if stale else ""),
+                flush=True,
+            )
             runner.warm_up(self.cfg.launcher.kind)
             self.calibrate(parent)
             self._loop(parent)

@@ -1,0 +1,146 @@
+"""The Optuna study, end to end on the tiny model: real child processes, real sqlite storages."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+
+import optuna
+from mlflow.tracking import MlflowClient
+
+from pipeline.reporting.table import comparison_rows
+
+# A workload whose memory grows clearly with the micro-batch (a 2048-token vocabulary, 256-token sequences), and a
+# cap between the 2x4 and 4x2 peaks measured on CPU (about 0.49 and 0.56 GiB): 4x2 and 8x1 do not fit.
+SETUP = [
+    "batch.effective=8",
+    "model.vocab_size=2048",
+    "train.max_length=256",
+    "train.steps=10",
+    "measure.warmup_steps=2",
+    "train.progress_bar=false",
+]
+CAP = "0.52GiB"
+
+
+def _env():
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def _optimize(cwd, *extra, **kwargs):
+    cmd = [sys.executable, "-m", "pipeline.optimize", f"mem_cap={CAP}", "optimize.trials=4", *SETUP, *extra]
+    return subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), **kwargs
+    )
+
+
+def _study(cwd):
+    (summary,) = optuna.get_all_study_summaries(f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}")
+    return optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}")
+
+
+def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
+    # 1. the exhaustive answer: every split, the same cap, through pipeline.train
+    grid = tmp_path / "grid"
+    grid.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.train", "-m", "batch.split=1x8,2x4,4x2,8x1", f"mem_cap={CAP}", *SETUP],
+        cwd=grid,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    client = MlflowClient(f"sqlite:///{grid / 'mlruns' / 'mlflow.db'}")
+    runs = [r for r in client.search_runs(["1"]) if r.data.tags.get("kind") != "sweep"]
+    verdicts = {r.data.params["batch.split"]: r.data.tags["verdict"] for r in runs}
+    assert verdicts["8x1"] == "over-cap" and verdicts["4x2"] == "over-cap", verdicts
+    assert verdicts["1x8"] == "fits" and verdicts["2x4"] == "fits", verdicts
+    rows = comparison_rows(
+        [
+            {
+                "name": f"tiny {r.data.params['batch.split']}",
+                "status": "ok",
+                "losses": [],
+                "summary": dict(r.data.metrics),
+            }
+            for r in runs
+            if verdicts[r.data.params["batch.split"]] == "fits"
+        ]
+    )
+    acceptable = {r["config"].split()[1] for r in rows if r["rank"] in ("winner", "tie")}
+
+    # 2. the study, killed (SIGKILL) once a trial has completed, then run again with the same command
+    study_dir = tmp_path / "study"
+    study_dir.mkdir()
+    worker = _optimize(study_dir)
+    deadline = time.time() + 240
+    while True:
+        assert worker.poll() is None, worker.stdout.read()[-3000:]
+        assert time.time() < deadline, "no trial completed in time"
+        try:
+            done = [t for t in _study(study_dir).get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
+        except (ValueError, KeyError, RuntimeError, Exception):  # noqa: BLE001 - the storage is still being created
+            done = []
+        if done:
+            break
+        time.sleep(0.5)
+    worker.kill()
+    worker.wait(30)
+    before = {
+        t.user_attrs["label"] for t in _study(study_dir).get_trials() if t.state == optuna.trial.TrialState.COMPLETE
+    }
+
+    rerun = _optimize(study_dir)
+    out, _ = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, out[-3000:]
+
+    study = _study(study_dir)
+    decided = [
+        t for t in study.get_trials() if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    ]
+    labels = [t.user_attrs["label"] for t in decided]
+    assert len(labels) == len(set(labels)) == 4, labels  # every config decided once, none repeated
+    assert before <= set(labels)
+    best = re.search(r"best feasible: batch.split=(\d+x\d+)", out)
+    assert best, out[-2000:]
+    assert best.group(1) in acceptable, (best.group(1), acceptable, out[-2500:])
+    infeasible = {
+        t.user_attrs["label"]
+        for t in decided
+        if not t.user_attrs.get("feasible") and t.state == optuna.trial.TrialState.COMPLETE
+    }
+    assert infeasible == {"batch.split=4x2", "batch.split=8x1"}, infeasible
+    errors = [abs(t.user_attrs["predictor_error"]) for t in decided if "predictor_error" in t.user_attrs]
+    print(f"memory predictor error on the tiny model: max {100 * max(errors):.1f}% over {len(errors)} trials")
+    assert errors and max(errors) < 0.25
+    assert "memory predictor error: mean" in out
+
+    mlflow = MlflowClient(f"sqlite:///{study_dir / 'mlruns' / 'mlflow.db'}")
+    all_runs = mlflow.search_runs(["1"])
+    assert all(r.info.status != "RUNNING" for r in all_runs), [(r.info.run_name, r.info.status) for r in all_runs]
+    (parent,) = [r for r in all_runs if r.data.tags.get("kind") == "study"]
+    assert parent.data.tags["answer"].startswith(f"batch.split={best.group(1)}")
+
+
+def test_optimize_refuses_a_missing_cap(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipeline.optimize"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip()
+        == "error: mem_cap: required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4"
+    )
+    assert list(tmp_path.iterdir()) == []
