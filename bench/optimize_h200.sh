@@ -8,7 +8,7 @@ mkdir -p "$out"
 common=(model=qwen3-1.7b train.max_length=512 data.length=512 train.steps="${STEPS:-15}" measure.warmup_steps=5
         train.progress_bar=false paths.root="$out/mlruns")
 python3 -m pipeline.optimize mem_cap=14GiB batch.effective=4 optimize.trials=12 optimize.sampler=tpe \
-  'optimize.space={train.gradient_checkpointing:[true,false],train.dtype:[bf16,fp16]}' "${common[@]}" \
+  optimize=ckpt-dtype "${common[@]}" \
   2>&1 | grep -v "Warning\|warn(\|examples/s" > "$out/optimize.log" || { tail -40 "$out/optimize.log"; exit 1; }
 sed -n '/^| #/,$p' "$out/optimize.log"
 python3 -m pipeline.train batch.split=4x1 train.dtype=fp16 train.gradient_checkpointing=true "${common[@]}" \
