@@ -5,7 +5,8 @@ Terms, in bytes (b = bytes per element of the compute dtype, T = tokens per micr
 - adapters:            16 x LoRA parameters (fp32 weights, fp32 gradients, two fp32 Adam moments)
 - activations / token: without checkpointing every layer keeps b x (6h + 4 n_heads d + 4i) + 8h (fp32 norms);
                        with checkpointing each layer keeps its input (b x h) and one layer is recomputed in full
-- loss buffers / token: 12 x vocab (fp32 logits, log-probabilities and their gradient)
+- loss buffers / token: 8 bytes (TRL's fused LM head computes log-probabilities in chunks and never holds the full
+                       logits; the chunk's workspace is a constant, left to the offset)
 The analytic sum is the shape of the answer; the probes fix its two free numbers: `scale` multiplies the per-token
 terms (activations and loss buffers), `offset` is what the formula does not see (CUDA context and allocator slack
 on a GPU; the interpreter and libraries on CPU). Two probes at the smallest and largest micro-batch give both; one
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 LORA_STATE_BYTES = 16
+LOSS_BYTES_PER_TOKEN = 8
 GIB = 2**30
 
 
@@ -85,7 +87,7 @@ def per_token_bytes(shape: Shape, knobs: Knobs) -> float:
     h, i, q = shape.hidden, shape.intermediate, shape.heads * shape.head_dim
     layer = b * (6 * h + 4 * q + 4 * i) + 8 * h
     activations = (shape.layers * b * h + layer) if knobs.checkpointing else shape.layers * layer
-    return activations + 12 * shape.vocab
+    return activations + LOSS_BYTES_PER_TOKEN
 
 
 @dataclass
