@@ -84,7 +84,7 @@ class Job:
             gpu["name"], gpu["memory_gib"], gpu["bf16"], gpu["peak_tflops"], train["dtype"], self.spec["gpu_profiles"]
         )
         cap = self.spec["cap_bytes"]
-        if cap is None and self.placement.emulated and gpu["memory_gib"]:
+        if cap is None and self.placement.emulated and gpu["memory_gib"] and not self.spec.get("uncapped"):
             cap = int(gpu["memory_gib"] * GIB)
         self.cap_bytes = cap
         self.context_bytes = 0

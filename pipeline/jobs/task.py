@@ -73,10 +73,15 @@ def run(
     parent_id: str | None = None,
     tags: dict | None = None,
     name: str | None = None,
+    uncapped: bool = False,
 ) -> dict:
     """Run one job and return its summary (the sweep callback and the study rank these). `stop` lets the study end
-    it early (over the cap, or slow); `parent_id` nests its run elsewhere than the sweep's."""
+    it early (over the cap, or slow); `parent_id` nests its run elsewhere than the sweep's; `uncapped` lifts every
+    cap (the predictor's probes measure what a config needs, not whether it fits)."""
     spec = job_spec(cfg)
+    if uncapped:
+        spec["cap_bytes"] = None
+        spec["uncapped"] = True
     if stop:
         spec["stop"] = stop
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
