@@ -14,7 +14,8 @@ from pipeline.search.predictor import GIB, Knobs, Predictor, Shape
 
 
 def main() -> None:
-    record = json.load(open(sys.argv[1], encoding="utf-8"))
+    with open(sys.argv[1], encoding="utf-8") as handle:
+        record = json.load(handle)
     cfg = compose_job("config", sys.argv[2:])
     calibration = record["user_attrs"]["calibration"]
     predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))

@@ -10,7 +10,7 @@ from pipeline.config.validate import parse_size, parse_split, validate
 
 GROUP_OPTIONS = [
     (group, path.stem)
-    for group in ("model", "lora", "gpu", "batch", "data", "train", "experiment")
+    for group in ("model", "lora", "gpu", "batch", "data", "train", "optimize", "experiment")
     for path in sorted((CONF_DIR / group).glob("*.yaml"))
 ]
 NEEDS = {
@@ -21,7 +21,7 @@ NEEDS = {
 
 def test_every_group_has_options():
     groups = {g for g, _ in GROUP_OPTIONS}
-    assert groups == {"model", "lora", "gpu", "batch", "data", "train", "experiment"}
+    assert groups == {"model", "lora", "gpu", "batch", "data", "train", "optimize", "experiment"}
     assert {o for g, o in GROUP_OPTIONS if g == "model"} >= {"tiny", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b"}
     assert {o for g, o in GROUP_OPTIONS if g == "gpu"} == {
         "auto",

@@ -115,3 +115,30 @@ def test_comparison_pools_repeats_and_reports_loss_deviation():
     assert by["m 4x1"]["jobs"] == 2 and by["m 4x1"]["rank"] == "winner" and by["m 1x4"]["rank"] == "slower"
     assert by["m 1x4"]["loss_dev"] == 0.0
     assert by["m 4x1"]["loss_dev"] == pytest.approx(0.05 / (5.0 - 0.1 * 19))
+
+
+def test_predictor_calibrates_to_two_probes_and_keeps_the_formula_shape():
+    from pipeline.search.predictor import GIB, Knobs, Predictor, Shape
+
+    shape = Shape(
+        hidden=2048, intermediate=6144, layers=28, heads=16, kv_heads=8, head_dim=128, vocab=151936, tied=True
+    )
+    predictor = Predictor(shape, 16, ["all-linear"])
+    small, large = Knobs(1, 512, "bf16", False), Knobs(4, 512, "bf16", False)
+    predictor.calibrate([(small, 5.756 * GIB), (large, 10.676 * GIB)])
+    assert predictor.predict(small) / GIB == pytest.approx(5.756)
+    assert predictor.predict(large) / GIB == pytest.approx(10.676)
+    # checkpointing keeps far less per token: the H200 measured 4.771 GiB for 4x1 with checkpointing
+    assert predictor.predict(Knobs(4, 512, "bf16", True)) / GIB == pytest.approx(4.771, rel=0.05)
+    # one probe: the offset alone, scale 1
+    single = Predictor(shape, 16, ["all-linear"])
+    single.calibrate([(small, 5.756 * GIB)])
+    assert single.scale == 1.0 and single.predict(small) / GIB == pytest.approx(5.756)
+
+
+def test_splits_are_the_divisors():
+    from pipeline.search.space import splits
+
+    assert splits(16, 1) == ["1x16", "2x8", "4x4", "8x2", "16x1"]
+    assert splits(8, 2) == ["1x4", "2x2", "4x1"]
+    assert splits(4, 3) == []
