@@ -33,8 +33,8 @@ test: install ## Run the test suite (CPU, a few minutes)
 optimize: install ## Optuna study: fastest config under MEM_CAP (e.g. MEM_CAP=14GiB TRIALS=20 ARGS="optimize=knobs")
 	$(BIN)/python -m pipeline.optimize $(if $(MEM_CAP),mem_cap=$(MEM_CAP),) $(if $(TRIALS),optimize.trials=$(TRIALS),) $(ARGS)
 
-report: install ## Markdown + HTML report with plots for the latest sweep (SWEEP=<id> for another)
-	$(BIN)/python -m pipeline.report $(if $(SWEEP),--sweep $(SWEEP),)
+report: install ## Markdown + HTML report with plots for the latest sweep or study (SWEEP=<id> or STUDY=<name>)
+	$(BIN)/python -m pipeline.report $(if $(SWEEP),--sweep $(SWEEP),) $(if $(STUDY),--study $(STUDY),)
 
 ui: install ## MLflow UI over the project's store on http://127.0.0.1:$(PORT)
 	$(BIN)/mlflow server --backend-store-uri sqlite:///$(STORE)/mlflow.db --default-artifact-root $(STORE)/artifacts --host 127.0.0.1 --port $(PORT) --workers 1

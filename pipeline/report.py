@@ -17,7 +17,8 @@ DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", help="sweep id (tag sweep_id); default: the latest sweep")
+    parser.add_argument("--sweep", help="sweep id (tag sweep_id); default: the latest sweep or study")
+    parser.add_argument("--study", help="study name (tag study), as printed by pipeline.optimize")
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI))
     parser.add_argument("--experiment", default="batch-split")
     parser.add_argument("--out", type=Path, default=Path("mlruns/reports"), help="folder for the reports")
@@ -28,11 +29,11 @@ def main(argv: list[str] | None = None) -> None:
 
     tracker = Tracker(args.tracking_uri, args.experiment, str(args.out.parent / "artifacts"))
     try:
-        out = write_report(tracker, args.sweep, args.out)
+        out = write_report(tracker, args.sweep, args.out, study=args.study)
     except ReportError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    print(f"report: {out / 'report.md'} and {out / 'report.html'} (also logged on the sweep's MLflow run)")
+    print(f"report: {out / 'report.md'} and {out / 'report.html'} (also logged on its MLflow parent run)")
 
 
 if __name__ == "__main__":

@@ -144,3 +144,23 @@ def test_optimize_refuses_a_missing_cap(tmp_path):
         == "error: mem_cap: required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_two_workers_share_one_study_without_duplicating_or_losing_a_config(tmp_path):
+    """Two `pipeline.optimize` processes on one storage (sqlite here; any Optuna RDB URL works the same)."""
+    args = ["mem_cap=4GiB", "optimize.trials=3", "train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
+    cmd = [sys.executable, "-m", "pipeline.optimize", *args]
+    workers = [
+        subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+        for _ in range(2)
+    ]
+    outputs = [w.communicate(timeout=300)[0] for w in workers]
+    assert all(w.returncode == 0 for w in workers), [o[-2000:] for o in outputs]
+    study = _study(tmp_path)
+    decided = [
+        t.user_attrs["label"]
+        for t in study.get_trials()
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    ]
+    assert sorted(decided) == ["batch.split=1x4", "batch.split=2x2", "batch.split=4x1"], decided
+    assert all("best feasible: batch.split=" in o for o in outputs)

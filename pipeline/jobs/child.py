@@ -28,25 +28,13 @@ from pipeline.build.lora import build_lora_config
 from pipeline.build.model import build_model
 from pipeline.build.tokenizer import build_tokenizer
 from pipeline.build.trainer import build_sft_config, build_trainer
+from pipeline.config.validate import ARCH_FIELDS
 from pipeline.jobs.files import RESULT_FILE, STEPS_FILE
 from pipeline.measure import memory
 from pipeline.measure.callback import StepMeter
 from pipeline.measure.flops import count_params, flops_per_token
 
-ARCH_KEYS = (
-    "model_type",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "vocab_size",
-    "max_position_embeddings",
-    "rope_theta",
-    "rms_norm_eps",
-    "tie_word_embeddings",
-)
+ARCH_KEYS = ("model_type", *ARCH_FIELDS, "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings")
 
 
 def versions() -> dict[str, str]:

@@ -17,15 +17,22 @@ class ReportError(LookupError):
     """Nothing to report on (no sweep recorded, or an unknown sweep id)."""
 
 
-def find_sweep(tracker: Tracker, sweep_id: str | None):
-    query = "tags.kind = 'sweep'" + (f" and tags.{SWEEP_TAG} = '{sweep_id}'" if sweep_id else "")
-    runs = tracker.client.search_runs(
-        [tracker.experiment_id], query, order_by=["attributes.start_time DESC"], max_results=1
-    )
+def find_parent(tracker: Tracker, sweep_id: str | None = None, study: str | None = None):
+    """The parent run of a sweep (by sweep id) or a study (by name); with neither, the latest of both kinds."""
+    queries = []
+    if study or not sweep_id:
+        queries.append("tags.kind = 'study'" + (f" and tags.study = '{study}'" if study else ""))
+    if sweep_id or not study:
+        queries.append("tags.kind = 'sweep'" + (f" and tags.{SWEEP_TAG} = '{sweep_id}'" if sweep_id else ""))
+    runs = []
+    for query in queries:
+        runs += tracker.client.search_runs(
+            [tracker.experiment_id], query, order_by=["attributes.start_time DESC"], max_results=1
+        )
     if not runs:
-        what = f"sweep '{sweep_id}'" if sweep_id else "any sweep"
-        raise ReportError(f"no record of {what} in {tracker.uri}; run a sweep first: python -m pipeline.train -m ...")
-    return runs[0]
+        what = f"sweep '{sweep_id}'" if sweep_id else f"study '{study}'" if study else "any sweep or study"
+        raise ReportError(f"no record of {what} in {tracker.uri}; run one first: python -m pipeline.train -m ...")
+    return max(runs, key=lambda run: run.info.start_time)
 
 
 def collect(tracker: Tracker, parent) -> tuple[list[dict], dict[str, list[tuple[int, float]]]]:
@@ -36,6 +43,8 @@ def collect(tracker: Tracker, parent) -> tuple[list[dict], dict[str, list[tuple[
     )
     results, curves = [], {}
     for run in children:
+        if run.data.tags.get("kind") == "probe":
+            continue  # the predictor's calibration, shorter than the trials: not a contender
         history = sorted(tracker.client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)
         summary = dict(run.data.metrics)
         summary["verdict"] = run.data.tags.get("verdict")
@@ -52,10 +61,10 @@ def collect(tracker: Tracker, parent) -> tuple[list[dict], dict[str, list[tuple[
     return results, curves
 
 
-def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path) -> Path:
-    """Write report.md, report.html and the PNGs for a sweep (the latest by default); return the folder."""
-    parent = find_sweep(tracker, sweep_id)
-    sweep = parent.data.tags[SWEEP_TAG]
+def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: str | None = None) -> Path:
+    """Write report.md, report.html and the PNGs for a sweep or study (the latest by default); return the folder."""
+    parent = find_parent(tracker, sweep_id, study)
+    sweep = parent.data.tags.get(SWEEP_TAG) or parent.data.tags["study"]
     results, curves = collect(tracker, parent)
     rows = comparison_rows(results)
     caps = [r["summary"].get("cap_gib") for r in results if r["summary"].get("cap_gib")]
@@ -69,7 +78,9 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path) -> Path
     }
     table = format_table(rows)
     overrides = parent.data.tags.get("overrides", "")
-    md = [f"# Sweep {sweep}", "", f"`python -m pipeline.train -m {overrides}`", "", table, ""]
+    kind = "Study" if parent.data.tags.get("kind") == "study" else "Sweep"
+    command = f"`python -m pipeline.train -m {overrides}`" if kind == "Sweep" else f"`{parent.info.run_name}`"
+    md = [f"# {kind} {sweep}", "", command, "", table, ""]
     md += [f"![{title}]({path.name})" for title, path in images.items()]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     cells = [line.strip("|").split("|") for line in table.splitlines() if not line.startswith("|-")]
@@ -86,10 +97,10 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path) -> Path
         for t, p in images.items()
     )
     (out / "report.html").write_text(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>Sweep {sweep}</title><style>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{kind} {sweep}</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:4px 8px}th{background:#eee}figure{display:inline-block;margin:1em}</style></head><body>"
-        f"<h1>Sweep {html.escape(sweep)}</h1><p><code>python -m pipeline.train -m {html.escape(overrides)}</code></p>"
+        f"<h1>{kind} {html.escape(sweep)}</h1><p>{html.escape(command.strip('`'))}</p>"
         f"<table>{rows_html}</table>{figures}</body></html>",
         encoding="utf-8",
     )

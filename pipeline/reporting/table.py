@@ -45,7 +45,14 @@ def comparison_rows(results: list[dict], mem_cap: str | None = None) -> list[dic
         row["run_id"] = jobs[0].get("run_id") if len(jobs) == 1 else None
         row["run_ids"] = [j.get("run_id") for j in jobs]
         rows.append(row)
-    ranked = rank({r["config"]: (r["median"], r["low"], r["high"]) for r in rows if "median" in r})
+    # only configs that fit (or ran without a cap) compete: a fast config over the cap is no answer
+    ranked = rank(
+        {
+            r["config"]: (r["median"], r["low"], r["high"])
+            for r in rows
+            if "median" in r and r.get("verdict") in ("fits", "no-cap")
+        }
+    )
     for row in rows:
         row["rank"] = ranked.get(row["config"])
     return rows

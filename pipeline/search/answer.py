@@ -100,7 +100,19 @@ def finish(driver, parent: str, status: str) -> dict:
         "predictor_error_max": max(errors) if errors else None,
         "predictor_error_mean": sum(errors) / len(errors) if errors else None,
     }
-    lines = ["", table, ""]
+    from pipeline.reporting.report import collect
+    from pipeline.reporting.table import comparison_rows, format_table
+
+    measured, _ = collect(tracker, tracker.client.get_run(parent))
+    comparison = format_table(comparison_rows([r for r in measured if r["summary"].get("step_time_median_s")]))
+    lines = [
+        "",
+        table,
+        "",
+        "measured trials (rank among those that fit; loss deviation from the first trial):",
+        comparison,
+        "",
+    ]
     if best is not None:
         cfg = apply(driver.cfg, _candidate(best))
         micro, accumulation = (int(x) for x in cfg.batch.split.split("x"))

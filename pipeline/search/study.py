@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import time
-from pathlib import Path
 
 import optuna
 from omegaconf import DictConfig, OmegaConf
@@ -29,7 +28,7 @@ from pipeline.config.validate import parse_size
 from pipeline.jobs import runner, task
 from pipeline.search.predictor import GIB, Knobs, Predictor, Shape
 from pipeline.search.space import SPLIT_KEY, Candidate, apply, candidates, knob_space, suggest
-from pipeline.tracking.store import STATUS_TAG, Tracker, flatten
+from pipeline.tracking.store import STATUS_TAG, Tracker, absolute_uri, flatten, store_lock
 
 NOT_MEASURED = 1e6  # objective value of a trial decided without a measurement (skipped by prediction)
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -47,15 +46,6 @@ def study_name(cfg: DictConfig, cap_bytes: int) -> str:
     return f"{cfg.model.name}-e{cfg.batch.effective}-cap{cap_bytes / GIB:g}GiB-{digest}"
 
 
-def storage_url(url: str) -> str:
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and not url.startswith(prefix + "/"):
-        path = Path(url[len(prefix) :]).resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return prefix + str(path)
-    return url
-
-
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -70,7 +60,9 @@ def knobs_of(cfg: DictConfig, split: str, placement_dtype: str | None = None) ->
     return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing))
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -89,13 +81,15 @@ class StudyDriver:
         self.space = knob_space(cfg)
         self.valid, self.invalid = candidates(cfg)
         self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
-        self.study = optuna.create_study(
-            study_name=self.name,
-            storage=storage_url(self.o.storage),
-            sampler=make_sampler(self.o.sampler, self.o.seed),
-            direction="minimize",
-            load_if_exists=True,
-        )
+        storage = absolute_uri(self.o.storage)
+        with store_lock(storage):
+            self.study = optuna.create_study(
+                study_name=self.name,
+                storage=storage,
+                sampler=make_sampler(self.o.sampler, self.o.seed),
+                direction="minimize",
+                load_if_exists=True,
+            )
         self.predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
 
     # ---- bookkeeping ----------------------------------------------------------------------------------------------
@@ -122,6 +116,22 @@ class StudyDriver:
         for trial in self.study.get_trials(deepcopy=False, states=DONE):
             out[trial.user_attrs.get("label", "")] = trial
         return out
+
+    def _claimed_earlier(self, number: int, label: str) -> bool:
+        """Two workers can pick one config in the same instant; the lower trial number keeps it."""
+        return any(
+            t.number < number and t.user_attrs.get("label") == label and _alive(t.user_attrs.get("worker_pid", 0))
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        )
+
+    def _taken(self, current: int) -> set[str]:
+        """Configs decided, or being measured right now by another live worker sharing the study."""
+        taken = set(self._decided())
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            pid = trial.user_attrs.get("worker_pid")
+            if trial.number != current and "label" in trial.user_attrs and pid and _alive(pid):
+                taken.add(trial.user_attrs["label"])
+        return taken
 
     def _parent_run(self) -> str:
         found = self.tracker.client.search_runs(
@@ -318,15 +328,21 @@ class StudyDriver:
                 trial = self.study.ask()
                 trial.set_user_attr("worker_pid", os.getpid())
                 candidate = suggest(trial, self.space)
-                done = self._decided()
+                done = self._taken(trial.number)
                 if candidate.label in done or candidate.label not in valid_labels:
                     # already decided (or not a valid combination): close it, and steer the next ask to a new config
                     trial.set_user_attr("duplicate_of", candidate.label)
                     self.study.tell(trial, state=TrialState.FAIL)
                     duplicates += 1
                     remaining = [c for c in self.valid if c.label not in done]
-                    if remaining and duplicates % 3 == 0:
+                    if not remaining:
+                        break  # everything is decided or being measured by another worker
+                    if duplicates % 3 == 0:
                         self.study.enqueue_trial(remaining[0].params, skip_if_exists=False)
+                    continue
+                trial.set_user_attr("label", candidate.label)  # claims the config for workers sharing the study
+                if self._claimed_earlier(trial.number, candidate.label):
+                    self.study.tell(trial, state=TrialState.FAIL)  # another worker asked for it first
                     continue
                 started = time.time()
                 self.evaluate(trial, candidate, parent)

@@ -8,6 +8,8 @@ ended KILLED, so no run is ever left RUNNING.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
@@ -23,7 +25,8 @@ MAX_PARAMS, MAX_METRICS, MAX_PARAM_CHARS = 100, 1000, 6000
 
 
 def absolute_uri(uri: str) -> str:
-    """`sqlite:///mlruns/mlflow.db` is relative to the working directory: pin it, and create its folder."""
+    """`sqlite:///mlruns/mlflow.db` (MLflow's or Optuna's) is relative to the working directory: pin it, and create
+    its folder."""
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
         path = Path(uri[len(prefix) :]).resolve()
@@ -32,6 +35,22 @@ def absolute_uri(uri: str) -> str:
     if uri.startswith(prefix):
         Path(uri[len(prefix) - 1 :]).parent.mkdir(parents=True, exist_ok=True)
     return uri
+
+
+@contextlib.contextmanager
+def store_lock(uri: str):
+    """Serialise the creation of a sqlite store (its schema migrations) across processes sharing it; other stores
+    need no lock."""
+    if not uri.startswith("sqlite:///"):
+        yield
+        return
+    lock_path = Path(uri[len("sqlite://") :] + ".lock")
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _end_open_runs() -> None:
@@ -50,17 +69,18 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         self.uri = absolute_uri(uri)
-        self.client = MlflowClient(tracking_uri=self.uri)
-        found = self.client.get_experiment_by_name(experiment)
-        if found is None:
-            location = None
-            if self.uri.startswith("sqlite:"):
-                root = Path(artifact_root).resolve()
-                root.mkdir(parents=True, exist_ok=True)
-                location = root.as_uri()
-            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
-        else:
-            self.experiment_id = found.experiment_id
+        with store_lock(self.uri):
+            self.client = MlflowClient(tracking_uri=self.uri)
+            found = self.client.get_experiment_by_name(experiment)
+            if found is None:
+                location = None
+                if self.uri.startswith("sqlite:"):
+                    root = Path(artifact_root).resolve()
+                    root.mkdir(parents=True, exist_ok=True)
+                    location = root.as_uri()
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            else:
+                self.experiment_id = found.experiment_id
 
     def start(self, name: str, tags: dict[str, str] | None = None, parent_id: str | None = None) -> str:
         tags = dict(tags or {})
