@@ -21,7 +21,7 @@ SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 SOURCES = ("config", "pretrained")
 DATA_KINDS = ("synthetic", "jsonl", "hub")
 DISTRIBUTIONS = ("fixed", "uniform")
-LAUNCHERS = ("forkserver", "subprocess")
+LAUNCHERS = ("forkserver", "subprocess", "torchrun")
 LORA_BIAS = ("none", "all", "lora_only")
 SAMPLERS = ("tpe", "random", "bruteforce")
 ARCH_FIELDS = (
@@ -268,6 +268,10 @@ def validate(cfg: DictConfig) -> Split:
         parse_size(cfg.mem_cap)
     _at_least("repeats", cfg.repeats, 1)
     _choice("launcher.kind", cfg.launcher.kind, LAUNCHERS)
+    if cfg.world_size > 1 and cfg.launcher.kind != "torchrun":
+        raise ConfigError(
+            "world_size", f"{cfg.world_size} processes need launcher.kind=torchrun; accepted with {cfg.launcher.kind}: 1"
+        )
     if cfg.launcher.timeout_s is not None and cfg.launcher.timeout_s <= 0:
         raise ConfigError("launcher.timeout_s", f"got {cfg.launcher.timeout_s}; accepted: seconds > 0 or null")
     if not str(cfg.tracking.uri).strip():

@@ -52,7 +52,8 @@ def versions() -> dict[str, str]:
 class Job:
     """One training job, set up in small named steps."""
 
-    def __init__(self, spec: dict, workdir: Path) -> None:
+    def __init__(self, spec: dict, workdir: Path, writer: bool = True) -> None:
+        self.writer = writer
         self.spec = spec
         self.cfg = spec["config"]
         self.workdir = workdir
@@ -134,7 +135,8 @@ class Job:
         if stop.get("cap_bytes") is None:
             stop.pop("cap_bytes", None)
         stop["context_bytes"] = self.context_bytes
-        self.meter = StepMeter(self.placement.device == "cuda", str(self.workdir / STEPS_FILE), stop)
+        steps_path = str(self.workdir / STEPS_FILE) if self.writer else None
+        self.meter = StepMeter(self.placement.device == "cuda", steps_path, stop)
         peft_config = build_lora_config(lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["bias"])
         self.trainer = self._timed(
             "trainer_build",
@@ -239,12 +241,17 @@ def write_json(path: Path, record: dict) -> None:
 
 
 def main(spec: dict, workdir: str) -> None:
-    """Entry of the job process (forkserver target)."""
+    """Entry of the job process (forkserver target, or each rank under torchrun: only rank 0 writes files)."""
     for key, value in spec.get("env", {}).items():
         os.environ[key] = value
+    rank = int(os.environ.get("RANK", "0"))
+    if "LOCAL_RANK" in os.environ and torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     path = Path(workdir)
-    record = Job(spec, path).run()
-    write_json(path / RESULT_FILE, record)
+    record = Job(spec, path, writer=rank == 0).run()
+    record["world_size"] = int(os.environ.get("WORLD_SIZE", "1"))
+    if rank == 0:
+        write_json(path / RESULT_FILE, record)
 
 
 if __name__ == "__main__":

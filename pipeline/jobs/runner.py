@@ -5,7 +5,8 @@ leaked tensors would carry over and one OOM would end the sweep. Here every job 
 
 - `forkserver` (default): a server process imports torch/transformers/trl/peft once (it never touches CUDA) and
   forks a fresh child per job, so jobs do not pay the imports again;
-- `subprocess`: a new interpreter per job (`python -m pipeline.jobs.child`), e.g. under a debugger or profiler.
+- `subprocess`: a new interpreter per job (`python -m pipeline.jobs.child`), e.g. under a debugger or profiler;
+- `torchrun`: `world_size` processes of one job under `torch.distributed.run` (DDP); rank 0 writes the record.
 
 A child that crashes, is killed or times out still yields a record (status `failed`, its signal or exit code, and
 the steps it logged before dying, read back from its steps.jsonl).
@@ -93,11 +94,14 @@ class _Handle:
 
 def start(kind: str, spec: dict, workdir: Path) -> _Handle:
     workdir.mkdir(parents=True, exist_ok=True)
-    if kind == "subprocess":
+    if kind in ("subprocess", "torchrun"):
         spec_path = workdir / SPEC_FILE
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
-        cmd = [sys.executable, "-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
-        return _Handle(subprocess.Popen(cmd))
+        job = ["-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
+        if kind == "torchrun":  # one process per device, PyTorch's own elastic launcher
+            world = spec["config"]["world_size"]
+            job = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", *job]
+        return _Handle(subprocess.Popen([sys.executable, *job], start_new_session=False))
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
     process.start()
     return _Handle(process)
