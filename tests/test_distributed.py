@@ -23,3 +23,31 @@ def test_two_process_ddp_matches_one_process(tmp_path):
     assert len(ddp_losses) == len(one_losses) == 6
     worst = max(abs(a - b) / abs(b) for a, b in zip(ddp_losses, one_losses, strict=True))
     assert worst <= 1e-5, (ddp_losses, one_losses)
+
+
+def test_submitit_launcher_runs_isolated_recorded_jobs(tmp_path):
+    """The SLURM launcher's code path, through submitit's local executor: every job still gets its own child
+    process and its own nested MLflow run, and the sweep's table is read back from MLflow."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.conftest import run_cli
+
+    proc = run_cli(
+        "-m",
+        "hydra/launcher=local",
+        "batch.split=1x4,4x1",
+        "train.steps=6",
+        "measure.warmup_steps=1",
+        "train.progress_bar=false",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Submitit 'local' sweep" in proc.stdout + proc.stderr
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    runs = client.search_runs(["1"])
+    (parent,) = [r for r in runs if r.data.tags.get("kind") == "sweep"]
+    jobs = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(r.data.params["batch.split"] for r in jobs) == ["1x4", "4x1"]
+    assert all(r.info.status == "FINISHED" and r.data.tags["status"] == "ok" for r in jobs)
+    assert len({r.data.tags["pid"] for r in jobs}) == 2
+    assert "| tiny 4x1" in proc.stdout and "| tiny 1x4" in proc.stdout

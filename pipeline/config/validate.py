@@ -270,7 +270,8 @@ def validate(cfg: DictConfig) -> Split:
     _choice("launcher.kind", cfg.launcher.kind, LAUNCHERS)
     if cfg.world_size > 1 and cfg.launcher.kind != "torchrun":
         raise ConfigError(
-            "world_size", f"{cfg.world_size} processes need launcher.kind=torchrun; accepted with {cfg.launcher.kind}: 1"
+            "world_size",
+            f"{cfg.world_size} processes need launcher.kind=torchrun; accepted with {cfg.launcher.kind}: 1",
         )
     if cfg.launcher.timeout_s is not None and cfg.launcher.timeout_s <= 0:
         raise ConfigError("launcher.timeout_s", f"got {cfg.launcher.timeout_s}; accepted: seconds > 0 or null")

@@ -57,9 +57,10 @@ class SweepTracker(Callback):
         os.environ[PARENT_ENV] = self.parent_id
         os.environ[SWEEP_ENV] = self.sweep_id
         print(f"[sweep] {self.sweep_id}: {self.total} jobs, MLflow parent run {self.parent_id}", flush=True)
-        from pipeline.jobs import runner
+        if "BasicLauncher" in str(OmegaConf.select(config, "hydra.launcher._target_")):
+            from pipeline.jobs import runner
 
-        runner.warm_up(config.launcher.kind)
+            runner.warm_up(config.launcher.kind)  # jobs run in this process: start the fork server once, now
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.parent_id is None:
@@ -80,7 +81,11 @@ class SweepTracker(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         if self.tracker is None or self.parent_id is None:
             return
-        rows = comparison_rows(self.results, OmegaConf.select(config, "mem_cap"))
+        from pipeline.reporting.report import collect
+
+        # read back from MLflow: with a launcher that runs jobs elsewhere (submitit), they never return here
+        results, _ = collect(self.tracker, self.tracker.client.get_run(self.parent_id))
+        rows = comparison_rows(results or self.results, OmegaConf.select(config, "mem_cap"))
         for row in rows:
             if row.get("run_id") and row.get("loss_dev") is not None:
                 self.tracker.metrics(row["run_id"], {"loss_max_rel_dev": row["loss_dev"]})
