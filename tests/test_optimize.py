@@ -137,8 +137,15 @@ def test_optimize_refuses_a_missing_cap(tmp_path):
 
 def test_two_workers_share_one_study_without_duplicating_or_losing_a_config(tmp_path):
     """Two `pipeline.optimize` processes on one storage (sqlite here; any Optuna RDB URL works the same)."""
-    args = ["mem_cap=4GiB", "optimize.trials=3", "train.steps=4", "measure.warmup_steps=1", "train.progress_bar=false",
-            "optimize.probe_steps=2", "optimize.prune_steps=2"]
+    args = [
+        "mem_cap=4GiB",
+        "optimize.trials=3",
+        "train.steps=4",
+        "measure.warmup_steps=1",
+        "train.progress_bar=false",
+        "optimize.probe_steps=2",
+        "optimize.prune_steps=2",
+    ]
     cmd = [sys.executable, "-m", "pipeline.optimize", *args]
     workers = [
         subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
