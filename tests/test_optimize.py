@@ -59,11 +59,17 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     cap = f"{cap_mib}MiB"
     fits = sorted(split for split, peak in peaks.items() if peak <= cap_mib)
     assert fits == ["1x8", "2x4"], (peaks, cap)
+    # Separate runs of one config differ more than one run's interval says (other processes, caches): configs within
+    # 25% of the fastest feasible median, or tied with it, count as the same answer.
     results = [
         {"name": f"tiny {s}", "status": "ok", "losses": [], "summary": {**runs[s].data.metrics, "verdict": "fits"}}
         for s in fits
     ]
-    acceptable = {r["config"].split()[1] for r in comparison_rows(results) if r["rank"] in ("winner", "tie")}
+    rows = comparison_rows(results)
+    fastest = min(r["median"] for r in rows)
+    acceptable = {
+        r["config"].split()[1] for r in rows if r["rank"] in ("winner", "tie") or r["median"] <= 1.25 * fastest
+    }
 
     # 2. the study, killed (SIGKILL) once a trial has completed, then run again with the same command
     study_dir = tmp_path / "study"

@@ -287,6 +287,7 @@ class StudyDriver:
                 STATUS_TAG: "skipped",
                 "verdict": "predicted-over-cap",
                 "reason": reason,
+                "worker_pid": os.getpid(),
             },
         )
         self.tracker.params(run_id, candidate.params)
