@@ -8,7 +8,7 @@ ARGS     ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test optimize report ui lint format
+.PHONY: help install demo test test-slow optimize report ui lint format
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,8 +27,11 @@ install: $(VENV)/.installed ## Make .venv with the CPU build of torch 2.13.0 and
 demo: install ## Sweep splits 1x4,2x2,4x1 on the tiny CPU model and record them in MLflow
 	$(BIN)/python -m pipeline.train -m batch.split=1x4,2x2,4x1 $(ARGS)
 
-test: install ## Run the test suite (CPU, a few minutes)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test: install ## Run the default test suite (CPU, under 5 minutes)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install ## Run the slow tests: several processes per job, cluster launcher, shared studies
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 optimize: install ## Optuna study: fastest config under MEM_CAP (e.g. MEM_CAP=14GiB TRIALS=20 ARGS="optimize=knobs")
 	$(BIN)/python -m pipeline.optimize $(if $(MEM_CAP),mem_cap=$(MEM_CAP),) $(if $(TRIALS),optimize.trials=$(TRIALS),) $(ARGS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pipeline.config.compose import compose_job
 from pipeline.jobs import runner
 from pipeline.jobs.child import Job
@@ -10,6 +12,7 @@ from pipeline.jobs.task import job_spec
 COMMON = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false", "gpu=cpu"]
 
 
+@pytest.mark.slow
 def test_two_process_ddp_matches_one_process(tmp_path):
     spec = job_spec(compose_job("config", [*COMMON, "world_size=2", "launcher.kind=torchrun", "batch.split=2x1"]))
     record = runner.run_job("torchrun", spec, tmp_path / "ddp")
@@ -25,6 +28,7 @@ def test_two_process_ddp_matches_one_process(tmp_path):
     assert worst <= 1e-5, (ddp_losses, one_losses)
 
 
+@pytest.mark.slow
 def test_submitit_launcher_runs_isolated_recorded_jobs(tmp_path):
     """The SLURM launcher's code path, through submitit's local executor: every job still gets its own child
     process and its own nested MLflow run, and the sweep's table is read back from MLflow."""

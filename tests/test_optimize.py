@@ -9,6 +9,7 @@ import sys
 import time
 
 import optuna
+import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline.reporting.table import comparison_rows
@@ -141,6 +142,7 @@ def test_optimize_refuses_a_missing_cap(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_study_without_duplicating_or_losing_a_config(tmp_path):
     """Two `pipeline.optimize` processes on one storage (sqlite here; any Optuna RDB URL works the same)."""
     args = [
