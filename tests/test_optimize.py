@@ -169,3 +169,41 @@ def test_two_workers_share_one_study_without_duplicating_or_losing_a_config(tmp_
     ]
     assert sorted(decided) == ["batch.split=1x4", "batch.split=2x2", "batch.split=4x1"], decided
     assert all("best feasible: batch.split=" in o for o in outputs)
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
+    import signal
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.optimize",
+        "mem_cap=4GiB",
+        "train.steps=40",
+        "measure.warmup_steps=2",
+        "train.progress_bar=false",
+    ]
+    worker = subprocess.Popen(
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()
+    )
+    deadline = time.time() + 180
+    while True:
+        assert worker.poll() is None and time.time() < deadline
+        try:
+            trials = _study(tmp_path).get_trials()
+        except Exception:  # noqa: BLE001 - the storage is still being created
+            trials = []
+        if any(t.state == optuna.trial.TrialState.RUNNING and "label" in t.user_attrs for t in trials):
+            break
+        time.sleep(0.3)
+    time.sleep(1.0)  # inside a trial's job
+    worker.send_signal(signal.SIGINT)
+    out, _ = worker.communicate(timeout=60)
+    assert worker.returncode == 130, out[-2000:]
+    assert "interrupted" in out
+    assert not [t for t in _study(tmp_path).get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+    runs = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}").search_runs(["1"])
+    assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
+    (parent,) = [r for r in runs if r.data.tags.get("kind") == "study"]
+    assert parent.info.status == "KILLED"
