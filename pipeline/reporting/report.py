@@ -26,9 +26,7 @@ def find_parent(tracker: Tracker, sweep_id: str | None = None, study: str | None
         queries.append("tags.kind = 'sweep'" + (f" and tags.{SWEEP_TAG} = '{sweep_id}'" if sweep_id else ""))
     runs = []
     for query in queries:
-        runs += tracker.client.search_runs(
-            [tracker.experiment_id], query, order_by=["attributes.start_time DESC"], max_results=1
-        )
+        runs += tracker.search(query, newest_first=True, limit=1)
     if not runs:
         what = f"sweep '{sweep_id}'" if sweep_id else f"study '{study}'" if study else "any sweep or study"
         raise ReportError(f"no record of {what} in {tracker.uri}; run one first: python -m pipeline.train -m ...")
@@ -36,16 +34,12 @@ def find_parent(tracker: Tracker, sweep_id: str | None = None, study: str | None
 
 
 def collect(tracker: Tracker, parent) -> tuple[list[dict], dict[str, list[tuple[int, float]]]]:
-    children = tracker.client.search_runs(
-        [tracker.experiment_id],
-        f"tags.mlflow.parentRunId = '{parent.info.run_id}'",
-        order_by=["attributes.start_time ASC"],
-    )
+    children = tracker.search(f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     results, curves = [], {}
     for run in children:
         if run.data.tags.get("kind") == "probe":
             continue  # the predictor's calibration, shorter than the trials: not a contender
-        history = sorted(tracker.client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)
+        history = tracker.history(run.info.run_id, "loss")
         summary = dict(run.data.metrics)
         summary["verdict"] = run.data.tags.get("verdict")
         results.append(
@@ -54,10 +48,10 @@ def collect(tracker: Tracker, parent) -> tuple[list[dict], dict[str, list[tuple[
                 "status": run.data.tags.get("status", "failed"),
                 "run_id": run.info.run_id,
                 "summary": summary,
-                "losses": [m.value for m in history],
+                "losses": [value for _, value in history],
             }
         )
-        curves[run.info.run_name] = [(m.step, m.value) for m in history]
+        curves[run.info.run_name] = history
     return results, curves
 
 

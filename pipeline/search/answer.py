@@ -3,12 +3,11 @@ SFTConfig keyword arguments; or, when nothing fits, the smallest predicted need.
 
 from __future__ import annotations
 
-import os
-
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from pipeline.build.sft_args import sft_kwargs
+from pipeline.search import workers
 from pipeline.search.predictor import GIB
 from pipeline.search.space import SPLIT_KEY, apply
 from pipeline.tracking.store import STATUS_TAG
@@ -82,9 +81,7 @@ def best_trial(study):
 def finish(driver, parent: str, status: str) -> dict:
     """Close the study's loose ends, print and log the answer; return it."""
     study, tracker = driver.study, driver.tracker
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if trial.user_attrs.get("worker_pid") == os.getpid():  # interrupted mid-trial: not decided, may run again
-            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    workers.release_own(study)  # interrupted mid-trial: not decided, may run again
     rows = trial_rows(study)
     table = format_trials(rows)
     best = best_trial(study)
@@ -103,7 +100,7 @@ def finish(driver, parent: str, status: str) -> dict:
     from pipeline.reporting.report import collect
     from pipeline.reporting.table import comparison_rows, format_table
 
-    measured, _ = collect(tracker, tracker.client.get_run(parent))
+    measured, _ = collect(tracker, tracker.run(parent))
     comparison = format_table(comparison_rows([r for r in measured if r["summary"].get("step_time_median_s")]))
     lines = [
         "",

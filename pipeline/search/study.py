@@ -26,12 +26,12 @@ from tqdm import tqdm
 
 from pipeline.config.validate import parse_size
 from pipeline.jobs import runner, task
+from pipeline.search import workers
 from pipeline.search.predictor import GIB, Knobs, Predictor, Shape
 from pipeline.search.space import SPLIT_KEY, Candidate, apply, candidates, knob_space, suggest
 from pipeline.tracking.store import STATUS_TAG, Tracker, absolute_uri, flatten, store_lock
 
 NOT_MEASURED = 1e6  # objective value of a trial decided without a measurement (skipped by prediction)
-DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 def study_name(cfg: DictConfig, cap_bytes: int) -> str:
@@ -60,18 +60,6 @@ def knobs_of(cfg: DictConfig, split: str, placement_dtype: str | None = None) ->
     return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing))
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class StudyDriver:
     def __init__(self, cfg: DictConfig) -> None:
         self.cfg = cfg
@@ -93,57 +81,10 @@ class StudyDriver:
         self.predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
 
     # ---- bookkeeping ----------------------------------------------------------------------------------------------
-    def _fail_stale(self) -> int:
-        """Trials a killed worker left RUNNING (its pid is gone) become FAIL; their configs may run again."""
-        stale = 0
-        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            pid = trial.user_attrs.get("worker_pid")
-            if pid is None or not _alive(pid):
-                self.study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-                stale += 1
-        for run in self.tracker.client.search_runs(
-            [self.tracker.experiment_id], f"tags.study = '{self.name}' and attributes.status = 'RUNNING'"
-        ):
-            pid = run.data.tags.get("worker_pid")
-            if pid and not _alive(int(pid)):
-                self.tracker.client.set_tag(run.info.run_id, STATUS_TAG, "failed")
-                self.tracker.client.set_tag(run.info.run_id, "error", "worker killed")
-                self.tracker.end(run.info.run_id, "FAILED")
-        return stale
-
-    def _decided(self) -> dict[str, optuna.trial.FrozenTrial]:
-        out = {}
-        for trial in self.study.get_trials(deepcopy=False, states=DONE):
-            out[trial.user_attrs.get("label", "")] = trial
-        return out
-
-    def _claimed_earlier(self, number: int, label: str) -> bool:
-        """Two workers can pick one config in the same instant; the lower trial number keeps it."""
-        return any(
-            t.number < number and t.user_attrs.get("label") == label and _alive(t.user_attrs.get("worker_pid", 0))
-            for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        )
-
-    def _taken(self, current: int) -> set[str]:
-        """Configs decided, or being measured right now by another live worker sharing the study."""
-        taken = set(self._decided())
-        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            pid = trial.user_attrs.get("worker_pid")
-            if trial.number != current and "label" in trial.user_attrs and pid and _alive(pid):
-                taken.add(trial.user_attrs["label"])
-        return taken
-
     def _parent_run(self) -> str:
-        found = self.tracker.client.search_runs(
-            [self.tracker.experiment_id], f"tags.kind = 'study' and tags.study = '{self.name}'", max_results=1
-        )
+        found = self.tracker.search(f"tags.kind = 'study' and tags.study = '{self.name}'", limit=1)
         if found:
-            run_id = found[0].info.run_id
-            self.tracker.client.update_run(run_id, status="RUNNING")
-            from pipeline.tracking.store import _OPEN
-
-            _OPEN[run_id] = self.tracker
-            return run_id
+            return self.tracker.reopen(found[0].info.run_id)
         run_id = self.tracker.start(
             f"study {self.name}",
             tags={"kind": "study", "study": self.name, STATUS_TAG: "running", "worker_pid": os.getpid()},
@@ -298,7 +239,7 @@ class StudyDriver:
     def run(self) -> dict:
         self._gpu_seconds = 0.0
         self.placement_dtype = self.device = None
-        stale = self._fail_stale()
+        stale = workers.fail_stale(self.study, self.tracker, self.name)
         parent = self._parent_run()
         status = "KILLED"
         try:
@@ -321,15 +262,15 @@ class StudyDriver:
     def _loop(self, parent: str) -> None:
         valid_labels = {c.label: c for c in self.valid}
         budget = min(self.o.trials, len(self.valid))
-        decided = self._decided()
+        decided = workers.decided(self.study)
         bar = tqdm(total=budget, initial=min(len(decided), budget), desc="trials", unit="trial", dynamic_ncols=True)
         duplicates = 0
         try:
-            while len(self._decided()) < budget:
+            while len(workers.decided(self.study)) < budget:
                 trial = self.study.ask()
                 trial.set_user_attr("worker_pid", os.getpid())
                 candidate = suggest(trial, self.space)
-                done = self._taken(trial.number)
+                done = workers.taken(self.study, trial.number)
                 if candidate.label in done or candidate.label not in valid_labels:
                     # already decided (or not a valid combination): close it, and steer the next ask to a new config
                     trial.set_user_attr("duplicate_of", candidate.label)
@@ -342,7 +283,7 @@ class StudyDriver:
                         self.study.enqueue_trial(remaining[0].params, skip_if_exists=False)
                     continue
                 trial.set_user_attr("label", candidate.label)  # claims the config for workers sharing the study
-                if self._claimed_earlier(trial.number, candidate.label):
+                if workers.claimed_earlier(self.study, trial.number, candidate.label):
                     self.study.tell(trial, state=TrialState.FAIL)  # another worker asked for it first
                     continue
                 started = time.time()

@@ -84,7 +84,7 @@ class SweepTracker(Callback):
         from pipeline.reporting.report import collect
 
         # read back from MLflow: with a launcher that runs jobs elsewhere (submitit), they never return here
-        results, _ = collect(self.tracker, self.tracker.client.get_run(self.parent_id))
+        results, _ = collect(self.tracker, self.tracker.run(self.parent_id))
         rows = comparison_rows(results or self.results, OmegaConf.select(config, "mem_cap"))
         for row in rows:
             if row.get("run_id") and row.get("loss_dev") is not None:

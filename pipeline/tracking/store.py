@@ -90,6 +90,29 @@ class Tracker:
         _OPEN[run.info.run_id] = self
         return run.info.run_id
 
+    def search(self, query: str, newest_first: bool = False, limit: int | None = None) -> list:
+        """Runs of this experiment matching an MLflow filter string (oldest first unless `newest_first`)."""
+        order = ["attributes.start_time DESC" if newest_first else "attributes.start_time ASC"]
+        kwargs = {"max_results": limit} if limit else {}
+        return self.client.search_runs([self.experiment_id], query, order_by=order, **kwargs)
+
+    def run(self, run_id: str):
+        return self.client.get_run(run_id)
+
+    def history(self, run_id: str, key: str) -> list[tuple[int, float]]:
+        points = self.client.get_metric_history(run_id, key)
+        return sorted((m.step, m.value) for m in points)
+
+    def reopen(self, run_id: str) -> str:
+        """Continue a finished parent run (a resumed study); it is ended again like any run this process opened."""
+        self.client.update_run(run_id, status="RUNNING")
+        _OPEN[run_id] = self
+        return run_id
+
+    def fail(self, run_id: str, reason: str) -> None:
+        self.tags(run_id, {STATUS_TAG: "failed", "error": reason})
+        self.end(run_id, "FAILED")
+
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status=status)
         _OPEN.pop(run_id, None)
