@@ -101,7 +101,9 @@ def finish(driver, parent: str, status: str) -> dict:
     from pipeline.reporting.table import comparison_rows, format_table
 
     measured, _ = collect(tracker, tracker.run(parent))
-    comparison = format_table(comparison_rows([r for r in measured if r["summary"].get("step_time_median_s")]))
+    ranked = comparison_rows([r for r in measured if r["summary"].get("step_time_median_s")])
+    comparison = format_table(ranked)
+    ties = {r["config"].split(": ", 1)[-1] for r in ranked if r.get("rank") == "tie"}
     lines = [
         "",
         table,
@@ -131,6 +133,11 @@ def finish(driver, parent: str, status: str) -> dict:
         lines += [
             f"best feasible: {best.user_attrs['label']}  ({best.user_attrs['step_time_median_s']:.4f} s/step, "
             f"peak {best.user_attrs['peak_gib']:.2f} GiB of {driver.cap / GIB:.2f} GiB)",
+            *(
+                [f"  tied with (overlapping 95% intervals): {', '.join(sorted(ties - {best.user_attrs['label']}))}"]
+                if len(ties) > 1
+                else []
+            ),
             f"  python -m pipeline.train {override}",
             "  SFTConfig(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")",
         ]
