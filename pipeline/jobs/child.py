@@ -131,10 +131,7 @@ class Job:
             self.placement.dtype,
             self.placement.device,
         )
-        stop = dict(self.spec.get("stop") or {})
-        if stop.get("cap_bytes") is None:
-            stop.pop("cap_bytes", None)
-        stop["context_bytes"] = self.context_bytes
+        stop = {**(self.spec.get("stop") or {}), "context_bytes": self.context_bytes}
         steps_path = str(self.workdir / STEPS_FILE) if self.writer else None
         self.meter = StepMeter(self.placement.device == "cuda", steps_path, stop)
         peft_config = build_lora_config(lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["bias"])
@@ -223,13 +220,9 @@ class Job:
         for name in ("trainer", "model"):
             if hasattr(self, name):
                 delattr(self, name)
+        if hasattr(self, "placement"):
+            self._collect_memory()
         if torch.cuda.is_available():
-            self.result["memory"] = {
-                "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
-                "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
-                "context_bytes": self.context_bytes,
-                "cap_bytes": self.cap_bytes,
-            }
             torch.cuda.empty_cache()
 
 

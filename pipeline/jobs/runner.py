@@ -101,7 +101,7 @@ def start(kind: str, spec: dict, workdir: Path) -> _Handle:
         if kind == "torchrun":  # one process per device, PyTorch's own elastic launcher
             world = spec["config"]["world_size"]
             job = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", *job]
-        return _Handle(subprocess.Popen([sys.executable, *job], start_new_session=False))
+        return _Handle(subprocess.Popen([sys.executable, *job]))
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
     process.start()
     return _Handle(process)

@@ -7,6 +7,7 @@ run, whose id the sweep callback puts in the environment.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -26,8 +27,9 @@ def job_name(cfg: DictConfig) -> str:
     return f"{name} #{cfg.repeat}" if cfg.repeats > 1 else name
 
 
+@functools.cache
 def gpu_profiles() -> dict[str, dict]:
-    """Every card profile in conf/gpu, so a job can find the peak of the device it really runs on."""
+    """Every card profile in conf/gpu (read once), so a job can find the peak of the device it really runs on."""
     profiles = {}
     for path in sorted((CONF_DIR / "gpu").glob("*.yaml")):
         node = OmegaConf.load(path)
@@ -131,14 +133,10 @@ def run(
         return {
             "run_id": run_id,
             "name": name,
-            "split": cfg.batch.split,
             "status": record["status"],
             "summary": summary,
-            "losses": [s["loss"] for s in record.get("steps", [])],
             "stopped": record.get("stopped"),
-            "oom_step": record.get("oom_step"),
             "error": record.get("error"),
-            "model_flops_per_token": record.get("model_flops_per_token"),
             "placement": record.get("placement"),
         }
     except KeyboardInterrupt:

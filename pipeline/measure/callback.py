@@ -58,8 +58,6 @@ class StepMeter(TrainerCallback):
         self.steps_path = steps_path
         self.steps: list[dict] = []
         self.current_step = 0
-        self.train_begin_host: float | None = None
-        self.model_memory: dict[str, int | None] = {}
         self._hooks: list[Any] = []
         self._reset_step()
         self._last_end_host: float | None = None
@@ -67,10 +65,8 @@ class StepMeter(TrainerCallback):
 
     # ---- hooks on the model -------------------------------------------------------------------------------------
     def _reset_step(self) -> None:
-        self._begin = None
         self._begin_host = None
         self._micro: list[list[Any]] = []  # [forward start, forward end, micro end]
-        self._opt_end = None
         self._tokens: list[torch.Tensor | int] = []
         self._padded = 0
         self._samples: list[torch.Tensor | int] = []
@@ -101,29 +97,20 @@ class StepMeter(TrainerCallback):
             self._hooks.append(model.register_forward_hook(self._forward_end, with_kwargs=True))
         if self.cuda:
             torch.cuda.synchronize()
-            self.model_memory = {
-                "allocated": torch.cuda.memory_allocated(),
-                "reserved": torch.cuda.memory_reserved(),
-            }
             torch.cuda.reset_peak_memory_stats()
         else:
-            self.model_memory = {"allocated": memory.rss_bytes(), "reserved": None}
             memory.reset_peak_rss()
-        self.train_begin_host = self._last_end_host = time.perf_counter()
+        self._last_end_host = time.perf_counter()
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.current_step = state.global_step + 1
         self._begin_host = time.perf_counter()
-        self._begin = self.clock.mark()
 
     def on_substep_end(self, args, state, control, **kwargs):
         self._micro_end()
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         self._micro_end()
-
-    def on_optimizer_step(self, args, state, control, **kwargs):
-        self._opt_end = self.clock.mark()
 
     def on_step_end(self, args, state, control, **kwargs):
         end = self.clock.mark()

@@ -8,7 +8,7 @@ from collections import defaultdict
 from pipeline.measure.stats import max_relative_deviation, median_ci, rank
 
 
-def comparison_rows(results: list[dict], mem_cap: str | None = None) -> list[dict]:
+def comparison_rows(results: list[dict]) -> list[dict]:
     """Pool repeats of each config name (`model split`), rank by median step time, and measure each job's loss
     deviation from the reference (the first finished job of the sweep)."""
     reference = next((r["losses"] for r in results if r.get("status") == "ok" and r.get("losses")), None)
@@ -63,7 +63,7 @@ def _status(jobs: list[dict]) -> str:
     return "/".join(statuses)
 
 
-def _num(value: float | None, fmt: str) -> str:
+def num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
@@ -87,15 +87,20 @@ def format_table(rows: list[dict]) -> str:
                 r["config"],
                 r["status"],
                 step,
-                _num(r.get("tokens_per_s"), ",.0f"),
+                num(r.get("tokens_per_s"), ",.0f"),
                 "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%",
-                _num(r.get("peak_gib"), ".2f"),
+                num(r.get("peak_gib"), ".2f"),
                 r.get("verdict") or "-",
-                _num(r.get("loss_dev"), ".1e"),
+                num(r.get("loss_dev"), ".1e"),
                 r.get("rank") or "-",
             ]
         )
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(header))]
+    return markdown_table(lines)
+
+
+def markdown_table(lines: list[list[object]]) -> str:
+    """A header row then data rows, as an aligned Markdown table."""
+    widths = [max(len(str(line[i])) for line in lines) for i in range(len(lines[0]))]
     out = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in lines]
     out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(out)

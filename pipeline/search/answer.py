@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from pipeline.build.sft_args import sft_kwargs
+from pipeline.reporting.table import markdown_table, num
 from pipeline.search import workers
 from pipeline.search.predictor import GIB
 from pipeline.search.space import SPLIT_KEY, apply
@@ -39,15 +40,11 @@ def trial_rows(study) -> list[dict]:
     return rows
 
 
-def _num(value, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
 def format_trials(rows: list[dict]) -> str:
     header = ["#", "config", "status", "step s (median [95% CI])", "peak GiB", "predicted GiB", "fits", "note"]
     lines = [header]
     for r in sorted(rows, key=lambda r: (r["median"] is None, r["median"] or 0.0)):
-        step = "-" if r["median"] is None else f"{r['median']:.4f} [{_num(r['low'], '.4f')}, {_num(r['high'], '.4f')}]"
+        step = "-" if r["median"] is None else f"{r['median']:.4f} [{num(r['low'], '.4f')}, {num(r['high'], '.4f')}]"
         fits = {True: "yes", False: "no", None: "-"}[r["feasible"]]
         if r["status"] == "skipped":
             fits = "no (predicted)"
@@ -57,16 +54,13 @@ def format_trials(rows: list[dict]) -> str:
                 r["config"],
                 r["status"],
                 step,
-                _num(r["peak_gib"], ".3f"),
-                _num(r["predicted_gib"], ".3f"),
+                num(r["peak_gib"], ".3f"),
+                num(r["predicted_gib"], ".3f"),
                 fits,
                 r["reason"][:60],
             ]
         )
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in lines]
-    out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(out)
+    return markdown_table(lines)
 
 
 def best_trial(study):

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from pipeline.config.validate import parse_size
 from pipeline.jobs import runner, task
 from pipeline.search import workers
+from pipeline.search.answer import best_trial
 from pipeline.search.predictor import GIB, Knobs, Predictor, Shape
 from pipeline.search.space import SPLIT_KEY, Candidate, apply, candidates, knob_space, suggest
 from pipeline.tracking.store import STATUS_TAG, Tracker, absolute_uri, flatten, store_lock
@@ -145,14 +146,6 @@ class StudyDriver:
         )
 
     # ---- one trial ----------------------------------------------------------------------------------------------------
-    def _best_value(self) -> float | None:
-        feasible = [
-            t.value
-            for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get("feasible") and t.value is not None and t.value < NOT_MEASURED
-        ]
-        return min(feasible) if feasible else None
-
     def evaluate(self, trial: optuna.Trial, candidate: Candidate, parent: str) -> None:
         cfg = apply(self.cfg, candidate)
         predicted = self.predictor.predict(knobs_of(cfg, candidate.params[SPLIT_KEY], self.placement_dtype))
@@ -172,10 +165,11 @@ class StudyDriver:
             self._record_skip(parent, trial.number, candidate, reason, predicted)
             self.study.tell(trial, NOT_MEASURED)
             return
-        best = self._best_value()
+        best = best_trial(self.study)
         stop = {"cap_bytes": self.cap, "warmup": cfg.measure.warmup_steps}
         if best is not None:
-            stop.update(prune_after=self.o.prune_steps, prune_threshold_s=best * self.o.prune_factor)
+            threshold = best.user_attrs["step_time_median_s"] * self.o.prune_factor
+            stop.update(prune_after=self.o.prune_steps, prune_threshold_s=threshold)
         result = task.run(
             cfg,
             stop=stop,

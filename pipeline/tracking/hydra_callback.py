@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import Any
 
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -39,7 +39,7 @@ class SweepTracker(Callback):
     def __init__(self) -> None:
         self.tracker: Tracker | None = None
         self.parent_id: str | None = None
-        self.results: list[dict] = []
+        self.done = 0
         self.total = 0
         self.started = 0.0
 
@@ -65,12 +65,8 @@ class SweepTracker(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.parent_id is None:
             return
-        if job_return.status == JobStatus.COMPLETED and isinstance(job_return.return_value, dict):
-            self.results.append(job_return.return_value)
-        else:
-            name = " ".join(job_return.overrides or [])
-            self.results.append({"name": name, "status": "failed", "summary": {}, "losses": []})
-        done = len(self.results)
+        self.done += 1
+        done = self.done
         elapsed = time.time() - self.started
         eta = elapsed / done * (self.total - done) if self.total >= done else 0.0
         print(
@@ -85,7 +81,7 @@ class SweepTracker(Callback):
 
         # read back from MLflow: with a launcher that runs jobs elsewhere (submitit), they never return here
         results, _ = collect(self.tracker, self.tracker.run(self.parent_id))
-        rows = comparison_rows(results or self.results, OmegaConf.select(config, "mem_cap"))
+        rows = comparison_rows(results)
         for row in rows:
             if row.get("run_id") and row.get("loss_dev") is not None:
                 self.tracker.metrics(row["run_id"], {"loss_max_rel_dev": row["loss_dev"]})
@@ -94,8 +90,8 @@ class SweepTracker(Callback):
         table = format_table(rows)
         print(table, flush=True)
         self.tracker.artifact_text(self.parent_id, "summary.md", table + "\n")
-        ok = sum(1 for r in self.results if r.get("status") == "ok")
-        self.tracker.metrics(self.parent_id, {"jobs_ok": ok, "jobs_total": len(self.results)})
+        ok = sum(1 for r in results if r.get("status") == "ok")
+        self.tracker.metrics(self.parent_id, {"jobs_ok": ok, "jobs_total": len(results)})
         self.tracker.tags(self.parent_id, {STATUS_TAG: "done"})
         self.tracker.end(self.parent_id, "FINISHED")
         os.environ.pop(PARENT_ENV, None)
