@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.jobs.summary import summarize_job
+from pipeline.measure.callback import StepMeter
 from pipeline.measure.memory import verdict
 from pipeline.measure.stats import max_relative_deviation, median_ci, rank, summarize
 from pipeline.reporting.table import comparison_rows
@@ -142,3 +143,28 @@ def test_splits_are_the_divisors():
     assert splits(16, 1) == ["1x16", "2x8", "4x4", "8x2", "16x1"]
     assert splits(8, 2) == ["1x4", "2x2", "4x1"]
     assert splits(4, 3) == []
+
+
+def _meter_with_steps(times: list[float], stop: dict) -> tuple[StepMeter, list[str | None]]:
+    meter = StepMeter(cuda=False, stop=stop)
+    reasons = []
+    for step, seconds in enumerate(times, start=1):
+        record = {"step": step, "step_time_s": seconds, "peak_rss_bytes": 1}
+        reasons.append(meter._should_stop(record, step))
+        meter.steps.append(record)
+    return meter, reasons
+
+
+def test_a_slow_trial_is_pruned_on_the_median_after_the_first_step():
+    stop = {"prune_after": 3, "prune_threshold_s": 1.3}
+    # the first step (one-off costs) is ignored; steps 2-4 have median 1.4 > 1.3: pruned at step 4, not before
+    _, reasons = _meter_with_steps([9.0, 1.4, 1.0, 1.5, 1.0], stop)
+    assert reasons == [None, None, None, "pruned", None]
+    # one slow step among fast ones does not prune (median 1.2)
+    _, reasons = _meter_with_steps([9.0, 2.0, 1.2, 1.1, 1.0], stop)
+    assert reasons == [None] * 5
+
+
+def test_an_over_cap_step_stops_at_once():
+    _, reasons = _meter_with_steps([1.0, 1.0], {"cap_bytes": 0.5})
+    assert reasons == ["over-cap", "over-cap"]

@@ -120,7 +120,7 @@ class OptimizeConfig:
     study_name: str | None = None
     space: dict[str, list[Any]] = field(default_factory=dict)
     probe_steps: int = 4
-    prune_steps: int = 5
+    prune_steps: int = 3
     prune_factor: float = 1.3
     skip_margin: float = 0.1
 

@@ -49,7 +49,8 @@ class _Clock:
 class StepMeter(TrainerCallback):
     def __init__(self, cuda: bool, steps_path: str | None = None, stop: dict | None = None) -> None:
         """`stop` ends training early: `cap_bytes` (+ `context_bytes`) once a step's peak is over the cap,
-        `prune_after` steady steps (after `warmup`) when their median exceeds `prune_threshold_s`."""
+        or when the median of the `prune_after` steps after the first (which carries one-off costs) exceeds
+        `prune_threshold_s`: a slow config is known after a few steps, long before the warm-up ends."""
         self.cuda = cuda
         self.stop = stop or {}
         self.stop_reason: str | None = None
@@ -160,10 +161,9 @@ class StepMeter(TrainerCallback):
         if cap and peak > cap:
             return "over-cap"
         after, threshold = self.stop.get("prune_after"), self.stop.get("prune_threshold_s")
-        warmup = self.stop.get("warmup", 0)
-        if after and threshold and step == warmup + after:
-            steady = [s["step_time_s"] for s in self.steps if s["step"] > warmup] + [record["step_time_s"]]
-            if statistics.median(steady) > threshold:
+        if after and threshold and step == 1 + after:
+            early = [s["step_time_s"] for s in self.steps if s["step"] > 1] + [record["step_time_s"]]
+            if statistics.median(early) > threshold:
                 return "pruned"
         return None
 

@@ -113,25 +113,36 @@ class StudyDriver:
         if saved:
             self.predictor.scale, self.predictor.offset = saved["scale"], saved["offset"]
             self.placement_dtype, self.device = saved.get("dtype"), saved.get("device")
+            self._reference = saved.get("reference_s")
             return
         split_values = self.space[SPLIT_KEY]
         probes = []
         for split in dict.fromkeys([split_values[0], split_values[-1]]):
-            cfg = apply(self.cfg, Candidate(((SPLIT_KEY, split),)))
+            # Memory depends on the micro-batch, not on accumulation: a probe runs its micro-batch once per step.
+            micro, accumulation = (int(x) for x in split.split("x"))
+            cfg = apply(self.cfg, Candidate(((SPLIT_KEY, f"{micro}x1"),)))
+            cfg.batch.effective = micro * cfg.world_size
             cfg.train.steps = self.o.probe_steps
             cfg.measure.warmup_steps = 1
             result = task.run(
                 cfg,
                 parent_id=parent,
                 tags={"kind": "probe", "study": self.name, "worker_pid": os.getpid()},
-                name=f"probe {split}",
+                name=f"probe {micro}x1",
             )
-            self._gpu_seconds += result["summary"].get("wall_s") or 0.0
-            peak = result["summary"].get("peak_gib")
+            summary = result["summary"]
+            self._gpu_seconds += summary.get("wall_s") or 0.0
+            peak = summary.get("peak_gib")
             if result["status"] == "ok" and peak:
                 placement = result.get("placement") or {}
                 probes.append((knobs_of(cfg, split, placement.get("dtype")), peak * GIB))
                 self.placement_dtype, self.device = placement.get("dtype"), placement.get("device")
+                step = summary.get("step_time_median_s")
+                if step and peak * GIB <= self.cap and self._base_in_space():
+                    # The base config at this split (a candidate) takes at most `accumulation` probe steps: a bound
+                    # to prune against before any trial has finished.
+                    estimate = step * accumulation
+                    self._reference = estimate if self._reference is None else min(self._reference, estimate)
         self.predictor.calibrate(probes)
         self.study.set_user_attr(
             "calibration",
@@ -139,11 +150,15 @@ class StudyDriver:
                 "scale": self.predictor.scale,
                 "offset": self.predictor.offset,
                 "probes": [[k.micro, p / GIB] for k, p in probes],
+                "reference_s": self._reference,
                 "gpu_seconds": self._gpu_seconds,
                 "dtype": self.placement_dtype,
                 "device": self.device,
             },
         )
+
+    def _base_in_space(self) -> bool:
+        return all(OmegaConf.select(self.cfg, key) in values for key, values in self.space.items() if key != SPLIT_KEY)
 
     # ---- one trial ----------------------------------------------------------------------------------------------------
     def evaluate(self, trial: optuna.Trial, candidate: Candidate, parent: str) -> None:
@@ -166,10 +181,11 @@ class StudyDriver:
             self.study.tell(trial, NOT_MEASURED)
             return
         best = best_trial(self.study)
-        stop = {"cap_bytes": self.cap, "warmup": cfg.measure.warmup_steps}
-        if best is not None:
-            threshold = best.user_attrs["step_time_median_s"] * self.o.prune_factor
-            stop.update(prune_after=self.o.prune_steps, prune_threshold_s=threshold)
+        bounds = [best.user_attrs["step_time_median_s"]] if best is not None else []
+        bounds += [self._reference] if self._reference else []
+        stop = {"cap_bytes": self.cap}
+        if bounds:
+            stop.update(prune_after=self.o.prune_steps, prune_threshold_s=min(bounds) * self.o.prune_factor)
         result = task.run(
             cfg,
             stop=stop,
@@ -232,7 +248,7 @@ class StudyDriver:
     # ---- the loop -----------------------------------------------------------------------------------------------------
     def run(self) -> dict:
         self._gpu_seconds = 0.0
-        self.placement_dtype = self.device = None
+        self.placement_dtype = self.device = self._reference = None
         stale = workers.fail_stale(self.study, self.tracker, self.name)
         parent = self._parent_run()
         status = "KILLED"
