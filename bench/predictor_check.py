@@ -20,7 +20,9 @@ def main() -> None:
     calibration = record["user_attrs"]["calibration"]
     predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
     length = cfg.train.max_length
-    predictor.calibrate([(Knobs(m, length, calibration["dtype"], False), g * GIB) for m, g in calibration["probes"]])
+    # probes: [micro, peak GiB] (older studies: the base config had no checkpointing), or [micro, peak, dtype, ckpt]
+    probes = [p if len(p) == 4 else [*p, calibration["dtype"], False] for p in calibration["probes"]]
+    predictor.calibrate([(Knobs(m, length, dtype, ckpt), g * GIB) for m, g, dtype, ckpt in probes])
     print(
         f"calibrated on {len(calibration['probes'])} probe(s): scale {predictor.scale:.3f}, offset {predictor.offset / GIB:.3f} GiB"
     )

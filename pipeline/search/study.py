@@ -149,7 +149,7 @@ class StudyDriver:
             {
                 "scale": self.predictor.scale,
                 "offset": self.predictor.offset,
-                "probes": [[k.micro, p / GIB] for k, p in probes],
+                "probes": [[k.micro, p / GIB, k.dtype, k.checkpointing] for k, p in probes],
                 "reference_s": self._reference,
                 "gpu_seconds": self._gpu_seconds,
                 "dtype": self.placement_dtype,
