@@ -23,9 +23,34 @@ from pipeline.measure.stats import rank, summarize
 
 SPLITS = ["1x4", "2x2", "4x1"]
 GIB = 2**30
+# --device cpu: the same setup at a size a CPU trains in milliseconds per step, in fp32; only ratios mean anything
+CPU_SHAPE = {
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 4096,
+}
+CPU_LENGTH = 128
 
 
-def run_pipeline(order: list[str], steps: int, warmup: int, store: Path, log) -> None:
+def device_overrides(device: str) -> list[str]:
+    if device == "cuda":
+        return []
+    shape = [f"model.{k}={v}" for k, v in CPU_SHAPE.items()]
+    return [
+        "gpu=cpu",
+        "model=tiny",
+        *shape,
+        "train.dtype=fp32",
+        f"train.max_length={CPU_LENGTH}",
+        f"data.length={CPU_LENGTH}",
+    ]
+
+
+def run_pipeline(order: list[str], steps: int, warmup: int, store: Path, log, device: str = "cuda") -> None:
     cmd = [
         sys.executable,
         "-m",
@@ -37,11 +62,12 @@ def run_pipeline(order: list[str], steps: int, warmup: int, store: Path, log) ->
         f"batch.split={','.join(order)}",
         "train.progress_bar=false",
         f"paths.root={store}",
+        *device_overrides(device),
     ]
     subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_plain(split: str, steps: int, out: Path, log) -> dict:
+def run_plain(split: str, steps: int, out: Path, log, device: str = "cuda") -> dict:
     path = out / f"plain-{split}-{time.time_ns()}.json"
     cmd = [
         sys.executable,
@@ -53,6 +79,8 @@ def run_plain(split: str, steps: int, out: Path, log) -> dict:
         "--out",
         str(path),
     ]
+    if device == "cpu":
+        cmd += ["--device", "cpu", "--shape", json.dumps(CPU_SHAPE), "--length", str(CPU_LENGTH)]
     subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
     return json.loads(path.read_text())
 
@@ -95,7 +123,7 @@ def measure(args) -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     store = work / f"mlruns-{args.first}"
-    raw = {"steps": args.steps, "warmup": args.warmup, "pipeline": [], "plain": []}
+    raw = {"steps": args.steps, "warmup": args.warmup, "device": args.device, "pipeline": [], "plain": []}
     started = time.time()
     with open(args.out / f"bench-{args.first}.log", "w") as log:
         for r in range(args.first, args.first + args.repeats):
@@ -103,11 +131,11 @@ def measure(args) -> None:
             before = len(pipeline_records(store)) if (store / "mlflow.db").exists() else 0
 
             def pipeline_side(order=order):
-                run_pipeline(order, args.steps, args.warmup, store, log)
+                run_pipeline(order, args.steps, args.warmup, store, log, args.device)
 
             def plain_side(order=order, r=r):
                 for split in order:
-                    raw["plain"].append(run_plain(split, args.steps, work, log) | {"repeat": r})
+                    raw["plain"].append(run_plain(split, args.steps, work, log, args.device) | {"repeat": r})
 
             for side in (pipeline_side, plain_side) if r % 2 == 0 else (plain_side, pipeline_side):
                 side()
@@ -145,9 +173,8 @@ def summarize_raw(paths: list[Path]) -> None:
             ratios=ratios,
             fixed=[r["spawn_s"] + r["setup_s"] for r in mine],
             spawn=[r["spawn_s"] for r in mine],
-            reserved=[r["memory"]["peak_reserved_bytes"] / GIB for r in mine],
-            plain_reserved=[p["peak_reserved_bytes"] / GIB for p in theirs],
-            context=[r["memory"]["context_bytes"] / GIB for r in mine],
+            reserved=[(r["memory"].get("peak_reserved_bytes") or 0) / GIB for r in mine],
+            plain_reserved=[(p["peak_reserved_bytes"] or 0) / GIB for p in theirs],
             phases=phases,
         )
     verdicts = rank({s: (r["pooled"].median, r["pooled"].ci_low, r["pooled"].ci_high) for s, r in rows.items()})
@@ -187,6 +214,7 @@ def main() -> None:
     m.add_argument("--first", type=int, default=0, help="index of the first repeat (orders alternate by index)")
     m.add_argument("--out", type=Path, required=True)
     m.add_argument("--work", default="/tmp/bench-work")
+    m.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     s = sub.add_parser("summarize")
     s.add_argument("raw", type=Path, nargs="+")
     args = parser.parse_args()

@@ -44,7 +44,8 @@ def run(args) -> None:
     split_list = ",".join(splits(effective, 1))
     knobs = [f"{k}={','.join(v)}" for k, v in KNOBS.items()]
     if not args.skip_grid:
-        grid = [sys.executable, "-m", "pipeline.train", "-m", f"batch.split={split_list}", *knobs, *base]
+        # the sweep goes last: a later override of the same key wins, and the base may set the knobs
+        grid = [sys.executable, "-m", "pipeline.train", "-m", *base, f"batch.split={split_list}", *knobs]
         _log(grid + [f"paths.root={out / 'grid'}"], out / "grid.log")
     study = [sys.executable, "-m", "pipeline.optimize", "optimize=ckpt-dtype", f"optimize.trials={args.trials}", *base]
     _log(study + [f"paths.root={out / 'study'}"], out / "study.log")
@@ -94,7 +95,9 @@ def summarize(args) -> None:
     from pipeline.search.predictor import Knobs, Predictor, Shape
 
     out = args.out
-    grid = _grid(out / "grid")
+    grid = [
+        row for root in sorted(out.glob("grid*/")) for row in _grid(root)
+    ]  # grid/, and any grid2/ ... completing it
     found = _study(out / "study")
     study, calibration = found["study"], found["calibration"]
     feasible = [r for r in grid if r["status"] == "ok" and r["verdict"] == "fits" and r["median"]]
@@ -155,6 +158,7 @@ def summarize(args) -> None:
             f"error over the {len(errors)} configs that ran to the end: mean {100 * sum(errors) / len(errors):.1f}%, "
             f"max {100 * max(errors):.1f}%"
         )
+    replay = _replay(study, predictor, length, {r["config"]: r for r in grid})
     (out / "summary.json").write_text(
         json.dumps(
             {
@@ -165,10 +169,49 @@ def summarize(args) -> None:
                 "study_answer": label,
                 "calibration": calibration,
                 "trials": rows,
+                "replay": replay,
             },
             default=str,
         )
     )
+
+
+def _replay(study, predictor, length: int, grid: dict) -> list[dict]:
+    """The predictor as the code stands, replayed on the study's own order: before each launched or skipped trial it
+    knows the probes and the peaks of the trials decided before it, nothing else (out of sample)."""
+    from optuna.trial import TrialState
+
+    from pipeline.search.predictor import Knobs
+
+    predictor.measured = [
+        (Knobs(m, length, d, bool(c)), g * GIB) for m, g, d, c in study.user_attrs["calibration"]["probes"]
+    ]
+    print("\npredictor replayed in the study's order (each prediction knows only what was measured before it):")
+    out, errors = [], []
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        a = t.user_attrs
+        if t.state == TrialState.FAIL or "label" not in a:
+            continue
+        split, ckpt, dtype = (t.params[k] for k in ("batch.split", "train.gradient_checkpointing", "train.dtype"))
+        knobs = Knobs(int(split.split("x")[0]), length, dtype, bool(ckpt))
+        predicted = predictor.predict(knobs) / GIB
+        measured = grid.get(a["label"], {})
+        truth = measured.get("peak_gib") if measured.get("verdict") == "fits" else None
+        error = None if truth is None else (predicted - truth) / truth
+        if error is not None:
+            errors.append(abs(error))
+        out.append({"trial": t.number, "config": a["label"], "predicted_gib": predicted, "grid_peak_gib": truth})
+        shown = f"{100 * error:+5.1f}%" if error is not None else f"(grid: {measured.get('verdict', '-')})"
+        print(
+            f"  {t.number:3d} {a['label']:70s} predicted {predicted:6.2f}  grid {truth or float('nan'):6.2f}  {shown}"
+        )
+        if a.get("status") in ("ok", "pruned") and a.get("peak_gib"):
+            predictor.measured.append((knobs, a["peak_gib"] * GIB))
+    if errors:
+        print(
+            f"replayed error: mean {100 * sum(errors) / len(errors):.1f}%, max {100 * max(errors):.1f}% over {len(errors)}"
+        )
+    return out
 
 
 def main() -> None:

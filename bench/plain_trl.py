@@ -5,6 +5,7 @@ precision with gradient checkpointing, synthetic 512-token sequences padded to 5
 Step time comes from the timestamps of the per-step log (logging_steps=1 reads the loss, which synchronises).
 
     python bench/plain_trl.py --split 4x1 --steps 20 --out plain-4x1.json
+    python bench/plain_trl.py --split 4x1 --steps 20 --device cpu --shape '{"hidden_size": 256, ...}' --length 128 ...
 """
 
 from __future__ import annotations
@@ -39,23 +40,30 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: fp32, for overhead ratios")
+    parser.add_argument("--shape", default="{}", help="JSON of Qwen3 config fields replacing the 1.7B shape")
     args = parser.parse_args()
+    cuda = args.device == "cuda"
     micro, accumulation = (int(x) for x in args.split.split("x"))
     start = time.perf_counter()
 
-    vocab = {f"t{i}": i for i in range(151936)}
+    shape = {
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        **json.loads(args.shape),
+    }
+    vocab = {f"t{i}": i for i in range(shape["vocab_size"])}
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0")), pad_token="t0", eos_token="t1"
     )
     config = AutoConfig.for_model(
         "qwen3",
-        hidden_size=2048,
-        intermediate_size=6144,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        vocab_size=151936,
+        **shape,
         max_position_embeddings=40960,
         tie_word_embeddings=True,
         rope_theta=1_000_000.0,
@@ -64,10 +72,12 @@ def main() -> None:
         eos_token_id=1,
     )
     torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float16, attn_implementation="sdpa")
+    with torch.device(args.device):
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=torch.float16 if cuda else torch.float32, attn_implementation="sdpa"
+        )
     rng = np.random.default_rng(0)
-    rows = rng.integers(4, 151936, size=(args.steps * micro * accumulation, args.length)).tolist()
+    rows = rng.integers(4, shape["vocab_size"], size=(args.steps * micro * accumulation, args.length)).tolist()
     dataset = Dataset.from_dict({"input_ids": rows})
     clock = LogClock()
     trainer = SFTTrainer(
@@ -82,8 +92,9 @@ def main() -> None:
             learning_rate=2e-4,
             warmup_steps=5,
             optim="adamw_torch",
-            fp16=True,
+            fp16=cuda,
             bf16=False,
+            use_cpu=not cuda,
             gradient_checkpointing=True,
             gradient_checkpointing_kwargs={"use_reentrant": False},
             logging_steps=1,
@@ -107,7 +118,7 @@ def main() -> None:
         "setup_s": setup,
         "step_times_s": steps,  # step k+1's time for k = 1..: the first step has no predecessor
         "losses": clock.losses,
-        "peak_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved() if cuda else None,
     }
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(record, handle)

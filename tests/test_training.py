@@ -141,3 +141,17 @@ def test_gpu_profile_on_cpu_is_recorded_as_emulated(tmp_path):
     record = make_job(tmp_path, "gpu=t4", "train.dtype=fp32").run()
     assert record["placement"]["device"] == "cpu" and record["placement"]["emulated"] == "t4"
     assert record["memory"]["cap_bytes"] == 15 * 2**30
+
+
+def test_a_hopeless_step_is_stopped_mid_step_and_recorded_as_pruned(tmp_path):
+    """Within the pruning window, a step that has already run 2x the threshold ends the job at a micro-batch start:
+    with an impossible threshold, step 2 stops at its first micro-batch and only step 1 is kept."""
+    job = make_job(tmp_path, "batch.split=1x4")
+    job.spec["stop"] = {"prune_after": 3, "prune_threshold_s": 1e-9}
+    record = job.run()
+    assert record["status"] == "pruned", record.get("traceback")
+    assert record["stopped"] == "pruned at step 2"
+    assert [s["step"] for s in record["steps"]] == [1]
+    assert record["stopped_within_step"].startswith("step 2 ran ")
+    # the same job without a threshold trains all its steps
+    assert len(losses(make_job(tmp_path / "free", "batch.split=1x4").run())) == 8

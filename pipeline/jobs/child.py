@@ -31,7 +31,7 @@ from pipeline.build.trainer import build_sft_config, build_trainer
 from pipeline.config.validate import ARCH_FIELDS
 from pipeline.jobs.files import RESULT_FILE, STEPS_FILE
 from pipeline.measure import memory
-from pipeline.measure.callback import StepMeter
+from pipeline.measure.callback import StepMeter, StopTraining
 from pipeline.measure.flops import count_params, flops_per_token
 
 ARCH_KEYS = ("model_type", *ARCH_FIELDS, "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings")
@@ -148,7 +148,10 @@ class Job:
 
     def _train(self) -> None:
         start = time.perf_counter()
-        self.trainer.train()
+        try:
+            self.trainer.train()
+        except StopTraining as stopped:
+            self.result["stopped_within_step"] = str(stopped)  # the meter holds the reason; the step is not kept
         self.result["train_runtime_s"] = time.perf_counter() - start
 
     def _collect(self) -> None:

@@ -46,11 +46,22 @@ class _Clock:
         return end - start
 
 
+IN_STEP_FACTOR = 2.0  # a step of the pruning window already longer than this x the threshold ends the job at once
+
+
+class StopTraining(Exception):
+    """Raised at a micro-batch's start when the step can no longer end under the pruning threshold."""
+
+
 class StepMeter(TrainerCallback):
     def __init__(self, cuda: bool, steps_path: str | None = None, stop: dict | None = None) -> None:
         """`stop` ends training early: `cap_bytes` (+ `context_bytes`) once a step's peak is over the cap,
         or when the median of the `prune_after` steps after the first (which carries one-off costs) exceeds
-        `prune_threshold_s`: a slow config is known after a few steps, long before the warm-up ends."""
+        `prune_threshold_s`: a slow config is known after a few steps, long before the warm-up ends. Within those
+        steps a job is stopped mid-step (StopTraining) once the step has run IN_STEP_FACTOR x the threshold: the
+        host clock starts at the previous step's synchronisation and the device can only be later, so such a step
+        is that slow for sure; it spares waiting out the long steps of a large accumulation. One process only (in
+        a torchrun job the ranks would disagree on when to stop)."""
         self.cuda = cuda
         self.stop = stop or {}
         self.stop_reason: str | None = None
@@ -62,6 +73,7 @@ class StepMeter(TrainerCallback):
         self._hooks: list[Any] = []
         self._reset_step()
         self._last_end_host: float | None = None
+        self._distributed = False
         self._pending: dict | None = None
 
     # ---- hooks on the model -------------------------------------------------------------------------------------
@@ -75,6 +87,7 @@ class StepMeter(TrainerCallback):
     def _forward_start(self, module, args, kwargs) -> None:
         if not module.training:
             return
+        self._stop_within_step()
         self._micro.append([self.clock.mark(), None, None])
         ids = kwargs.get("input_ids", args[0] if args else None)
         mask = kwargs.get("attention_mask")
@@ -82,6 +95,15 @@ class StepMeter(TrainerCallback):
             self._padded += ids.numel()
             self._samples.append(ids.shape[0] if mask is not None else _samples_from_positions(kwargs, ids))
             self._tokens.append(mask.sum() if mask is not None else ids.numel())
+
+    def _stop_within_step(self) -> None:
+        after, threshold = self.stop.get("prune_after"), self.stop.get("prune_threshold_s")
+        if not (after and threshold and 2 <= self.current_step <= 1 + after) or self._distributed:
+            return
+        elapsed = time.perf_counter() - self._last_end_host
+        if elapsed > IN_STEP_FACTOR * threshold:
+            self.stop_reason = "pruned"
+            raise StopTraining(f"step {self.current_step} ran {elapsed:.3f} s > {IN_STEP_FACTOR:g} x {threshold:.3f} s")
 
     def _forward_end(self, module, args, kwargs, output) -> None:
         if module.training and self._micro and self._micro[-1][1] is None:
@@ -102,6 +124,7 @@ class StepMeter(TrainerCallback):
         else:
             memory.reset_peak_rss()
         self._last_end_host = time.perf_counter()
+        self._distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.current_step = state.global_step + 1

@@ -11,11 +11,17 @@ The analytic sum is the shape of the answer; the probes fix its two free numbers
 terms (activations and loss buffers), `offset` is what the formula does not see (CUDA context and allocator slack
 on a GPU; the interpreter and libraries on CPU). Two probes at the smallest and largest micro-batch give both; one
 probe gives the offset with scale 1.
+
+Measurements then take over from the formula: peak memory is linear in the micro-batch for fixed knobs, so a config
+whose knobs (checkpointing, bytes per element, length) were measured at two micro-batches is predicted by the line
+through them (least squares over all), and one measured at a single micro-batch by the calibrated slope through that
+point. Only where no measurement shares its knobs does the calibrated formula answer alone (the probes calibrate
+one setting of the knobs; the formula's per-token terms for another are off by up to ~20%).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 LORA_STATE_BYTES = 16
@@ -97,15 +103,31 @@ class Predictor:
     targets: list[str]
     scale: float = 1.0
     offset: float = 0.0
+    measured: list[tuple[Knobs, float]] = field(default_factory=list)  # (knobs, peak bytes) of finished jobs
 
     def analytic(self, knobs: Knobs) -> tuple[float, float]:
         """(static bytes, per-micro-batch bytes) before calibration."""
         tokens = knobs.micro * knobs.max_length
         return static_bytes(self.shape, knobs, self.lora_r, self.targets), tokens * per_token_bytes(self.shape, knobs)
 
-    def predict(self, knobs: Knobs) -> float:
+    def formula(self, knobs: Knobs) -> float:
         static, dynamic = self.analytic(knobs)
         return static + self.scale * dynamic + self.offset
+
+    def predict(self, knobs: Knobs) -> float:
+        same = [(k.micro, peak) for k, peak in self.measured if _same_knobs(k, knobs)]
+        micros = {m for m, _ in same}
+        if len(micros) >= 2:
+            n = len(same)
+            mean_m = sum(m for m, _ in same) / n
+            mean_p = sum(p for _, p in same) / n
+            slope = sum((m - mean_m) * (p - mean_p) for m, p in same) / sum((m - mean_m) ** 2 for m, _ in same)
+            return mean_p + slope * (knobs.micro - mean_m)
+        if same:
+            micro, peak = same[0]
+            per_micro = self.scale * self.analytic(knobs)[1] / knobs.micro
+            return peak + per_micro * (knobs.micro - micro)
+        return self.formula(knobs)
 
     def calibrate(self, probes: list[tuple[Knobs, float]]) -> None:
         """Fit scale and offset to measured peaks (bytes) of one or two probe jobs."""
@@ -117,3 +139,11 @@ class Predictor:
         if points:
             (s0, d0), p0 = points[0]
             self.offset = p0 - s0 - self.scale * d0
+
+
+def _same_knobs(a: Knobs, b: Knobs) -> bool:
+    return (
+        a.checkpointing == b.checkpointing
+        and a.max_length == b.max_length
+        and DTYPE_BYTES[a.dtype] == DTYPE_BYTES[b.dtype]
+    )

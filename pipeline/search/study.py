@@ -163,9 +163,12 @@ class StudyDriver:
     # ---- one trial ----------------------------------------------------------------------------------------------------
     def evaluate(self, trial: optuna.Trial, candidate: Candidate, parent: str) -> None:
         cfg = apply(self.cfg, candidate)
-        predicted = self.predictor.predict(knobs_of(cfg, candidate.params[SPLIT_KEY], self.placement_dtype))
+        knobs = knobs_of(cfg, candidate.params[SPLIT_KEY], self.placement_dtype)
+        self.predictor.measured = self._measurements()
+        predicted = self.predictor.predict(knobs)
         for key, value in {
             "label": candidate.label,
+            "knobs": [knobs.micro, knobs.dtype, knobs.checkpointing],
             "predicted_gib": predicted / GIB,
             "worker_pid": os.getpid(),
             "overrides": candidate.overrides,
@@ -227,6 +230,20 @@ class StudyDriver:
             self.study.tell(trial, value if value is not None and result["status"] == "ok" else NOT_MEASURED)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
+
+    def _measurements(self) -> list[tuple[Knobs, float]]:
+        """Peaks measured so far, by any worker: the probes and every trial that ran at least a step."""
+        length = self.cfg.train.max_length
+        calibration = self.study.user_attrs.get("calibration") or {}
+        found = [
+            (Knobs(p[0], length, p[2], bool(p[3])), p[1] * GIB) for p in calibration.get("probes", []) if len(p) == 4
+        ]
+        for t in self.study.get_trials(deepcopy=False):
+            a = t.user_attrs
+            if a.get("status") in ("ok", "pruned") and a.get("peak_gib") and a.get("knobs"):
+                micro, dtype, ckpt = a["knobs"]
+                found.append((Knobs(micro, length, dtype, bool(ckpt)), a["peak_gib"] * GIB))
+        return found
 
     def _record_skip(self, parent: str, number: int, candidate: Candidate, reason: str, predicted: float) -> None:
         run_id = self.tracker.start(
