@@ -38,6 +38,8 @@ while IFS= read -r line; do
   for kept in $image; do [ "$name" = "$kept" ] && skip=1 && break; done
   [ $skip = 1 ] || wanted+=("$line")
 done < "$(dirname "$0")/../constraints.txt"
+# GPU-only extras the CPU stack does not install: Liger's Triton kernels (train.liger_kernel=true; pure Python).
+wanted+=("liger-kernel==0.8.5")
 python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   "${platforms[@]}" --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d "$dest" "${wanted[@]}"
 for wheel in "$dest"/*.whl; do

@@ -5,6 +5,8 @@
 #           GPU 1: the effective-batch-16 grid against the study, then repeat 2 (grid_vs_study.py, compare_trl.py)
 #   verify: GPU 0: the meter's cost in one process, 200 steps per split          (bench/meter_overhead.py)
 #           GPU 1: the effective-batch-16 grid against the study                 (bench/grid_vs_study.py)
+#   knobs:  GPU 0: the effective-batch-4 study with Liger kernels in the space   (MEM_CAP=14GiB, 24 configs)
+#           GPU 1: the seed default, then the best known config with and without torch.compile, 30 steps each
 # The queues outlive the command that starts them (setsid), so a run longer than one call is read by later calls:
 #   bash bench/h200x2.sh start; bash bench/h200x2.sh wait 540; bash bench/h200x2.sh collect "$OUT"
 set -uo pipefail
@@ -40,6 +42,19 @@ case "${1:-}" in
       python3 bench/grid_vs_study.py summarize $res/e16 > $res/e16-summary.txt 2>&1
       echo \$? > $res/gpu1.done" > "$res/gpu1.log" 2>&1 < /dev/null &
     sleep 2; echo "started; logs in $res" ;;
+  knobs)
+    mkdir -p "$res"
+    e4=(model=qwen3-1.7b batch.effective=4 mem_cap=14GiB train.max_length=512 data.length=512 train.padding=max_length
+        measure.warmup_steps=5 train.progress_bar=false)
+    CUDA_VISIBLE_DEVICES=0 setsid $p0 bash -c "
+      python3 -m pipeline.optimize '++optimize.space={train.gradient_checkpointing:[true,false],train.dtype:[bf16,fp16],train.liger_kernel:[false,true]}' \
+        optimize.trials=24 train.steps=15 ${e4[*]} paths.root=$res/liger
+      echo \$? > $res/gpu0.done" > "$res/gpu0.log" 2>&1 < /dev/null &
+    CUDA_VISIBLE_DEVICES=1 setsid $p1 bash -c "
+      python3 -m pipeline.train -m 'batch.split=4x1' train.steps=30 ${e4[*]} paths.root=$res/compile \
+        train.dtype=fp16 train.gradient_checkpointing=true,false train.torch_compile=false,true
+      echo \$? > $res/gpu1.done" > "$res/gpu1.log" 2>&1 < /dev/null &
+    sleep 2; echo "started; logs in $res" ;;
   wait)
     deadline=$(( $(date +%s) + ${2:-540} ))
     while [ "$(date +%s)" -lt "$deadline" ] && ! { [ -e "$res/gpu0.done" ] && [ -e "$res/gpu1.done" ]; }; do sleep 10; done
@@ -47,5 +62,5 @@ case "${1:-}" in
     nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader ;;
   collect)
     tar czf "$2/bench-res.tgz" --exclude='*.db-journal' -C "$(dirname "$res")" "$(basename "$res")" ;;
-  *) echo "usage: $0 start | verify | wait [seconds] | collect DIR" >&2; exit 2 ;;
+  *) echo "usage: $0 start | verify | knobs | wait [seconds] | collect DIR" >&2; exit 2 ;;
 esac

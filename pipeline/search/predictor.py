@@ -122,7 +122,8 @@ class Predictor:
             mean_m = sum(m for m, _ in same) / n
             mean_p = sum(p for _, p in same) / n
             slope = sum((m - mean_m) * (p - mean_p) for m, p in same) / sum((m - mean_m) ** 2 for m, _ in same)
-            return mean_p + slope * (knobs.micro - mean_m)
+            # memory never shrinks with a larger micro-batch; noise (resident memory on CPU) must not make it seem to
+            return mean_p + max(slope, 0.0) * (knobs.micro - mean_m)
         if same:
             micro, peak = same[0]
             per_micro = self.scale * self.analytic(knobs)[1] / knobs.micro
