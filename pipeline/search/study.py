@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import time
 
 import optuna
@@ -113,7 +114,6 @@ class StudyDriver:
         if saved:
             self.predictor.scale, self.predictor.offset = saved["scale"], saved["offset"]
             self.placement_dtype, self.device = saved.get("dtype"), saved.get("device")
-            self._reference = saved.get("reference_s")
             return
         split_values = self.space[SPLIT_KEY]
         probes = []
@@ -139,18 +139,24 @@ class StudyDriver:
                 self.placement_dtype, self.device = placement.get("dtype"), placement.get("device")
                 step = summary.get("step_time_median_s")
                 if step and peak * GIB <= self.cap and self._base_in_space():
-                    # The base config at this split (a candidate) takes at most `accumulation` probe steps: a bound
-                    # to prune against before any trial has finished.
+                    # The base config at this split (a candidate) takes about `accumulation` probe steps.
                     estimate = step * accumulation
-                    self._reference = estimate if self._reference is None else min(self._reference, estimate)
+                    if self._reference is None or estimate < self._reference[1]:
+                        self._reference = (split, estimate)
         self.predictor.calibrate(probes)
+        if self._reference:
+            # The probes' fastest candidate is measured first: every later trial is pruned against a real best.
+            params = {
+                key: (self._reference[0] if key == SPLIT_KEY else OmegaConf.select(self.cfg, key)) for key in self.space
+            }
+            self.study.enqueue_trial(params, skip_if_exists=True)
         self.study.set_user_attr(
             "calibration",
             {
                 "scale": self.predictor.scale,
                 "offset": self.predictor.offset,
                 "probes": [[k.micro, p / GIB, k.dtype, k.checkpointing] for k, p in probes],
-                "reference_s": self._reference,
+                "first": list(self._reference) if self._reference else None,
                 "gpu_seconds": self._gpu_seconds,
                 "dtype": self.placement_dtype,
                 "device": self.device,
@@ -184,11 +190,10 @@ class StudyDriver:
             self.study.tell(trial, NOT_MEASURED)
             return
         best = best_trial(self.study)
-        bounds = [best.user_attrs["step_time_median_s"]] if best is not None else []
-        bounds += [self._reference] if self._reference else []
         stop = {"cap_bytes": self.cap}
-        if bounds:
-            stop.update(prune_after=self.o.prune_steps, prune_threshold_s=min(bounds) * self.o.prune_factor)
+        if best is not None:
+            threshold = best.user_attrs["step_time_median_s"] * self.o.prune_factor
+            stop.update(prune_after=self.o.prune_steps, prune_threshold_s=threshold)
         result = task.run(
             cfg,
             stop=stop,
@@ -291,7 +296,6 @@ class StudyDriver:
         budget = min(self.o.trials, len(self.valid))
         decided = workers.decided(self.study)
         bar = tqdm(total=budget, initial=min(len(decided), budget), desc="trials", unit="trial", dynamic_ncols=True)
-        duplicates = 0
         try:
             while len(workers.decided(self.study)) < budget:
                 trial = self.study.ask()
@@ -302,12 +306,13 @@ class StudyDriver:
                     # already decided (or not a valid combination): close it, and steer the next ask to a new config
                     trial.set_user_attr("duplicate_of", candidate.label)
                     self.study.tell(trial, state=TrialState.FAIL)
-                    duplicates += 1
                     remaining = [c for c in self.valid if c.label not in done]
                     if not remaining:
                         break  # everything is decided or being measured by another worker
-                    if duplicates % 3 == 0:
-                        self.study.enqueue_trial(remaining[0].params, skip_if_exists=False)
+                    # the sampler keeps proposing what is known once the space is nearly decided: hand it an
+                    # undecided config (drawn, so no order of the space is favoured)
+                    pick = random.Random(self.o.seed * 100_003 + trial.number).choice(remaining)
+                    self.study.enqueue_trial(pick.params, skip_if_exists=False)
                     continue
                 trial.set_user_attr("label", candidate.label)  # claims the config for workers sharing the study
                 if workers.claimed_earlier(self.study, trial.number, candidate.label):
