@@ -48,17 +48,11 @@ class Switch(TrainerCallback):
         if self.on:
             self.meter.on_log(args, state, control, logs=logs, **kwargs)
         self.on = state.global_step % 2 == 0  # the next step: metered when its number is odd
-        if self.on and not self.meter._hooks:
-            self.meter._hooks = [
-                self.model.register_forward_pre_hook(self.meter._forward_start, with_kwargs=True),
-                self.model.register_forward_hook(self.meter._forward_end, with_kwargs=True),
-            ]
-        elif not self.on:
-            for hook in self.meter._hooks:
-                hook.remove()
-            self.meter._hooks = []
-        self.meter._last_end_host = time.perf_counter()
-        self.meter._reset_step()
+        if self.on:
+            self.meter.attach(self.model)
+        else:
+            self.meter.detach()
+        self.meter.restart()
 
 
 class Clock(TrainerCallback):

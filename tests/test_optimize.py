@@ -103,6 +103,9 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     ]
     labels = [t.user_attrs["label"] for t in decided]
     assert len(labels) == len(set(labels)) == 4, labels  # every config decided once, none repeated
+    # the probes' fastest candidate that fits is measured first: 8x1's probe is over the cap, so 1x8 (from the 1x1 probe)
+    first = study.user_attrs["calibration"]["first"]
+    assert first[0] == "1x8" and study.trials[0].user_attrs["label"] == "batch.split=1x8", first
     assert before <= set(labels)
     best = re.search(r"best feasible: batch.split=(\d+x\d+)", out)
     assert best, out[-2000:]

@@ -114,10 +114,27 @@ class StepMeter(TrainerCallback):
             self._micro[-1][2] = self.clock.mark()
 
     # ---- trainer events -----------------------------------------------------------------------------------------
+    def attach(self, model) -> None:
+        """Time the model's micro-batches (hooks on its forward); `detach` takes them off."""
+        if not self._hooks:
+            self._hooks = [
+                model.register_forward_pre_hook(self._forward_start, with_kwargs=True),
+                model.register_forward_hook(self._forward_end, with_kwargs=True),
+            ]
+
+    def detach(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+
+    def restart(self) -> None:
+        """Start the next step's clock now (after steps that were not metered)."""
+        self._last_end_host = time.perf_counter()
+        self._reset_step()
+
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is not None:
-            self._hooks.append(model.register_forward_pre_hook(self._forward_start, with_kwargs=True))
-            self._hooks.append(model.register_forward_hook(self._forward_end, with_kwargs=True))
+            self.attach(model)
         if self.cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
@@ -206,9 +223,7 @@ class StepMeter(TrainerCallback):
                 handle.write(json.dumps(record) + "\n")
 
     def on_train_end(self, args, state, control, **kwargs):
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks.clear()
+        self.detach()
 
 
 def _samples_from_positions(kwargs: dict, ids: torch.Tensor) -> torch.Tensor | int:
