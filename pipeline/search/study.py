@@ -1,9 +1,11 @@
 """The Optuna study: the fastest configuration whose peak memory fits under the cap.
 
-Cheap decisions first. Two short probe jobs calibrate the memory predictor; a candidate predicted over the cap (by
-more than `skip_margin`) is recorded infeasible without launching; a launched job stops at the first step whose peak
-is over the cap, and a slow one after `prune_steps` steady steps when its median exceeds the best so far times
-`prune_factor`; only contenders run all their steps. Objective: steady step time (median); constraint: peak memory
+Cheap decisions first. Two short probe jobs (smallest and largest micro-batch, once per step) calibrate the memory
+predictor, and the candidate their step times say is fastest is the first trial, so the others are judged against a
+measured best; measured peaks refine the predictor as trials finish. A candidate predicted over the cap (by more
+than `skip_margin`) is recorded infeasible without launching; a launched job stops at the first step whose peak is
+over the cap, and a slow one when the median of its `prune_steps` steps after the first exceeds the best so far times
+`prune_factor` (mid-step, once a step has run twice that); only contenders run all their steps. Objective: steady step time (median); constraint: peak memory
 minus cap, in GiB, given with `trial.set_constraint`, so infeasible trials still teach the sampler.
 
 The study lives in `optimize.storage` (sqlite under mlruns/ by default) under a name derived from the config, so
@@ -141,13 +143,13 @@ class StudyDriver:
                 if step and peak * GIB <= self.cap and self._base_in_space():
                     # The base config at this split (a candidate) takes about `accumulation` probe steps.
                     estimate = step * accumulation
-                    if self._reference is None or estimate < self._reference[1]:
-                        self._reference = (split, estimate)
+                    if self._first is None or estimate < self._first[1]:
+                        self._first = (split, estimate)
         self.predictor.calibrate(probes)
-        if self._reference:
+        if self._first:
             # The probes' fastest candidate is measured first: every later trial is pruned against a real best.
             params = {
-                key: (self._reference[0] if key == SPLIT_KEY else OmegaConf.select(self.cfg, key)) for key in self.space
+                key: (self._first[0] if key == SPLIT_KEY else OmegaConf.select(self.cfg, key)) for key in self.space
             }
             self.study.enqueue_trial(params, skip_if_exists=True)
         self.study.set_user_attr(
@@ -156,7 +158,7 @@ class StudyDriver:
                 "scale": self.predictor.scale,
                 "offset": self.predictor.offset,
                 "probes": [[k.micro, p / GIB, k.dtype, k.checkpointing] for k, p in probes],
-                "first": list(self._reference) if self._reference else None,
+                "first": list(self._first) if self._first else None,
                 "gpu_seconds": self._gpu_seconds,
                 "dtype": self.placement_dtype,
                 "device": self.device,
@@ -270,7 +272,7 @@ class StudyDriver:
     # ---- the loop -----------------------------------------------------------------------------------------------------
     def run(self) -> dict:
         self._gpu_seconds = 0.0
-        self.placement_dtype = self.device = self._reference = None
+        self.placement_dtype = self.device = self._first = None
         stale = workers.fail_stale(self.study, self.tracker, self.name)
         parent = self._parent_run()
         status = "KILLED"
