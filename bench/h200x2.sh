@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The GPU benchmarks of BENCHMARKS.md in one lease of a two-GPU machine, each GPU running its own queue on its own
+# The GPU benchmarks of BENCHMARKS.md on one two-GPU machine, each GPU running its own queue on its own
 # CPU cores (jobs never share a GPU):
 #   start:  GPU 0: the pipeline against plain TRL, 100 steps, repeats 0 and 1   (bench/compare_trl.py)
 #           GPU 1: the effective-batch-16 grid against the study, then repeat 2 (grid_vs_study.py, compare_trl.py)
 #   verify: GPU 0: the meter's cost in one process, 200 steps per split          (bench/meter_overhead.py)
 #           GPU 1: the effective-batch-16 grid against the study                 (bench/grid_vs_study.py)
 #   knobs:  GPU 0: the effective-batch-4 study with Liger kernels in the space   (MEM_CAP=14GiB, 24 configs)
-#           GPU 1: the seed default, then the best known config with and without torch.compile, 30 steps each
-# The queues outlive the command that starts them (setsid), so a run longer than one call is read by later calls:
-#   bash bench/h200x2.sh start; bash bench/h200x2.sh wait 540; bash bench/h200x2.sh collect "$OUT"
+#           GPU 1: 4x1 fp16 with and without checkpointing, each with and without torch.compile, 30 steps
+# The queues outlive the command that starts them (setsid); `wait` blocks at most the seconds given, so progress can
+# be read in bounded steps:
+#   bash bench/h200x2.sh start; bash bench/h200x2.sh wait 540; bash bench/h200x2.sh collect results/
 set -uo pipefail
 res=${RES:-/tmp/bench-res}
 e16=(model=qwen3-1.7b batch.effective=16 mem_cap=14GiB train.max_length=512 data.length=512 train.padding=max_length
