@@ -93,6 +93,7 @@ def summarize(args) -> None:
     from pipeline.config.compose import compose_job
     from pipeline.search.answer import best_trial, format_trials, trial_rows
     from pipeline.search.predictor import Knobs, Predictor, Shape
+    from pipeline.search.study import probe_points
 
     out = args.out
     grid = [
@@ -139,7 +140,7 @@ def summarize(args) -> None:
     cfg = compose_job("config", json.loads((out / "base.json").read_text()))
     predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
     length = cfg.train.max_length
-    predictor.calibrate([(Knobs(m, length, d, c), g * GIB) for m, g, d, c in calibration["probes"]])
+    predictor.calibrate(probe_points(calibration, length))
     print(f"\npredictor (calibrated on the study's probes {calibration['probes']}) against every grid measurement:")
     errors = []
     for r in sorted(grid, key=lambda r: (r["ckpt"], r["dtype"], r["micro"])):
@@ -182,10 +183,9 @@ def _replay(study, predictor, length: int, grid: dict) -> list[dict]:
     from optuna.trial import TrialState
 
     from pipeline.search.predictor import Knobs
+    from pipeline.search.study import probe_points
 
-    predictor.measured = [
-        (Knobs(m, length, d, bool(c)), g * GIB) for m, g, d, c in study.user_attrs["calibration"]["probes"]
-    ]
+    predictor.measured = probe_points(study.user_attrs["calibration"], length)
     print("\npredictor replayed in the study's order (each prediction knows only what was measured before it):")
     out, errors = [], []
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):

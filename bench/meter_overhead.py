@@ -24,6 +24,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from bench.plain_trl import LogClock
 from pipeline.config.compose import compose_job
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
@@ -53,15 +54,6 @@ class Switch(TrainerCallback):
         else:
             self.meter.detach()
         self.meter.restart()
-
-
-class Clock(TrainerCallback):
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self.times.append(time.perf_counter())
 
 
 def main() -> None:
@@ -98,7 +90,7 @@ def main() -> None:
             job.meter._forward_start = slow_start
         handler = trainer.callback_handler
         handler.callbacks = [Switch(job.meter, trainer.model) if cb is job.meter else cb for cb in handler.callbacks]
-        clock = Clock()
+        clock = LogClock()  # plain TRL's clock: the time of each step's loss log
         trainer.add_callback(clock)
         trainer.train()
     # step k (1-based) ends at times[k-1]; step k was metered when k is odd

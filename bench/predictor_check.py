@@ -11,6 +11,7 @@ import sys
 
 from pipeline.config.compose import compose_job
 from pipeline.search.predictor import GIB, Knobs, Predictor, Shape
+from pipeline.search.study import probe_points
 
 
 def main() -> None:
@@ -22,7 +23,7 @@ def main() -> None:
     length = cfg.train.max_length
     # probes: [micro, peak GiB] (older studies: the base config had no checkpointing), or [micro, peak, dtype, ckpt]
     probes = [p if len(p) == 4 else [*p, calibration["dtype"], False] for p in calibration["probes"]]
-    predictor.calibrate([(Knobs(m, length, dtype, ckpt), g * GIB) for m, g, dtype, ckpt in probes])
+    predictor.calibrate(probe_points({"probes": probes}, length))
     print(
         f"calibrated on {len(calibration['probes'])} probe(s): scale {predictor.scale:.3f}, offset {predictor.offset / GIB:.3f} GiB"
     )

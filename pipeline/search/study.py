@@ -64,6 +64,12 @@ def knobs_of(cfg: DictConfig, split: str, placement_dtype: str | None = None) ->
     return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing))
 
 
+def probe_points(calibration: dict, length: int) -> list[tuple[Knobs, float]]:
+    """The calibration probes stored on a study, as (knobs, peak bytes); entries of the older [micro, peak] form,
+    which do not say their knobs, are left out."""
+    return [(Knobs(p[0], length, p[2], bool(p[3])), p[1] * GIB) for p in calibration.get("probes", []) if len(p) == 4]
+
+
 class StudyDriver:
     def __init__(self, cfg: DictConfig) -> None:
         self.cfg = cfg
@@ -241,10 +247,7 @@ class StudyDriver:
     def _measurements(self) -> list[tuple[Knobs, float]]:
         """Peaks measured so far, by any worker: the probes and every trial that ran at least a step."""
         length = self.cfg.train.max_length
-        calibration = self.study.user_attrs.get("calibration") or {}
-        found = [
-            (Knobs(p[0], length, p[2], bool(p[3])), p[1] * GIB) for p in calibration.get("probes", []) if len(p) == 4
-        ]
+        found = probe_points(self.study.user_attrs.get("calibration") or {}, length)
         for t in self.study.get_trials(deepcopy=False):
             a = t.user_attrs
             if a.get("status") in ("ok", "pruned") and a.get("peak_gib") and a.get("knobs"):
