@@ -12,8 +12,6 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline.reporting.table import comparison_rows
-
 # A workload whose memory grows clearly with the micro-batch (a 2048-token vocabulary, 256-token sequences). The cap
 # goes between the 2x4 and 4x2 peaks that the exhaustive sweep measures (resident memory depends on the machine), so
 # 4x2 and 8x1 do not fit.
@@ -60,17 +58,12 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     cap = f"{cap_mib}MiB"
     fits = sorted(split for split, peak in peaks.items() if peak <= cap_mib)
     assert fits == ["1x8", "2x4"], (peaks, cap)
-    # Separate runs of one config differ more than one run's interval says (other processes, caches): configs within
-    # 25% of the fastest feasible median, or tied with it, count as the same answer.
-    results = [
-        {"name": f"tiny {s}", "status": "ok", "losses": [], "summary": {**runs[s].data.metrics, "verdict": "fits"}}
-        for s in fits
-    ]
-    rows = comparison_rows(results)
-    fastest = min(r["median"] for r in rows)
-    acceptable = {
-        r["config"].split()[1] for r in rows if r["rank"] in ("winner", "tie") or r["median"] <= 1.25 * fastest
-    }
+    # On CPU the feasible splits do the same work per step and differ by a few percent, while separate processes of
+    # one config on a 2-core machine were seen 1.6x apart (2x4: 0.245 and 0.385 s/step). Which feasible split is
+    # fastest is then noise; what must hold is that the study's answer fits, is the fastest of what the study itself
+    # measured, and is not grossly slower than the exhaustive run's fastest feasible config.
+    grid_median = {s: runs[s].data.metrics["step_time_median_s"] for s in fits}
+    grid_best = min(grid_median.values())
 
     # 2. the study, killed (SIGKILL) once a trial has completed, then run again with the same command
     study_dir = tmp_path / "study"
@@ -95,6 +88,7 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
 
     rerun = _optimize(study_dir, cap)
     out, _ = rerun.communicate(timeout=300)
+    print(out)  # the study's table, shown by pytest when an assertion below fails
     assert rerun.returncode == 0, out[-3000:]
 
     study = _study(study_dir)
@@ -109,7 +103,15 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     assert before <= set(labels)
     best = re.search(r"best feasible: batch.split=(\d+x\d+)", out)
     assert best, out[-2000:]
-    assert best.group(1) in acceptable, (best.group(1), acceptable, out[-2500:])
+    answer = best.group(1)
+    assert answer in fits, (answer, fits)
+    measured = {
+        t.user_attrs["label"]: t.user_attrs["step_time_median_s"]
+        for t in decided
+        if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
+    }
+    assert f"batch.split={answer}" == min(measured, key=measured.get), measured
+    assert grid_median[answer] <= 2.0 * grid_best, (answer, grid_median)
     infeasible = {
         t.user_attrs["label"]
         for t in decided

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.conftest import run_cli
@@ -96,6 +97,47 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     assert "SIGKILL" in dead.data.tags["error"]
     assert alive.info.status == "FINISHED" and alive.data.tags["status"] == "ok"
     assert all(r.info.status != "RUNNING" for r in runs)
+
+
+def _gone(pid: int) -> bool:
+    """Exited (or a zombie waiting for a reaper that is not us)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("kind", ["forkserver", pytest.param("subprocess", marks=pytest.mark.slow)])
+def test_a_job_dies_with_its_killed_parent(tmp_path, kind):
+    """SIGKILL the `pipeline.train` process mid-training: its job must not train on as an orphan (on a GPU it would
+    hold memory and time next to whatever runs after)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    cmd = [sys.executable, "-m", "pipeline.train", "train.steps=100000", "train.progress_bar=false"]
+    parent = subprocess.Popen(
+        [*cmd, f"launcher.kind={kind}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    job = None
+    for line in parent.stdout:
+        match = re.search(r"\[job\] tiny 4x1: pid (\d+)", line)
+        if match:
+            job = int(match.group(1))
+            break
+    assert job, "no job started"
+    time.sleep(5)  # into training: the tiny model sets up in about a second
+    assert not _gone(job), "the job ended before its parent was killed"
+    parent.kill()
+    parent.wait(30)
+    deadline = time.time() + 10
+    while not _gone(job):
+        assert time.time() < deadline, f"job {job} still running 10 s after its parent was killed"
+        time.sleep(0.2)
 
 
 def _free_port() -> int:

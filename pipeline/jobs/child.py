@@ -29,6 +29,7 @@ from pipeline.build.model import build_model
 from pipeline.build.tokenizer import build_tokenizer
 from pipeline.build.trainer import build_sft_config, build_trainer
 from pipeline.config.validate import ARCH_FIELDS
+from pipeline.jobs import watchdog
 from pipeline.jobs.files import RESULT_FILE, STEPS_FILE
 from pipeline.measure import memory
 from pipeline.measure.callback import StepMeter, StopTraining
@@ -238,6 +239,7 @@ def write_json(path: Path, record: dict) -> None:
 
 def main(spec: dict, workdir: str) -> None:
     """Entry of the job process (forkserver target, or each rank under torchrun: only rank 0 writes files)."""
+    watchdog.follow(spec.get("owner_pid"))
     for key, value in spec.get("env", {}).items():
         os.environ[key] = value
     rank = int(os.environ.get("RANK", "0"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import signal
 import subprocess
 import sys
@@ -94,6 +95,7 @@ class _Handle:
 
 def start(kind: str, spec: dict, workdir: Path) -> _Handle:
     workdir.mkdir(parents=True, exist_ok=True)
+    spec = {**spec, "owner_pid": os.getpid()}  # the job dies with this process (jobs/watchdog.py)
     if kind in ("subprocess", "torchrun"):
         spec_path = workdir / SPEC_FILE
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
