@@ -17,14 +17,17 @@ import time
 INTERVAL_S = 1.0
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int | None) -> bool:
+    """Whether process `pid` is running (a zombie, killed but not yet reaped, is not); False for no pid."""
+    if not pid:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True  # exists, owned by someone else
-    try:  # a parent killed but not yet reaped is a zombie: gone for our purpose
+    try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
@@ -40,7 +43,7 @@ def follow(owner_pid: int | None, interval_s: float = INTERVAL_S) -> threading.T
     def watch() -> None:
         while True:
             time.sleep(interval_s)
-            if os.getppid() != parent or not _alive(owner_pid):
+            if os.getppid() != parent or not alive(owner_pid):
                 os.kill(os.getpid(), signal.SIGKILL)
 
     thread = threading.Thread(target=watch, name="owner-watchdog", daemon=True)

@@ -13,21 +13,10 @@ import os
 import optuna
 from optuna.trial import TrialState
 
+from pipeline.jobs.watchdog import alive
 from pipeline.tracking.store import Tracker
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
-
-
-def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
