@@ -127,6 +127,8 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     all_runs = mlflow.search_runs(["1"])
     assert all(r.info.status != "RUNNING" for r in all_runs), [(r.info.run_name, r.info.status) for r in all_runs]
     (parent,) = [r for r in all_runs if r.data.tags.get("kind") == "study"]
+    probes = [r for r in all_runs if r.data.tags.get("kind") == "probe"]
+    assert sorted(r.data.tags["verdict"] for r in probes) == ["no-cap", "no-cap"]  # uncapped, even the 8x1 over it
     assert parent.data.tags["answer"].startswith(f"batch.split={best.group(1)}")
 
 

@@ -137,6 +137,7 @@ class StudyDriver:
                 parent_id=parent,
                 tags={"kind": "probe", "study": self.name, "worker_pid": os.getpid()},
                 name=f"probe {micro}x1",
+                uncapped=True,  # a probe measures what a micro-batch needs; under the cap it could die before telling
             )
             summary = result["summary"]
             self._gpu_seconds += summary.get("wall_s") or 0.0
