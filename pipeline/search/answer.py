@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from pipeline.build.sft_args import sft_kwargs
-from pipeline.reporting.table import markdown_table, num
+from pipeline.reporting.table import comparison_rows, format_table, markdown_table, num
 from pipeline.search import workers
 from pipeline.search.predictor import GIB
 from pipeline.search.space import SPLIT_KEY, apply
@@ -92,7 +92,6 @@ def finish(driver, parent: str, status: str) -> dict:
         "predictor_error_mean": sum(errors) / len(errors) if errors else None,
     }
     from pipeline.reporting.report import collect
-    from pipeline.reporting.table import comparison_rows, format_table
 
     measured, _ = collect(tracker, tracker.run(parent))
     ranked = comparison_rows([r for r in measured if r["summary"].get("step_time_median_s")])

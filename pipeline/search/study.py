@@ -1,12 +1,13 @@
 """The Optuna study: the fastest configuration whose peak memory fits under the cap.
 
-Cheap decisions first. Two short probe jobs (smallest and largest micro-batch, once per step) calibrate the memory
-predictor, and the candidate their step times say is fastest is the first trial, so the others are judged against a
-measured best; measured peaks refine the predictor as trials finish. A candidate predicted over the cap (by more
-than `skip_margin`) is recorded infeasible without launching; a launched job stops at the first step whose peak is
-over the cap, and a slow one when the median of its `prune_steps` steps after the first exceeds the best so far times
-`prune_factor` (mid-step, once a step has run twice that); only contenders run all their steps. Objective: steady step time (median); constraint: peak memory
-minus cap, in GiB, given with `trial.set_constraint`, so infeasible trials still teach the sampler.
+Cheap decisions first. Two short probe jobs (smallest and largest micro-batch, once per step, uncapped) calibrate
+the memory predictor, and the candidate their step times say is fastest is the first trial, so the others are judged
+against a measured best; measured peaks refine the predictor as trials finish. A candidate predicted over the cap
+(by more than `skip_margin`) is recorded infeasible without launching; a launched job stops at the first step whose
+peak is over the cap, and a slow one when the median of its `prune_steps` steps after the first exceeds the best so
+far times `prune_factor` (mid-step, once a step has run twice that); only contenders run all their steps.
+Objective: steady step time (median); constraint: peak memory minus cap, in GiB, given with `trial.set_constraint`,
+so infeasible trials still teach the sampler.
 
 The study lives in `optimize.storage` (sqlite under mlruns/ by default) under a name derived from the config, so
 re-running the same command resumes it: decided configs are never run again, and trials left RUNNING by a killed
