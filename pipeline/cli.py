@@ -13,12 +13,10 @@ from typing import Any
 import hydra
 from hydra._internal.utils import get_args_parser
 
+from pipeline import exits
 from pipeline.config.compose import CONF_DIR, precheck
 from pipeline.config.schema import register_configs
 from pipeline.config.validate import ConfigError
-
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 
 
 def _with_repeats(overrides: list[str], multirun: bool) -> tuple[list[str], bool]:
@@ -62,14 +60,16 @@ def run_entry(
                     extra_check(cfg)
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
-            sys.exit(EXIT_BAD_INPUT)
+            sys.exit(exits.BAD_INPUT)
         rest = [a for a in argv if a not in args.overrides]
         argv = [*rest, *(["--multirun"] if multirun and not args.multirun else []), *overrides]
     signal.signal(signal.SIGTERM, _terminate)
     sys.argv = [sys.argv[0], *argv]
+    exits.Outcome.reset()
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(task)
     try:
         main()
     except KeyboardInterrupt:
         print("interrupted: runs in progress were marked KILLED", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(exits.INTERRUPTED)
+    sys.exit(exits.Outcome.code)

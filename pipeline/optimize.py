@@ -7,24 +7,30 @@ make optimize MEM_CAP=14GiB TRIALS=20 ARGS="model=qwen3-1.7b batch.effective=16 
 
 from __future__ import annotations
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from pipeline import exits
 from pipeline.cli import run_entry
-from pipeline.config.validate import ConfigError
+from pipeline.config.validate import ConfigError, resolve_cap
+from pipeline.search.space import check_values
 
 
-def require_cap(cfg: DictConfig) -> None:
-    if cfg.mem_cap is None and not cfg.gpu.memory_gib:
+def check_study(cfg: DictConfig) -> None:
+    """What a study needs beyond a valid job: a cap, and a space in which every value can run."""
+    if resolve_cap(cfg)[0] is None:
         raise ConfigError(
             "mem_cap", "required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4"
         )
+    check_values(cfg)
 
 
 def optimize(cfg: DictConfig) -> float | None:
     from pipeline.search.study import StudyDriver  # after the precheck: bad input never pays for this import
 
-    answer = StudyDriver(cfg).run()
-    return answer.get("step_time_median_s")
+    answer = StudyDriver(cfg, list(HydraConfig.get().overrides.task)).run()
+    exits.Outcome.set(answer.exit_code)
+    return answer.step_time_median_s
 
 
 def main() -> None:
@@ -32,7 +38,7 @@ def main() -> None:
     run_entry(
         "config",
         optimize,
-        extra_check=require_cap,
+        extra_check=check_study,
         base_overrides=["batch.split='1x${div:${batch.effective},${world_size}}'"],
     )
 

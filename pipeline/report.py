@@ -1,8 +1,8 @@
-"""Report over a recorded sweep: Markdown and HTML with plots, also logged on the sweep's MLflow run.
+"""Report over a recorded sweep or study: Markdown and HTML with plots, also logged on its MLflow run.
 
-python -m pipeline.report                      # the latest sweep
+python -m pipeline.report                                   # the latest sweep or study
 python -m pipeline.report --sweep 20261129-153045-d37c3b
-make report
+python -m pipeline.report --study tiny-e8-cap0.6GiB-1a2b3c4d
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+from pipeline import exits
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 
@@ -22,17 +24,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI))
     parser.add_argument("--experiment", default="batch-split")
     parser.add_argument("--out", type=Path, default=Path("mlruns/reports"), help="folder for the reports")
+    parser.add_argument("--confidence", type=float, default=0.95, help="of the intervals that rank configs")
     args = parser.parse_args(argv)
 
-    from pipeline.reporting.report import ReportError, write_report
-    from pipeline.tracking.store import Tracker
+    from pipeline.reporting.document import ReportError, write_report
+    from pipeline.tracking.runs import FilterValueError
+    from pipeline.tracking.store import ExperimentNotFound, Tracker
 
-    tracker = Tracker(args.tracking_uri, args.experiment, str(args.out.parent / "artifacts"))
     try:
-        out = write_report(tracker, args.sweep, args.out, study=args.study)
-    except ReportError as err:
+        tracker = Tracker(args.tracking_uri, args.experiment, str(args.out.parent / "artifacts"), create=False)
+        out = write_report(tracker, args.sweep, args.out, study=args.study, confidence=args.confidence)
+    except (ReportError, ExperimentNotFound) as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(exits.BAD_INPUT)
+    except FilterValueError as err:
+        print(f"error: --sweep/--study: {err}; accepted: a sweep id or study name as printed", file=sys.stderr)
+        sys.exit(exits.BAD_INPUT)
     print(f"report: {out / 'report.md'} and {out / 'report.html'} (also logged on its MLflow parent run)")
 
 

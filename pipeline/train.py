@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from pipeline import exits
 from pipeline.cli import run_entry
 
 
-def train(cfg: DictConfig) -> dict:
+def train(cfg: DictConfig) -> float | None:
     from pipeline.jobs import task  # after the precheck: bad input never pays for this import
 
-    return task.run(cfg)
+    outcome = task.run(cfg)
+    exits.Outcome.set(*exits.jobs_exit_code([(outcome.status, outcome.summary.verdict)]))
+    return outcome.summary.median
 
 
 def main() -> None:

@@ -4,20 +4,57 @@ from __future__ import annotations
 
 import pytest
 
+import random
+
 from pipeline.jobs.summary import summarize_job
 from pipeline.measure.callback import StepMeter
-from pipeline.measure.memory import verdict
-from pipeline.measure.stats import max_relative_deviation, median_ci, rank, summarize
-from pipeline.reporting.table import comparison_rows
+from pipeline.measure.stats import Rank, max_relative_deviation, median_ci, order_coverage, rank, summarize
+from pipeline.records import (
+    Interval,
+    JobResult,
+    JobSummary,
+    Memory,
+    Placement,
+    RecordedJob,
+    RunKind,
+    Status,
+    Step,
+    StopRule,
+    Verdict,
+    verdict,
+)
+from pipeline.reporting.table import comparison_rows, format_table
 
 
 def test_median_ci_matches_the_binomial_table():
-    # n=25 at 95%: the classic order statistics are the 8th and 18th values
-    assert median_ci([float(i) for i in range(1, 26)]) == (8.0, 18.0)
-    # n=10 at 95%: 2nd and 9th
-    assert median_ci([float(i) for i in range(1, 11)]) == (2.0, 9.0)
-    # too few values to reach 95%: the whole range
-    assert median_ci([1.0, 2.0, 3.0]) == (1.0, 3.0)
+    # n=25 at 95%: the classic order statistics are the 8th and 18th values, coverage 95.7%
+    ci = median_ci([float(i) for i in range(1, 26)])
+    assert (ci.low, ci.high) == (8.0, 18.0) and ci.level == pytest.approx(0.9567, abs=1e-4)
+    # n=10 at 95%: 2nd and 9th, coverage 97.9%
+    ci = median_ci([float(i) for i in range(1, 11)])
+    assert (ci.low, ci.high) == (2.0, 9.0) and ci.level == pytest.approx(0.9785, abs=1e-4)
+    # too few values to reach 95%: the whole range, with the coverage it really has
+    assert median_ci([1.0, 2.0, 3.0]) == Interval(1.0, 3.0, 0.75)
+    assert median_ci([1.0, 2.0]) == Interval(1.0, 2.0, 0.5)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 15, 95])
+def test_the_stated_coverage_holds_on_a_skewed_distribution(n):
+    """Draws from a lognormal (skewed like step times, true median 1.0): the interval covers the true median at
+    least as often as its stated level says, within simulation error (4 standard errors)."""
+    rng = random.Random(n)
+    trials, covered, levels = 4000, 0, []
+    for _ in range(trials):
+        ci = median_ci(sorted(rng.lognormvariate(0.0, 0.6) for _ in range(n)), 0.95)
+        covered += ci.low <= 1.0 <= ci.high
+        levels.append(ci.level)
+    level = levels[0]
+    assert all(x == level for x in levels)  # the level depends on n only
+    assert level == pytest.approx(order_coverage(n, 1) if n <= 5 else level)
+    error = 4 * (level * (1 - level) / trials) ** 0.5
+    assert covered / trials >= level - error, (n, covered / trials, level)
+    # and it does not understate it either (an interval far too wide would be useless)
+    assert covered / trials <= level + error + 0.01, (n, covered / trials, level)
 
 
 def test_summary_of_known_values():
@@ -27,12 +64,22 @@ def test_summary_of_known_values():
     assert s.cv == pytest.approx(1902.5**0.5 / 22.0, rel=1e-9)  # sample stdev / mean
 
 
-def test_rank_says_winner_only_without_overlap():
-    assert rank({"4x1": (1.0, 0.9, 1.1), "1x4": (2.0, 1.9, 2.1)}) == {"4x1": "winner", "1x4": "slower"}
-    assert rank({"4x1": (1.0, 0.9, 1.5), "2x2": (1.2, 1.1, 1.3), "1x4": (2.0, 1.9, 2.1)}) == {
-        "4x1": "tie",
-        "2x2": "tie",
-        "1x4": "slower",
+def _ci(low, high, level=0.96):
+    return Interval(low, high, level)
+
+
+def test_rank_names_a_winner_only_from_separated_intervals_at_the_confidence():
+    assert rank({"4x1": (1.0, _ci(0.9, 1.1)), "1x4": (2.0, _ci(1.9, 2.1))}, 0.95) == {
+        "4x1": Rank.WINNER,
+        "1x4": Rank.SLOWER,
+    }
+    assert rank(
+        {"4x1": (1.0, _ci(0.9, 1.5)), "2x2": (1.2, _ci(1.1, 1.3)), "1x4": (2.0, _ci(1.9, 2.1))}, 0.95
+    ) == {"4x1": Rank.TIE, "2x2": Rank.TIE, "1x4": Rank.SLOWER}
+    # apart, but one interval covers only 75% (three repeats): no winner at 95%
+    assert rank({"4x1": (1.0, _ci(0.9, 1.1, 0.75)), "1x4": (2.0, _ci(1.9, 2.1))}, 0.95) == {
+        "4x1": Rank.UNSURE,
+        "1x4": Rank.UNSURE,
     }
 
 
@@ -44,82 +91,104 @@ def test_loss_deviation():
 @pytest.mark.parametrize(
     ("status", "peak", "cap", "expected"),
     [
-        ("ok", 10, 20, "fits"),
-        ("ok", 20, 20, "fits"),
-        ("ok", 21, 20, "over-cap"),
-        ("oom", None, 20, "oom"),
-        ("ok", 5, None, "no-cap"),
-        ("failed", 5, 20, "failed"),
+        (Status.OK, 10, 20, Verdict.FITS),
+        (Status.OK, 20, 20, Verdict.FITS),
+        (Status.OK, 21, 20, Verdict.OVER_CAP),
+        (Status.OOM, None, 20, Verdict.OOM),
+        (Status.OK, 5, None, Verdict.NO_CAP),
+        (Status.FAILED, 5, 20, Verdict.FAILED),
     ],
 )
 def test_cap_verdicts(status, peak, cap, expected):
-    assert verdict(status, peak, cap) == expected
+    assert verdict(status, peak, cap) is expected
 
 
-def _record(times, loss_offset=0.0, peak=2**30, cap=None):
-    steps = [
-        {
-            "step": i + 1,
-            "step_time_s": t,
-            "forward_s": t / 4,
-            "backward_s": t / 2,
-            "optimizer_s": t / 8,
-            "data_s": t / 16,
-            "other_s": t / 16,
-            "tokens": 100,
-            "padded_tokens": 128,
-            "samples": 4,
-            "loss": 5.0 - 0.1 * i + loss_offset,
-        }
+def _result(times, loss_offset=0.0, peak=2**30, cap=None, tokens=100):
+    steps = tuple(
+        Step(
+            step=i + 1,
+            step_time_s=t,
+            forward_s=t / 4,
+            backward_s=t / 2,
+            optimizer_s=t / 8,
+            data_s=t / 16,
+            other_s=t / 16,
+            micro_batches=1,
+            tokens=tokens,
+            padded_tokens=128,
+            samples=4,
+            peak_bytes=peak,
+            loss=5.0 - 0.1 * i + loss_offset,
+        )
         for i, t in enumerate(times)
-    ]
-    return {
-        "status": "ok",
-        "steps": steps,
-        "memory": {"peak_bytes": peak, "cap_bytes": cap},
-        "placement": {"peak_tflops": 100.0},
-        "model_flops_per_token": 1e9,
-    }
-
-
-def test_job_summary_skips_warmup_and_computes_throughput():
-    record = _record([9.0, 9.0, 1.0, 1.0, 1.0, 1.0], peak=3 * 2**30, cap=2 * 2**30)
-    s = summarize_job(record, warmup_steps=2, confidence=0.95)
-    assert s["steady_steps"] == 4 and s["step_time_median_s"] == 1.0
-    assert s["tokens_per_s"] == 100.0 and s["padded_tokens_per_s"] == 128.0 and s["samples_per_s"] == 4.0
-    assert s["mfu"] == pytest.approx(100.0 * 1e9 / 100e12)
-    assert s["verdict"] == "over-cap" and s["peak_gib"] == 3.0
-
-
-def test_comparison_pools_repeats_and_reports_loss_deviation():
-    def result(name, times, offset=0.0):
-        record = _record(times, offset)
-        return {
-            "name": name,
-            "status": "ok",
-            "run_id": name,
-            "summary": summarize_job(record, 0, 0.95),
-            "losses": [s["loss"] for s in record["steps"]],
-        }
-
-    fast = [0.10] * 20
-    slow = [0.30] * 20
-    rows = comparison_rows(
-        [
-            result("m 1x4 #0", slow),
-            result("m 4x1 #0", fast, 0.05),
-            result("m 1x4 #1", slow),
-            result("m 4x1 #1", fast, 0.05),
-        ]
     )
-    by = {r["config"]: r for r in rows}
-    assert by["m 4x1"]["jobs"] == 2 and by["m 4x1"]["rank"] == "winner" and by["m 1x4"]["rank"] == "slower"
-    assert by["m 1x4"]["loss_dev"] == 0.0
-    assert by["m 4x1"]["loss_dev"] == pytest.approx(0.05 / (5.0 - 0.1 * 19))
+    placement = Placement("cuda", "gpu", 80.0, None, "bf16", 100.0, True)
+    return JobResult(
+        status=Status.OK,
+        steps=steps,
+        memory=Memory(peak_bytes=peak, cap_bytes=cap),
+        placement=placement,
+        model_flops_per_token=1e9,
+    )
+
+
+def test_job_summary_skips_warmup_and_takes_rates_from_the_median():
+    # one stalled steady step pulls the mean up; the rates follow the median, as the step column does
+    record = _result([9.0, 9.0, 1.0, 1.0, 1.0, 1.0, 30.0], peak=3 * 2**30, cap=2 * 2**30)
+    s = summarize_job(record, warmup_steps=2, confidence=0.95)
+    assert s.step_time.n == 5 and s.median == 1.0
+    m = s.metrics()
+    assert m["tokens_per_s"] == 100.0 and m["padded_tokens_per_s"] == 128.0 and m["samples_per_s"] == 4.0
+    assert m["mfu"] == pytest.approx(100.0 * 1e9 / 100e12)
+    assert s.verdict is Verdict.OVER_CAP and s.peak_gib == 3.0
+    # what MLflow holds reads back as the same summary
+    assert JobSummary.from_metrics(s.status, s.verdict, m).metrics() == m
+
+
+def _recorded(name, config_id, times, repeat=0, offset=0.0):
+    result = _result(times, offset)
+    return RecordedJob(
+        run_id=f"{name}#{repeat}",
+        name=name,
+        config_id=config_id,
+        repeat=repeat,
+        kind=RunKind.JOB,
+        summary=summarize_job(result, 0, 0.95),
+        losses=tuple(s.loss for s in result.steps),
+    )
+
+
+def test_comparison_pools_repeats_by_identity_and_reports_loss_deviation():
+    rng = random.Random(0)
+    jobs = []
+    for repeat in range(6):
+        jobs.append(_recorded("m 1x4", "a", [0.30 + rng.uniform(0, 0.01) for _ in range(20)], repeat))
+        jobs.append(_recorded("m 4x1", "b", [0.10 + rng.uniform(0, 0.01) for _ in range(20)], repeat, 0.05))
+    rows = {r.name: r for r in comparison_rows(jobs, 0.95)}
+    assert len(rows["m 4x1"].jobs) == 6 and rows["m 4x1"].pooled
+    assert rows["m 4x1"].ci.level >= 0.95  # six repeats reach 95% (96.9%)
+    assert rows["m 4x1"].rank is Rank.WINNER and rows["m 1x4"].rank is Rank.SLOWER
+    assert rows["m 1x4"].loss_dev == 0.0
+    assert rows["m 4x1"].loss_dev == pytest.approx(0.05 / (5.0 - 0.1 * 19))
+
+
+def test_three_repeats_say_what_their_interval_covers_and_name_no_winner():
+    jobs = [_recorded("m 1x4", "a", [0.3] * 10, r) for r in range(3)]
+    jobs += [_recorded("m 4x1", "b", [0.1] * 10, r) for r in range(3)]
+    rows = comparison_rows(jobs, 0.95)
+    assert {r.rank for r in rows} == {Rank.UNSURE}
+    table = format_table(rows, 0.95)
+    assert "(75%)" in table and "too few repeats for 95%" in table and "| winner" not in table
+
+
+def test_configs_that_share_a_name_but_not_an_identity_stay_apart():
+    jobs = [_recorded("m 4x1", "a", [0.1] * 10), _recorded("m 4x1", "b", [0.2] * 10)]
+    assert len(comparison_rows(jobs, 0.95)) == 2
 
 
 def test_predictor_calibrates_to_two_probes_and_keeps_the_formula_shape():
-    from pipeline.search.predictor import GIB, Knobs, Predictor, Shape
+    from pipeline.records import GIB
+    from pipeline.search.predictor import Knobs, Predictor, Shape
 
     shape = Shape(
         hidden=2048, intermediate=6144, layers=28, heads=16, kv_heads=8, head_dim=128, vocab=151936, tied=True
@@ -140,7 +209,8 @@ def test_predictor_calibrates_to_two_probes_and_keeps_the_formula_shape():
 def test_predictor_follows_measurements_of_the_same_knobs():
     """H200 peaks (GiB) of the effective-batch-16 grid: calibrated on two checkpointed probes, the formula alone
     over-predicts the configs without checkpointing by 7-14%; measured neighbours with the same knobs fix that."""
-    from pipeline.search.predictor import GIB, Knobs, Predictor, Shape
+    from pipeline.records import GIB
+    from pipeline.search.predictor import Knobs, Predictor, Shape
 
     shape = Shape(
         hidden=2048, intermediate=6144, layers=28, heads=16, kv_heads=8, head_dim=128, vocab=151936, tied=True
@@ -172,26 +242,26 @@ def test_splits_are_the_divisors():
     assert splits(4, 3) == []
 
 
-def _meter_with_steps(times: list[float], stop: dict) -> tuple[StepMeter, list[str | None]]:
+def _meter_with_steps(times: list[float], stop: StopRule) -> list[Status | None]:
     meter = StepMeter(cuda=False, stop=stop)
     reasons = []
     for step, seconds in enumerate(times, start=1):
-        record = {"step": step, "step_time_s": seconds, "peak_rss_bytes": 1}
-        reasons.append(meter._should_stop(record, step))
-        meter.steps.append(record)
-    return meter, reasons
+        reasons.append(meter._should_stop(seconds, 1, step))
+        meter.steps.append(_result([seconds]).steps[0])
+        meter.steps[-1] = Step(**{**meter.steps[-1].__dict__, "step": step})
+    return reasons
 
 
 def test_a_slow_trial_is_pruned_on_the_median_after_the_first_step():
-    stop = {"prune_after": 3, "prune_threshold_s": 1.3}
+    stop = StopRule(prune_after=3, prune_threshold_s=1.3)
     # the first step (one-off costs) is ignored; steps 2-4 have median 1.4 > 1.3: pruned at step 4, not before
-    _, reasons = _meter_with_steps([9.0, 1.4, 1.0, 1.5, 1.0], stop)
-    assert reasons == [None, None, None, "pruned", None]
+    assert _meter_with_steps([9.0, 1.4, 1.0, 1.5, 1.0], stop) == [None, None, None, Status.PRUNED, None]
     # one slow step among fast ones does not prune (median 1.2)
-    _, reasons = _meter_with_steps([9.0, 2.0, 1.2, 1.1, 1.0], stop)
-    assert reasons == [None] * 5
+    assert _meter_with_steps([9.0, 2.0, 1.2, 1.1, 1.0], stop) == [None] * 5
 
 
 def test_an_over_cap_step_stops_at_once():
-    _, reasons = _meter_with_steps([1.0, 1.0], {"cap_bytes": 0.5})
-    assert reasons == ["over-cap", "over-cap"]
+    assert _meter_with_steps([1.0, 1.0], StopRule(cap_bytes=0)) == [None, None]  # no cap set: 0 means none
+    assert _meter_with_steps([1.0, 1.0], StopRule(cap_bytes=1)) == [None, None]  # at the cap fits
+    meter = StepMeter(cuda=False, stop=StopRule(cap_bytes=1))
+    assert meter._should_stop(1.0, 2, 1) is Status.OVER_CAP

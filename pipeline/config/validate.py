@@ -6,13 +6,17 @@ one line and exit with code 2.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config.hardware import cuda_device_count
+from pipeline.records import GIB
 
 DTYPES = ("auto", "fp32", "fp16", "bf16")
 PADDINGS = ("longest", "max_length", "padding_free", "packing")
@@ -64,6 +68,15 @@ class Split:
 
     def __str__(self) -> str:
         return f"{self.micro}x{self.accumulation}"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What `validate` parsed out of a config, for every later step to use as is."""
+
+    split: Split
+    cap_bytes: int | None  # the memory cap: mem_cap, else the memory of a named gpu profile
+    cap_source: str | None  # "mem_cap" or "gpu=<profile>"
 
 
 def parse_split(text: str, field: str = "batch.split") -> Split:
@@ -143,11 +156,35 @@ def check_lora(lora: DictConfig) -> None:
     _choice("lora.bias", lora.bias, LORA_BIAS)
 
 
+def _on_cuda(gpu: DictConfig) -> bool:
+    """Whether the job will run on a CUDA device."""
+    return gpu.name != "cpu" and cuda_device_count() > 0
+
+
 def check_gpu(gpu: DictConfig) -> None:
     if gpu.memory_gib is not None and gpu.memory_gib <= 0:
         raise ConfigError("gpu.memory_gib", f"got {gpu.memory_gib}; accepted: a number of GiB > 0")
     if gpu.peak_tflops is not None and gpu.peak_tflops <= 0:
         raise ConfigError("gpu.peak_tflops", f"got {gpu.peak_tflops}; accepted: a number > 0")
+
+
+def check_device(gpu: DictConfig) -> None:
+    """A card profile emulates that card's memory on a CUDA device: without one it would measure nothing real."""
+    if gpu.name not in ("auto", "cpu") and cuda_device_count() == 0:
+        raise ConfigError(
+            "gpu",
+            f"gpu={gpu.name} emulates a {gpu.name.upper()}'s memory on a CUDA device, and this machine has none; "
+            "accepted here: gpu=auto or gpu=cpu",
+        )
+
+
+def resolve_cap(cfg: DictConfig) -> tuple[int | None, str | None]:
+    """The memory cap in bytes and where it came from: mem_cap, else a named gpu profile's memory."""
+    if cfg.mem_cap is not None:
+        return parse_size(cfg.mem_cap), "mem_cap"
+    if cfg.gpu.name not in ("auto", "cpu") and cfg.gpu.memory_gib:
+        return int(cfg.gpu.memory_gib * GIB), f"gpu={cfg.gpu.name}"
+    return None, None
 
 
 def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig) -> None:
@@ -156,8 +193,10 @@ def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig) -> None:
     _choice("train.dtype", t.dtype, DTYPES)
     if t.dtype == "bf16" and gpu.bf16 is False and gpu.name != "cpu":
         raise ConfigError("train.dtype", f"bf16 is not supported by gpu={gpu.name}; accepted: auto, fp16, fp32")
-    if t.dtype == "fp16" and gpu.name == "cpu":
-        raise ConfigError("train.dtype", "fp16 needs a CUDA device; accepted with gpu=cpu: auto, fp32, bf16")
+    if t.dtype == "fp16" and not _on_cuda(gpu):
+        raise ConfigError(
+            "train.dtype", f"fp16 needs a CUDA device; accepted with gpu={gpu.name} here: auto, fp32, bf16"
+        )
     _choice("train.optimizer", t.optimizer, OPTIMIZERS)
     _choice("train.lr_scheduler", t.lr_scheduler, SCHEDULERS)
     _choice("train.padding", t.padding, PADDINGS)
@@ -224,14 +263,14 @@ def check_jsonl(path: str | None) -> None:
 
 
 def check_knobs(t: DictConfig, gpu: DictConfig) -> None:
-    import importlib.util
-
     if t.liger_kernel and importlib.util.find_spec("liger_kernel") is None:
         raise ConfigError(
             "train.liger_kernel", "true needs the liger-kernel package (pip install liger-kernel); accepted: false"
         )
-    if t.liger_kernel and gpu.name == "cpu":
-        raise ConfigError("train.liger_kernel", "Liger kernels need a CUDA device; accepted with gpu=cpu: false")
+    if t.liger_kernel and not _on_cuda(gpu):
+        raise ConfigError(
+            "train.liger_kernel", f"Liger kernels need a CUDA device; accepted with gpu={gpu.name} here: false"
+        )
 
 
 def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
@@ -242,8 +281,6 @@ def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
     if o.prune_factor < 1.0:
         raise ConfigError("optimize.prune_factor", f"got {o.prune_factor}; accepted: a number >= 1")
     _at_least("optimize.skip_margin", o.skip_margin, 0, "a number")
-    from omegaconf import OmegaConf
-
     for key, values in o.space.items():
         if key == "batch.split":
             raise ConfigError("optimize.space", "batch.split is always searched; accepted: other config keys")
@@ -253,19 +290,19 @@ def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
             raise ConfigError(f"optimize.space.{key}", f"got {values}; accepted: a list of candidate values")
 
 
-def validate(cfg: DictConfig) -> Split:
-    """Check every rule; return the parsed split. Raises ConfigError on the first bad field."""
+def validate(cfg: DictConfig) -> Resolved:
+    """Check every rule; return the values parsed on the way. Raises ConfigError on the first bad field."""
     check_model(cfg.model)
     check_lora(cfg.lora)
     check_gpu(cfg.gpu)
     split = check_split(cfg)
     check_train(cfg.train, cfg.measure, cfg.gpu)
+    check_device(cfg.gpu)
     check_data(cfg.data, cfg.train.max_length)
     check_knobs(cfg.train, cfg.gpu)
     if "optimize" in cfg:
         check_optimize(cfg.optimize, cfg)
-    if cfg.mem_cap is not None:
-        parse_size(cfg.mem_cap)
+    cap_bytes, cap_source = resolve_cap(cfg)
     _at_least("repeats", cfg.repeats, 1)
     _choice("launcher.kind", cfg.launcher.kind, LAUNCHERS)
     if cfg.world_size > 1 and cfg.launcher.kind != "torchrun":
@@ -280,4 +317,4 @@ def validate(cfg: DictConfig) -> Split:
             "tracking.uri",
             "empty; accepted: a tracking URI like sqlite:///mlruns/mlflow.db or http://host:port",
         )
-    return split
+    return Resolved(split, cap_bytes, cap_source)

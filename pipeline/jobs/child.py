@@ -8,6 +8,7 @@ over between jobs and an OOM or crash ends only this job. Its output goes straig
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -22,18 +23,20 @@ import torch
 import transformers
 import trl
 
-from pipeline.build.dataset import build_dataset
-from pipeline.build.device import GIB, resolve_placement, torch_dtype
-from pipeline.build.lora import build_lora_config
-from pipeline.build.model import build_model
-from pipeline.build.tokenizer import build_tokenizer
-from pipeline.build.trainer import build_sft_config, build_trainer
+from pipeline.builders.dataset import build_dataset
+from pipeline.builders.device import resolve_placement, torch_dtype
+from pipeline.builders.lora import build_lora_config
+from pipeline.builders.model import build_model
+from pipeline.builders.sft_args import sft_kwargs
+from pipeline.builders.tokenizer import build_tokenizer
+from pipeline.builders.trainer import build_trainer
 from pipeline.config.validate import ARCH_FIELDS
 from pipeline.jobs import watchdog
 from pipeline.jobs.files import RESULT_FILE, STEPS_FILE
 from pipeline.measure import memory
 from pipeline.measure.callback import StepMeter, StopTraining
-from pipeline.measure.flops import count_params, flops_per_token
+from pipeline.measure.flops import flops_per_token
+from pipeline.records import JobResult, JobSpec, Memory, Status
 
 ARCH_KEYS = ("model_type", *ARCH_FIELDS, "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings")
 
@@ -50,16 +53,32 @@ def versions() -> dict[str, str]:
     }
 
 
-class Job:
-    """One training job, set up in small named steps."""
+def count_params(model: torch.nn.Module) -> tuple[int, int]:
+    """(weights of frozen Linear layers incl. the LM head, trainable adapter weights) of a PEFT-wrapped model."""
+    base = sum(
+        module.weight.numel()
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and "lora_" not in name
+    )
+    lora = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return base, lora
 
-    def __init__(self, spec: dict, workdir: Path, writer: bool = True) -> None:
+
+class Job:
+    """One training job, set up in small named steps; `run` returns its JobResult whatever happens."""
+
+    def __init__(self, spec: JobSpec, workdir: Path, writer: bool = True) -> None:
         self.writer = writer
         self.spec = spec
-        self.cfg = spec["config"]
+        self.cfg = spec.config
         self.workdir = workdir
         self.timings: dict[str, float] = {}
-        self.result: dict = {"status": "failed", "pid": os.getpid(), "versions": versions()}
+        self.meter: StepMeter | None = None
+        self.context_bytes = 0
+        self.model_load_bytes: int | None = None
+        self.device_memory: memory.DeviceMemory | None = None
+        self.placement = None
+        self.sft_kwargs: dict | None = None
 
     def _timed(self, name: str, fn, *args, **kwargs):
         start = time.perf_counter()
@@ -71,26 +90,17 @@ class Job:
         gpu, train = self.cfg["gpu"], self.cfg["train"]
         self.device_memory = memory.DeviceMemory()
         self.placement = resolve_placement(
-            gpu["name"], gpu["memory_gib"], gpu["bf16"], gpu["peak_tflops"], train["dtype"], self.spec["gpu_profiles"]
+            gpu["name"], gpu["memory_gib"], gpu["bf16"], gpu["peak_tflops"], train["dtype"], self.spec.gpu_profiles
         )
-        cap = self.spec["cap_bytes"]
-        if cap is None and self.placement.emulated and gpu["memory_gib"] and not self.spec.get("uncapped"):
-            cap = int(gpu["memory_gib"] * GIB)
-        self.cap_bytes = cap
-        self.context_bytes = 0
         if self.placement.device == "cuda":
-            plan = memory.apply_cuda_cap(cap, self.device_memory)
-            self.context_bytes = plan.context_bytes
-            self.result["cap_fraction"] = plan.fraction
-        self.result["placement"] = self.placement.as_dict()
+            self.context_bytes = memory.apply_cuda_cap(self.spec.cap_bytes, self.device_memory).context_bytes
 
     def _setup_model(self) -> None:
         m = self.cfg["model"]
         self.tokenizer = self._timed("tokenizer", build_tokenizer, m["source"], m["name_or_path"])
         arch = {k: m[k] for k in ARCH_KEYS}
         if m["source"] == "config":
-            arch["pad_token_id"] = self.tokenizer.pad_token_id
-            arch["eos_token_id"] = self.tokenizer.eos_token_id
+            arch.update(pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id)
             arch["bos_token_id"] = None
         self.model = self._timed(
             "model_build",
@@ -105,36 +115,23 @@ class Job:
         )
         if self.placement.device == "cuda":
             torch.cuda.synchronize()
-            self.result["model_load_bytes"] = torch.cuda.memory_allocated()
+            self.model_load_bytes = torch.cuda.memory_allocated()
         else:
-            self.result["model_load_bytes"] = memory.rss_bytes()
+            self.model_load_bytes = memory.rss_bytes()
 
     def _setup_data(self) -> None:
-        b = self.cfg["batch"]
-        needed = self.cfg["train"]["steps"] * b["effective"]
+        needed = self.cfg["train"]["steps"] * self.cfg["batch"]["effective"]
         self.dataset = self._timed(
-            "data",
-            build_dataset,
-            self.cfg["data"],
-            self.model.config.vocab_size,
-            self.cfg["train"]["seed"],
-            needed,
+            "data", build_dataset, self.cfg["data"], self.model.config.vocab_size, self.cfg["train"]["seed"], needed
         )
 
     def _setup_trainer(self) -> None:
-        split = self.spec["split"]
         lora = self.cfg["lora"]
-        sft = build_sft_config(
-            str(self.workdir / "trainer"),
-            split["micro"],
-            split["accumulation"],
-            self.cfg["train"],
-            self.placement.dtype,
-            self.placement.device,
+        self.sft_kwargs = sft_kwargs(
+            self.spec.micro, self.spec.accumulation, self.cfg["train"], self.placement.dtype, self.placement.device
         )
-        stop = {**(self.spec.get("stop") or {}), "context_bytes": self.context_bytes}
         steps_path = str(self.workdir / STEPS_FILE) if self.writer else None
-        self.meter = StepMeter(self.placement.device == "cuda", steps_path, stop)
+        self.meter = StepMeter(self.placement.device == "cuda", steps_path, self.spec.stop, self.context_bytes)
         peft_config = build_lora_config(lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["bias"])
         self.trainer = self._timed(
             "trainer_build",
@@ -142,90 +139,105 @@ class Job:
             self.model,
             self.tokenizer,
             self.dataset,
-            sft,
+            str(self.workdir / "trainer"),
+            self.sft_kwargs,
             peft_config,
             [self.meter],
         )
 
-    def _train(self) -> None:
+    def _train(self) -> str | None:
+        """Train; the reason the meter stopped it within a step, if it did."""
         start = time.perf_counter()
         try:
             self.trainer.train()
+            return None
         except StopTraining as stopped:
-            self.result["stopped_within_step"] = str(stopped)  # the meter holds the reason; the step is not kept
-        self.result["train_runtime_s"] = time.perf_counter() - start
+            return str(stopped)  # the meter holds the reason; the step is not kept
+        finally:
+            self.timings["runtime_s"] = time.perf_counter() - start
 
-    def _collect(self) -> None:
+    def _memory(self) -> Memory:
+        cap = self.spec.cap_bytes
+        if self.placement is None:
+            return Memory(peak_bytes=None, cap_bytes=cap)
+        if self.placement.device == "cuda":
+            reserved = torch.cuda.max_memory_reserved()
+            return Memory(
+                peak_bytes=reserved + self.context_bytes,
+                cap_bytes=cap,
+                model_load_bytes=self.model_load_bytes,
+                context_bytes=self.context_bytes,
+                peak_reserved_bytes=reserved,
+                peak_allocated_bytes=torch.cuda.max_memory_allocated(),
+                nvml_process_bytes=self.device_memory.process_bytes() if self.device_memory else None,
+            )
+        rss = memory.peak_rss_bytes()
+        return Memory(peak_bytes=rss, cap_bytes=cap, model_load_bytes=self.model_load_bytes, peak_rss_bytes=rss)
+
+    def _flops(self, steps) -> dict:
         model = self.trainer.model
         base, lora = count_params(model)
-        steps = self.meter.steps
-        seq_len = (sum(s["padded_tokens"] for s in steps) / max(1, sum(s["samples"] for s in steps))) if steps else 0
+        padded_length = sum(s.padded_tokens for s in steps) / max(1, sum(s.samples for s in steps)) if steps else 0
         m = model.base_model.model.config
+        head_dim = getattr(m, "head_dim", None) or m.hidden_size // m.num_attention_heads
         fpt = flops_per_token(
             base,
             lora,
             m.num_hidden_layers,
-            seq_len,
+            padded_length,
             m.num_attention_heads,
-            getattr(m, "head_dim", m.hidden_size // m.num_attention_heads),
+            head_dim,
             self.cfg["train"]["gradient_checkpointing"],
         )
-        self.result.update(
-            base_matmul_params=base,
-            lora_params=lora,
-            mean_padded_length=seq_len,
-            model_flops_per_token=fpt.model,
-            hardware_flops_per_token=fpt.hardware,
-        )
-        self._collect_memory()
+        return {"base_matmul_params": base, "lora_params": lora, "model_flops_per_token": fpt.model}
 
-    def _collect_memory(self) -> None:
-        mem = {"model_load_bytes": self.result.get("model_load_bytes"), "context_bytes": self.context_bytes}
-        if self.placement.device == "cuda":
-            mem["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-            mem["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-            mem["nvml_process_bytes"] = self.device_memory.process_bytes()
-            mem["peak_bytes"] = mem["peak_reserved_bytes"] + self.context_bytes
-        else:
-            mem["peak_rss_bytes"] = memory.peak_rss_bytes()
-            mem["peak_bytes"] = mem["peak_rss_bytes"]
-        mem["cap_bytes"] = self.cap_bytes
-        self.result["memory"] = mem
-
-    def run(self) -> dict:
-        self.result["child_start_time"] = time.time()
+    def run(self) -> JobResult:
+        started = time.time()
+        self.timings["child_start"] = started
+        fields: dict = {}
         try:
             self._setup_device()
             self._setup_model()
             self._setup_data()
             self._setup_trainer()
-            self.result["setup_s"] = time.time() - self.result["child_start_time"]
-            self._train()
-            self._collect()
+            self.timings["setup_s"] = time.time() - started
+            within = self._train()
+            fields.update(self._flops(self.meter.steps))
             reason = self.meter.stop_reason
-            self.result["status"] = {"over-cap": "over-cap", "pruned": "pruned"}.get(reason, "ok")
+            status = reason or Status.OK
             if reason:
-                self.result["stopped"] = f"{reason} at step {self.meter.current_step}"
+                fields["stopped"] = f"{reason.value} at step {self.meter.current_step}"
+                if within:
+                    fields["stopped"] += f" ({within})"
+            if reason is Status.KILLED:
+                fields["error"] = "the process that started this job is gone"
         except torch.OutOfMemoryError as err:
-            self.result.update(status="oom", error=str(err).splitlines()[0])
-            self.result["oom_step"] = getattr(getattr(self, "meter", None), "current_step", 0)
+            status = Status.OOM
+            fields["error"] = (
+                f"out of memory at step {self.meter.current_step if self.meter else 0}: " + (str(err).splitlines()[0])
+            )
             self._free_after_oom()
         except Exception as err:  # noqa: BLE001 - any failure of the job is its result, recorded by the parent
-            self.result.update(
-                status="failed", error=f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-            )
-            self.result["traceback"] = traceback.format_exc()
-            print(self.result["traceback"], file=sys.stderr)
-        self.result["timings"] = self.timings
-        self.result["steps"] = getattr(getattr(self, "meter", None), "steps", [])
-        return self.result
+            status = Status.FAILED
+            fields["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+            fields["traceback"] = traceback.format_exc()
+            print(fields["traceback"], file=sys.stderr)
+        return JobResult(
+            status=status,
+            steps=tuple(self.meter.steps) if self.meter else (),
+            placement=self.placement,
+            memory=self._memory(),
+            sft_kwargs=self.sft_kwargs,
+            versions=versions(),
+            timings=self.timings,
+            pid=os.getpid(),
+            **fields,
+        )
 
     def _free_after_oom(self) -> None:
         for name in ("trainer", "model"):
             if hasattr(self, name):
                 delattr(self, name)
-        if hasattr(self, "placement"):
-            self._collect_memory()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
@@ -237,20 +249,19 @@ def write_json(path: Path, record: dict) -> None:
     os.replace(tmp.name, path)
 
 
-def main(spec: dict, workdir: str) -> None:
+def main(spec: JobSpec, workdir: str) -> None:
     """Entry of the job process (forkserver target, or each rank under torchrun: only rank 0 writes files)."""
-    watchdog.follow(spec.get("owner_pid"))
-    for key, value in spec.get("env", {}).items():
-        os.environ[key] = value
+    watchdog.follow(spec.owner_pid)
+    os.environ.update(spec.env)
     rank = int(os.environ.get("RANK", "0"))
     if "LOCAL_RANK" in os.environ and torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     path = Path(workdir)
-    record = Job(spec, path, writer=rank == 0).run()
-    record["world_size"] = int(os.environ.get("WORLD_SIZE", "1"))
+    result = Job(spec, path, writer=rank == 0).run()
+    result = dataclasses.replace(result, world_size=int(os.environ.get("WORLD_SIZE", "1")))
     if rank == 0:
-        write_json(path / RESULT_FILE, record)
+        write_json(path / RESULT_FILE, result.to_json())
 
 
 if __name__ == "__main__":
-    main(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")), sys.argv[2])
+    main(JobSpec.from_json(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))), sys.argv[2])

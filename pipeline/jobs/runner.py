@@ -14,6 +14,7 @@ the steps it logged before dying, read back from its steps.jsonl).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.jobs.files import RESULT_FILE, SPEC_FILE, STEPS_FILE
+from pipeline.records import JobResult, JobSpec, Status, Step
 
 _CONTEXT: multiprocessing.context.BaseContext | None = None
 PRELOAD = ["pipeline.jobs.child"]
@@ -54,7 +56,7 @@ def _noop() -> None:
     return None
 
 
-def _child_main(spec: dict, workdir: str) -> None:
+def _child_main(spec: JobSpec, workdir: str) -> None:
     """Runs in the child. Importing the job module here keeps torch out of the parent (the fork server has
     already imported it, so this costs nothing in the child)."""
     from pipeline.jobs import child
@@ -93,15 +95,15 @@ class _Handle:
         return self.process.exitcode
 
 
-def start(kind: str, spec: dict, workdir: Path) -> _Handle:
+def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
     workdir.mkdir(parents=True, exist_ok=True)
-    spec = {**spec, "owner_pid": os.getpid()}  # the job dies with this process (jobs/watchdog.py)
+    spec = dataclasses.replace(spec, owner_pid=os.getpid())  # the job dies with this process (jobs/watchdog.py)
     if kind in ("subprocess", "torchrun"):
         spec_path = workdir / SPEC_FILE
-        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        spec_path.write_text(json.dumps(spec.to_json()), encoding="utf-8")
         job = ["-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
         if kind == "torchrun":  # one process per device, PyTorch's own elastic launcher
-            world = spec["config"]["world_size"]
+            world = spec.config["world_size"]
             job = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", *job]
         return _Handle(subprocess.Popen([sys.executable, *job]))
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
@@ -109,17 +111,17 @@ def start(kind: str, spec: dict, workdir: Path) -> _Handle:
     return _Handle(process)
 
 
-def read_steps(workdir: Path) -> list[dict]:
+def read_steps(workdir: Path) -> tuple[Step, ...]:
     path = workdir / STEPS_FILE
     if not path.exists():
-        return []
+        return ()
     steps = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            steps.append(json.loads(line))
+            steps.append(Step.from_json(json.loads(line)))
         except json.JSONDecodeError:
             break  # a line cut off by the kill
-    return steps
+    return tuple(steps)
 
 
 def _exit_reason(code: int | None) -> str:
@@ -134,12 +136,12 @@ def _exit_reason(code: int | None) -> str:
 
 def run_job(
     kind: str,
-    spec: dict,
+    spec: JobSpec,
     workdir: Path,
     timeout_s: float | None = None,
     on_start: Callable[[int], None] | None = None,
-) -> dict:
-    """Run one job to its end and return its record (never raises for the child's sake)."""
+) -> JobResult:
+    """Run one job to its end and return its result (never raises for the child's sake)."""
     launched = time.time()
     handle = start(kind, spec, workdir)
     if on_start is not None:
@@ -154,13 +156,11 @@ def run_job(
         handle.kill()
     result_path = workdir / RESULT_FILE
     if result_path.exists() and not timed_out:
-        record = json.loads(result_path.read_text(encoding="utf-8"))
+        result = JobResult.from_json(json.loads(result_path.read_text(encoding="utf-8")))
     else:
         reason = f"timed out after {timeout_s:g} s" if timed_out else _exit_reason(handle.exitcode)
-        record = {"status": "failed", "error": reason, "steps": read_steps(workdir), "pid": handle.pid}
-    record["exitcode"] = handle.exitcode
-    record["launch_time"] = launched
-    record["wall_s"] = time.time() - launched
-    if "child_start_time" in record:
-        record["spawn_s"] = record["child_start_time"] - launched
-    return record
+        result = JobResult(status=Status.FAILED, error=reason, steps=read_steps(workdir), pid=handle.pid)
+    timings = {**result.timings, "wall_s": time.time() - launched}
+    if "child_start" in timings:
+        timings["spawn_s"] = timings.pop("child_start") - launched
+    return dataclasses.replace(result, exitcode=handle.exitcode, timings=timings)

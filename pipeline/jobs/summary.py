@@ -1,62 +1,59 @@
-"""Turn a job's raw record (per-step series, memory, placement) into the figures people compare."""
+"""A job's result turned into the figures people compare, and back from the metrics MLflow holds.
+
+Every rate in a row comes from the same statistic as its step column: tokens/s, samples/s and MFU are the mean work
+of a steady step over the median steady step time, so a stalled step cannot make the fastest median the slowest
+throughput.
+"""
 
 from __future__ import annotations
 
-from pipeline.measure import memory as mem
-from pipeline.measure.flops import mfu
+import statistics
+
 from pipeline.measure.stats import summarize
-
-GIB = 2**30
-PHASES = ("forward", "backward", "optimizer", "data", "other")
+from pipeline.records import GIB, PHASES, JobResult, JobSummary, verdict
 
 
-def summarize_job(record: dict, warmup_steps: int, confidence: float) -> dict:
-    """Flat metrics with MLflow-friendly names (`step_time_median_s`, `peak_reserved_gib`, ...)."""
-    steps = record.get("steps", [])
-    steady = [s for s in steps if s["step"] > warmup_steps]
-    out: dict[str, float | int | str | None] = {"steps_done": len(steps), "steady_steps": len(steady)}
-    summary = summarize([s["step_time_s"] for s in steady], confidence)
-    if summary is not None:
-        out.update(summary.as_dict("step_time"))
-        total_time = sum(s["step_time_s"] for s in steady)
-        tokens = sum(s["tokens"] for s in steady)
-        padded = sum(s["padded_tokens"] for s in steady)
-        samples = sum(s["samples"] for s in steady)
-        out["tokens_per_s"] = tokens / total_time
-        out["padded_tokens_per_s"] = padded / total_time
-        out["samples_per_s"] = samples / total_time
-        for phase in PHASES:
-            out[f"{phase}_median_s"] = summarize([s[f"{phase}_s"] for s in steady], confidence).median
-        peak = (record.get("placement") or {}).get("peak_tflops")
-        if record.get("model_flops_per_token"):
-            value = mfu(out["tokens_per_s"], record["model_flops_per_token"], peak)
-            out["mfu"] = value
-    memory = record.get("memory") or {}
-    for key in (
-        "peak_reserved",
-        "peak_allocated",
-        "peak_rss",
-        "model_load",
-        "context",
-        "nvml_process",
-        "cap",
-    ):
-        value = memory.get(f"{key}_bytes")
-        if value is not None:
-            out[f"{key}_gib"] = value / GIB
-    if memory.get("peak_bytes") is not None:
-        out["peak_gib"] = memory["peak_bytes"] / GIB
-    out["runtime_s"] = record.get("train_runtime_s")
-    out["wall_s"] = record.get("wall_s")
-    out["spawn_s"] = record.get("spawn_s")
-    out["setup_s"] = record.get("setup_s")
-    if steps:
-        out["final_loss"] = steps[-1]["loss"]
-    out["verdict"] = mem.verdict(record.get("status", "failed"), memory.get("peak_bytes"), memory.get("cap_bytes"))
-    return out
+def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> JobSummary:
+    """The steady steps (after `warmup_steps`) summarised; memory in GiB; the verdict against the cap."""
+    steady = [s for s in result.steps if s.step > warmup_steps]
+    memory = result.memory
+    memory_gib = {}
+    if memory is not None:
+        for key in ("peak", "peak_reserved", "peak_allocated", "peak_rss", "model_load", "nvml_process", "cap"):
+            value = getattr(memory, f"{key}_bytes")
+            if value is not None:
+                memory_gib[key] = value / GIB
+        memory_gib["context"] = memory.context_bytes / GIB
+    timings = result.timings
+    seconds = {k: timings[f"{k}_s"] for k in ("runtime", "wall", "spawn", "setup") if f"{k}_s" in timings}
+    common = dict(
+        status=result.status,
+        verdict=verdict(result.status, memory.peak_bytes if memory else None, memory.cap_bytes if memory else None),
+        steps_done=len(result.steps),
+        memory_gib=memory_gib,
+        seconds=seconds,
+        final_loss=result.steps[-1].loss if result.steps else None,
+    )
+    step_time = summarize([s.step_time_s for s in steady], confidence)
+    if step_time is None:
+        return JobSummary(**common)
+    tokens = statistics.fmean(s.tokens for s in steady)
+    peak_tflops = result.placement.peak_tflops if result.placement else None
+    return JobSummary(
+        **common,
+        step_time=step_time,
+        tokens_per_step=tokens,
+        padded_tokens_per_step=statistics.fmean(s.padded_tokens for s in steady),
+        samples_per_step=statistics.fmean(s.samples for s in steady),
+        model_flops_per_step=tokens * result.model_flops_per_token if result.model_flops_per_token else None,
+        peak_flops=peak_tflops * 1e12 if peak_tflops else None,
+        phases={p: statistics.median(s.phase(p) for s in steady) for p in PHASES},
+    )
 
 
-def series(record: dict) -> dict[str, list[tuple[int, float]]]:
-    """Per-step series for MLflow charts: loss, step time and its phases."""
+def series(result: JobResult) -> dict[str, list[tuple[int, float]]]:
+    """Per-step series for MLflow charts: loss, step time and its phases, peak memory."""
     keys = ["loss", "step_time_s", "grad_norm", "learning_rate", *(f"{p}_s" for p in PHASES)]
-    return {key: [(s["step"], s[key]) for s in record.get("steps", []) if key in s] for key in keys}
+    out = {key: [(s.step, getattr(s, key)) for s in result.steps if getattr(s, key) is not None] for key in keys}
+    out["step_peak_gib"] = [(s.step, s.peak_bytes / GIB) for s in result.steps]
+    return out

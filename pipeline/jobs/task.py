@@ -1,30 +1,43 @@
-"""The Hydra task: one job, run in its own process and recorded as one MLflow run.
+"""One job: spec, process, record. The parent never imports torch: it opens the job's MLflow run, starts the child,
+waits, summarises what the child returned (or, for a child that died, what it had written so far), and writes it
+to MLflow in one go.
 
-The parent never imports torch: it opens the run, starts the child, waits, and logs what the child returned (or,
-for a child that died, what it had written so far). Inside a multirun the run is nested under the sweep's parent
-run, whose id the sweep callback puts in the environment.
+Inside a multirun the run is nested under the sweep's parent run and named after what varies across the sweep; both
+come from the sweep context the sweep callback (`jobs.sweep`) puts in the environment.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.compose import CONF_DIR
-from pipeline.config.validate import parse_size, validate
-from pipeline.jobs import runner
-from pipeline.jobs.summary import series, summarize_job
-from pipeline.tracking.store import PARENT_ENV, STATUS_TAG, SWEEP_ENV, SWEEP_TAG, Tracker, flatten
+from pipeline.config.identity import config_id, display_name
+from pipeline.config.validate import validate
+from pipeline.jobs import preflight, runner
+from pipeline.jobs.summary import summarize_job
+from pipeline.jobs.sweep import SweepContext, job_overrides
+from pipeline.records import JobResult, JobSpec, JobSummary, RunKind, Status, StopRule
+from pipeline.tracking import runs
+from pipeline.tracking.store import Tracker
 
 
-def job_name(cfg: DictConfig) -> str:
-    name = f"{cfg.model.name} {cfg.batch.split}"
-    return f"{name} #{cfg.repeat}" if cfg.repeats > 1 else name
+@dataclass(frozen=True)
+class JobOutcome:
+    run_id: str
+    spec: JobSpec
+    result: JobResult
+    summary: JobSummary
+
+    @property
+    def status(self) -> Status:
+        return self.result.status
 
 
 @functools.cache
@@ -38,111 +51,85 @@ def gpu_profiles() -> dict[str, dict]:
     return profiles
 
 
-def job_spec(cfg: DictConfig) -> dict:
-    """What the child needs: the resolved config, the parsed split, the cap in bytes and the card profiles."""
-    split = validate(cfg)
-    return {
-        "gpu_profiles": gpu_profiles(),
-        "config": OmegaConf.to_container(cfg, resolve=True),
-        "split": {"micro": split.micro, "accumulation": split.accumulation},
-        "cap_bytes": parse_size(cfg.mem_cap) if cfg.mem_cap else None,
-    }
-
-
-def derived_params(spec: dict, record: dict) -> dict[str, object]:
-    cfg = spec["config"]
-    placement = record.get("placement") or {}
-    params = {
-        "micro_batch": spec["split"]["micro"],
-        "accumulation": spec["split"]["accumulation"],
-        "effective_batch": cfg["batch"]["effective"],
-        "world_size": cfg["world_size"],
-        "device": placement.get("device"),
-        "device_name": placement.get("device_name"),
-        "dtype_resolved": placement.get("dtype"),
-        "emulated_gpu": placement.get("emulated"),
-        "lora_params": record.get("lora_params"),
-        "base_matmul_params": record.get("base_matmul_params"),
-    }
-    params.update({f"version.{k}": v for k, v in (record.get("versions") or {}).items()})
-    return {k: v for k, v in params.items() if v is not None}
+def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = None, uncapped: bool = False) -> JobSpec:
+    """What the child needs, parsed once: the resolved config, its identity, the split, the cap. `uncapped` lifts
+    every cap (a study's probes measure what a config needs, not whether it fits)."""
+    resolved = validate(cfg)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    if name is None:
+        context = SweepContext.from_env()
+        varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
+        name = display_name(cfg.model.name, cfg.batch.split, varying)
+    cap = None if uncapped else resolved.cap_bytes
+    return JobSpec(
+        config=config,
+        config_id=config_id(config),
+        name=name,
+        micro=resolved.split.micro,
+        accumulation=resolved.split.accumulation,
+        cap_bytes=cap,
+        cap_source=None if uncapped else resolved.cap_source,
+        gpu_profiles=gpu_profiles(),
+        stop=stop or StopRule(),
+    )
 
 
 def run(
     cfg: DictConfig,
     *,
-    stop: dict | None = None,
+    spec: JobSpec | None = None,
+    kind: RunKind = RunKind.JOB,
     parent_id: str | None = None,
-    tags: dict | None = None,
-    name: str | None = None,
-    uncapped: bool = False,
-) -> dict:
-    """Run one job and return its summary (the sweep callback and the study rank these). `stop` lets the study end
-    it early (over the cap, or slow); `parent_id` nests its run elsewhere than the sweep's; `uncapped` lifts every
-    cap (the predictor's probes measure what a config needs, not whether it fits)."""
-    spec = job_spec(cfg)
-    if uncapped:
-        spec["cap_bytes"] = None
-        spec["uncapped"] = True
-    if stop:
-        spec["stop"] = stop
+    tags: dict[str, object] | None = None,
+    run_name: str | None = None,
+) -> JobOutcome:
+    """Run one job in its own process and record it as one MLflow run (nested under `parent_id`, or the sweep's)."""
+    spec = spec or job_spec(cfg)
+    context = SweepContext.from_env()
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
-    sweep_id = os.environ.get(SWEEP_ENV) or cfg.sweep_id
-    run_tags = {STATUS_TAG: "running", "split": cfg.batch.split, "model": cfg.model.name, "repeat": cfg.repeat}
-    run_tags.update(tags or {})
-    if sweep_id:
-        run_tags[SWEEP_TAG] = sweep_id
-    name = name or job_name(cfg)
-    run_id = tracker.start(name, tags=run_tags, parent_id=parent_id or os.environ.get(PARENT_ENV))
-    tracker.params(run_id, flatten(spec["config"]))
-    tracker.artifact_text(run_id, "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    run_tags = dict(tags or {})
+    if context:
+        run_tags[runs.SWEEP] = context.sweep_id
+    repeat_name = f"{spec.name} #{cfg.repeat}" if cfg.repeats > 1 else spec.name
+    run_id = runs.start_job(
+        tracker,
+        spec,
+        kind,
+        parent_id or (context.parent_run_id if context else None),
+        repeat=cfg.repeat,
+        tags=run_tags,
+        run_name=run_name or repeat_name,
+    )
+    label = run_name or repeat_name
+    error, env = preflight.check_hub(spec.config)
+    if error:
+        result = JobResult(status=Status.FAILED, error=error)
+        return _finish(tracker, run_id, spec, result, cfg, label)
+    spec = dataclasses.replace(spec, env={**spec.env, **env})
     workdir = Path(tempfile.mkdtemp(prefix="batch-split-job-"))
-    status = "FAILED"
     try:
-        print(f"[job] {name}: starting ({cfg.launcher.kind}), MLflow run {run_id}", flush=True)
-        record = runner.run_job(
+        print(f"[job] {label}: starting ({cfg.launcher.kind}), MLflow run {run_id}", flush=True)
+        result = runner.run_job(
             cfg.launcher.kind,
             spec,
             workdir,
             cfg.launcher.timeout_s,
-            on_start=lambda pid: (
-                print(f"[job] {name}: pid {pid}", flush=True),
-                tracker.tags(run_id, {"pid": pid}),
-            ),
+            on_start=lambda pid: tracker.tags(run_id, {"pid": pid}),
         )
-        summary = summarize_job(record, cfg.measure.warmup_steps, cfg.measure.confidence)
-        numbers = {k: v for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        tracker.params(run_id, derived_params(spec, record))
-        tracker.metrics(run_id, numbers, series(record))
-        end_tags = {STATUS_TAG: record["status"], "verdict": summary["verdict"]}
-        if record.get("error"):
-            end_tags["error"] = record["error"][:5000]
-        if record.get("stopped"):
-            end_tags["stopped"] = record["stopped"]
-        if record.get("oom_step") is not None:
-            end_tags["oom_step"] = record["oom_step"]
-        emulated = (record.get("placement") or {}).get("emulated")
-        if emulated:
-            device = record["placement"]["device_name"]
-            end_tags["memory_note"] = f"memory emulated as {emulated}, speed measured on {device}"
-        tracker.tags(run_id, end_tags)
-        tracker.artifact_json(run_id, "result.json", record)
-        status = "FINISHED" if record["status"] in ("ok", "oom", "over-cap", "pruned") else "FAILED"
-        line = f"step {summary.get('step_time_median_s', float('nan')):.4f} s" if record["status"] == "ok" else ""
-        print(f"[job] {name}: {record['status']} {line} {record.get('error', '')}".rstrip(), flush=True)
-        return {
-            "run_id": run_id,
-            "name": name,
-            "status": record["status"],
-            "summary": summary,
-            "stopped": record.get("stopped"),
-            "error": record.get("error"),
-            "placement": record.get("placement"),
-        }
+        return _finish(tracker, run_id, spec, result, cfg, label)
     except KeyboardInterrupt:
-        status = "KILLED"
-        tracker.tags(run_id, {STATUS_TAG: "killed"})
+        runs.end_interrupted(tracker, run_id)
         raise
     finally:
-        tracker.end(run_id, status)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _finish(tracker: Tracker, run_id: str, spec: JobSpec, result: JobResult, cfg: DictConfig, label: str) -> JobOutcome:
+    summary = summarize_job(result, cfg.measure.warmup_steps, cfg.measure.confidence)
+    runs.end_job(tracker, run_id, spec, result, summary)
+    if result.status is Status.OK and summary.median is not None:
+        line = f"ok, step {summary.median:.4f} s"
+    else:
+        line = f"{result.status}: {result.stopped or result.error or ''}".rstrip(": ")
+    print(f"[job] {label}: {line}", flush=True)
+    return JobOutcome(run_id, spec, result, summary)

@@ -15,6 +15,7 @@ Each step is appended to a JSON-lines file as soon as its loss is logged, so a k
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -25,6 +26,7 @@ import torch
 from transformers import TrainerCallback
 
 from pipeline.measure import memory
+from pipeline.records import Status, Step, StopRule
 
 
 class _Clock:
@@ -54,8 +56,10 @@ class StopTraining(Exception):
 
 
 class StepMeter(TrainerCallback):
-    def __init__(self, cuda: bool, steps_path: str | None = None, stop: dict | None = None) -> None:
-        """`stop` ends training early: `cap_bytes` (+ `context_bytes`) once a step's peak is over the cap,
+    def __init__(
+        self, cuda: bool, steps_path: str | None = None, stop: StopRule | None = None, context_bytes: int = 0
+    ) -> None:
+        """`stop` ends training early: `cap_bytes` once a step's peak (+ `context_bytes` on CUDA) is over the cap,
         or when the median of the `prune_after` steps after the first (which carries one-off costs) exceeds
         `prune_threshold_s`: a slow config is known after a few steps, long before the warm-up ends. Within those
         steps a job is stopped mid-step (StopTraining) once the step has run IN_STEP_FACTOR x the threshold: the
@@ -63,12 +67,13 @@ class StepMeter(TrainerCallback):
         is that slow for sure; it spares waiting out the long steps of a large accumulation. One process only (in
         a torchrun job the ranks would disagree on when to stop)."""
         self.cuda = cuda
-        self.stop = stop or {}
-        self.stop_reason: str | None = None
+        self.stop = stop or StopRule()
+        self.context_bytes = context_bytes
+        self.stop_reason: Status | None = None
         self._ppid = os.getppid()
         self.clock = _Clock(cuda)
         self.steps_path = steps_path
-        self.steps: list[dict] = []
+        self.steps: list[Step] = []
         self.current_step = 0
         self._hooks: list[Any] = []
         self._reset_step()
@@ -97,12 +102,12 @@ class StepMeter(TrainerCallback):
             self._tokens.append(mask.sum() if mask is not None else ids.numel())
 
     def _stop_within_step(self) -> None:
-        after, threshold = self.stop.get("prune_after"), self.stop.get("prune_threshold_s")
+        after, threshold = self.stop.prune_after, self.stop.prune_threshold_s
         if not (after and threshold and 2 <= self.current_step <= 1 + after) or self._distributed:
             return
         elapsed = time.perf_counter() - self._last_end_host
         if elapsed > IN_STEP_FACTOR * threshold:
-            self.stop_reason = "pruned"
+            self.stop_reason = Status.PRUNED
             raise StopTraining(f"step {self.current_step} ran {elapsed:.3f} s > {IN_STEP_FACTOR:g} x {threshold:.3f} s")
 
     def _forward_end(self, module, args, kwargs, output) -> None:
@@ -165,7 +170,11 @@ class StepMeter(TrainerCallback):
         forward = sum(self.clock.seconds(m[0], m[1]) for m in micro)
         backward = sum(self.clock.seconds(m[1], m[2]) for m in micro)
         optimizer = self.clock.seconds(micro[-1][2], end) if micro else 0.0
-        tokens = sum(int(t) for t in self._tokens)
+        if self.cuda:
+            peak = torch.cuda.max_memory_reserved() + self.context_bytes
+            peak_allocated = torch.cuda.max_memory_allocated()
+        else:
+            peak, peak_allocated = memory.peak_rss_bytes(), None
         record = {
             "step": state.global_step,
             "step_time_s": step_time,
@@ -175,36 +184,29 @@ class StepMeter(TrainerCallback):
             "data_s": data,
             "other_s": step_time - forward - backward - optimizer - data,
             "micro_batches": len(micro),
-            "tokens": tokens,
+            "tokens": sum(int(t) for t in self._tokens),
             "padded_tokens": self._padded,
             "samples": sum(int(n) for n in self._samples),
+            "peak_bytes": peak,
+            "peak_allocated_bytes": peak_allocated,
         }
-        if self.cuda:
-            record["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-            record["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-        else:
-            record["peak_rss_bytes"] = memory.peak_rss_bytes()
         self._pending = record
         self._reset_step()
-        self.stop_reason = self._should_stop(record, state.global_step)
+        self.stop_reason = self._should_stop(record["step_time_s"], peak, state.global_step)
         if self.stop_reason:
             control.should_training_stop = True
         return control
 
-    def _should_stop(self, record: dict, step: int) -> str | None:
+    def _should_stop(self, step_time: float, peak: int, step: int) -> Status | None:
         if os.getppid() != self._ppid:
-            return "parent gone"  # the sweep or study that started this job has died: do not train for nobody
-        cap = self.stop.get("cap_bytes")
-        peak = record.get("peak_rss_bytes")
-        if self.cuda:
-            peak = record["peak_reserved_bytes"] + self.stop.get("context_bytes", 0)
-        if cap and peak > cap:
-            return "over-cap"
-        after, threshold = self.stop.get("prune_after"), self.stop.get("prune_threshold_s")
+            return Status.KILLED  # the sweep or study that started this job has died: do not train for nobody
+        if self.stop.cap_bytes and peak > self.stop.cap_bytes:
+            return Status.OVER_CAP
+        after, threshold = self.stop.prune_after, self.stop.prune_threshold_s
         if after and threshold and step == 1 + after:
-            early = [s["step_time_s"] for s in self.steps if s["step"] > 1] + [record["step_time_s"]]
+            early = [s.step_time_s for s in self.steps if s.step > 1] + [step_time]
             if statistics.median(early) > threshold:
-                return "pruned"
+                return Status.PRUNED
         return None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -212,15 +214,16 @@ class StepMeter(TrainerCallback):
             return
         record = self._pending
         self._pending = None
-        record["loss"] = float(logs["loss"])
-        if logs.get("grad_norm") is not None:
-            record["grad_norm"] = float(logs["grad_norm"])
-        if logs.get("learning_rate") is not None:
-            record["learning_rate"] = float(logs["learning_rate"])
-        self.steps.append(record)
+        step = Step(
+            **record,
+            loss=float(logs["loss"]),
+            grad_norm=float(logs["grad_norm"]) if logs.get("grad_norm") is not None else None,
+            learning_rate=float(logs["learning_rate"]) if logs.get("learning_rate") is not None else None,
+        )
+        self.steps.append(step)
         if self.steps_path:
             with open(self.steps_path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
+                handle.write(json.dumps(dataclasses.asdict(step)) + "\n")
 
     def on_train_end(self, args, state, control, **kwargs):
         self.detach()

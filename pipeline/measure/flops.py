@@ -37,19 +37,8 @@ def flops_per_token(
     return FlopsPerToken(model=model, hardware=model + (forward if recompute else 0.0))
 
 
-def mfu(tokens_per_s: float, model_flops_per_token: float, peak_tflops: float | None) -> float | None:
-    if not peak_tflops or tokens_per_s <= 0:
+def mfu(model_flops_per_s: float, peak_flops: float | None) -> float | None:
+    """Model FLOP/s achieved over the device's peak dense FLOP/s; None without a peak figure (CPU)."""
+    if not peak_flops or model_flops_per_s <= 0:
         return None
-    return tokens_per_s * model_flops_per_token / (peak_tflops * 1e12)
-
-
-def count_params(model) -> tuple[int, int]:
-    """(weights of frozen Linear layers incl. the LM head, trainable adapter weights) of a PEFT-wrapped model."""
-    import torch
-
-    base = 0
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and "lora_" not in name:
-            base += module.weight.numel()
-    lora = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return base, lora
+    return model_flops_per_s / peak_flops

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-GIB = 2**30
+import torch
 
 
 def _proc_status_kib(field: str) -> int | None:
@@ -75,35 +75,21 @@ class DeviceMemory:
             return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class CapPlan:
-    cap_bytes: int | None
-    context_bytes: int
-    fraction: float | None
+    context_bytes: int  # the CUDA context, measured: outside the allocator, inside the cap
+    fraction: float | None  # of the device's memory given to the caching allocator; None: uncapped
 
 
 def apply_cuda_cap(cap_bytes: int | None, device_memory: DeviceMemory) -> CapPlan:
     """Start CUDA, measure the context, and limit the caching allocator so reserved + context stays under the cap."""
-    import torch
-
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
     used = device_memory.process_bytes()
     context = max(0, (used or 0) - torch.cuda.memory_reserved())
     if cap_bytes is None:
-        return CapPlan(None, context, None)
+        return CapPlan(context, None)
     total = torch.cuda.get_device_properties(0).total_memory
     fraction = max(0.0, min(1.0, (cap_bytes - context) / total))
     torch.cuda.set_per_process_memory_fraction(fraction)
-    return CapPlan(cap_bytes, context, fraction)
-
-
-def verdict(status: str, peak_bytes: int | None, cap_bytes: int | None) -> str:
-    """fits / over-cap / oom / failed; without a cap a finished (or pruned) job is 'no-cap'."""
-    if status in ("oom", "over-cap"):
-        return status
-    if status not in ("ok", "pruned"):
-        return "failed"
-    if cap_bytes is None:
-        return "no-cap"
-    return "fits" if peak_bytes is not None and peak_bytes <= cap_bytes else "over-cap"
+    return CapPlan(context, fraction)

@@ -1,33 +1,24 @@
 """Steady-state statistics of step times, and the ranking of configs that says "tie" when it cannot tell.
 
 Step times are skewed and have outliers (a stray GC pause, a clock change), so the centre is the median, and its
-confidence interval is the distribution-free one from order statistics: with n samples the interval between the
-j-th and k-th smallest values covers the true median with probability >= confidence, j and k taken from the
-Binomial(n, 1/2) distribution. Two configs rank only when their intervals do not overlap.
+interval is the distribution-free one from order statistics: for n independent samples of a continuous distribution,
+[x_(r), x_(n-r+1)] covers the true median with probability exactly 1 - 2 P(B <= r-1), B ~ Binomial(n, 1/2). The
+largest r whose coverage still reaches the requested confidence is chosen. Too few samples cannot reach it (two
+values cover the median half the time, three 75%, five 94%): the interval is then the whole range, and its `level`
+says what it really covers. Nothing is ever labelled with a confidence it does not have, and a ranking only names a
+winner from intervals that reach the requested one.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from enum import StrEnum
 
 from scipy.stats import binom
 
-
-@dataclass(frozen=True)
-class Summary:
-    n: int
-    median: float
-    mean: float
-    p10: float
-    p90: float
-    cv: float
-    ci_low: float
-    ci_high: float
-
-    def as_dict(self, prefix: str, unit: str = "s") -> dict[str, float]:
-        return {f"{prefix}_{k}_{unit}" if k not in ("n", "cv") else f"{prefix}_{k}": v for k, v in asdict(self).items()}
+from pipeline.records import Interval, Summary
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
@@ -40,16 +31,26 @@ def quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
 
 
-def median_ci(sorted_values: list[float], confidence: float = 0.95) -> tuple[float, float]:
-    """Order-statistic interval [x_(r), x_(n-r+1)] (1-based) for the median, r as large as keeps its coverage
-    1 - 2 P(B <= r-1) >= confidence; the whole range when n is too small to reach `confidence`."""
+@functools.cache
+def order_coverage(n: int, r: int) -> float:
+    """Probability that [x_(r), x_(n-r+1)] of n samples covers the median."""
+    return 1.0 - 2.0 * float(binom.cdf(r - 1, n, 0.5))
+
+
+@functools.cache
+def _order_rank(n: int, confidence: float) -> int:
+    r = 1
+    while r + 1 <= (n + 1) // 2 and order_coverage(n, r + 1) >= confidence:
+        r += 1
+    return r
+
+
+def median_ci(sorted_values: list[float], confidence: float = 0.95) -> Interval:
+    """The narrowest order-statistic interval whose coverage reaches `confidence`; the whole range, with its real
+    (lower) coverage, when n is too small to reach it."""
     n = len(sorted_values)
-    tail = (1.0 - confidence) / 2
-    m = -1
-    while m + 1 < n and binom.cdf(m + 1, n, 0.5) <= tail:
-        m += 1
-    r = max(1, m + 1)
-    return sorted_values[r - 1], sorted_values[n - r]
+    r = _order_rank(n, confidence)
+    return Interval(sorted_values[r - 1], sorted_values[n - r], order_coverage(n, r))
 
 
 def summarize(values: list[float], confidence: float = 0.95) -> Summary | None:
@@ -58,7 +59,6 @@ def summarize(values: list[float], confidence: float = 0.95) -> Summary | None:
     ordered = sorted(values)
     mean = statistics.fmean(ordered)
     stdev = statistics.stdev(ordered) if len(ordered) > 1 else 0.0
-    low, high = median_ci(ordered, confidence)
     return Summary(
         n=len(ordered),
         median=statistics.median(ordered),
@@ -66,27 +66,43 @@ def summarize(values: list[float], confidence: float = 0.95) -> Summary | None:
         p10=quantile(ordered, 0.10),
         p90=quantile(ordered, 0.90),
         cv=stdev / mean if mean else 0.0,
-        ci_low=low,
-        ci_high=high,
+        ci=median_ci(ordered, confidence),
     )
 
 
-def steady(values: list[float], warmup: int) -> list[float]:
-    return list(values[warmup:])
+class Rank(StrEnum):
+    WINNER = "winner"  # fastest, and its interval lies below every other one, all at the requested confidence
+    TIE = "tie"  # its interval overlaps the fastest one's
+    SLOWER = "slower"  # its interval lies above the fastest one's, both at the requested confidence
+    UNSURE = "too few samples"  # apart from the fastest, but an interval does not reach the requested confidence
 
 
-def rank(intervals: dict[str, tuple[float, float, float]]) -> dict[str, str]:
-    """{config: (median, ci_low, ci_high)} -> {config: 'winner' | 'tie' | 'slower'}, lower is better.
+def rank(intervals: dict[str, tuple[float, Interval]], confidence: float) -> dict[str, Rank]:
+    """{config: (median, interval)} -> {config: Rank}, lower is better.
 
-    The fastest median wins only when its interval lies wholly below every other config's; configs whose intervals
-    overlap the fastest one's are tied with it; the rest are 'slower'."""
+    A lower-coverage interval is narrower than the one at the requested confidence, so an overlap at any level is a
+    tie at the requested one too; a separation counts only when both intervals reach the requested confidence."""
     if not intervals:
         return {}
     best = min(intervals, key=lambda name: intervals[name][0])
-    _, _, best_high = intervals[best]
-    tied = [n for n, (_, low, _) in intervals.items() if n != best and low <= best_high]
-    verdicts = {n: ("tie" if n in tied else "slower") for n in intervals}
-    verdicts[best] = "tie" if tied else "winner"
+    best_ci = intervals[best][1]
+    verdicts: dict[str, Rank] = {}
+    for name, (_, ci) in intervals.items():
+        if name == best:
+            continue
+        if ci.overlaps(best_ci):
+            verdicts[name] = Rank.TIE
+        elif min(ci.level, best_ci.level) >= confidence - 1e-12:
+            verdicts[name] = Rank.SLOWER
+        else:
+            verdicts[name] = Rank.UNSURE
+    others = set(verdicts.values())
+    if Rank.TIE in others:
+        verdicts[best] = Rank.TIE
+    elif Rank.UNSURE in others or (len(intervals) == 1 and best_ci.level < confidence - 1e-12):
+        verdicts[best] = Rank.UNSURE
+    else:
+        verdicts[best] = Rank.WINNER
     return verdicts
 
 

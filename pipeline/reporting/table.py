@@ -1,77 +1,108 @@
-"""The comparison table shown at the end of a sweep: one row per config, repeats pooled."""
+"""The comparison table of a sweep: one row per config identity, repeats pooled, ranked with intervals that say
+what they cover."""
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass, field
 
-from pipeline.measure.stats import max_relative_deviation, median_ci, rank
+from pipeline.measure.stats import Rank, max_relative_deviation, median_ci, rank
+from pipeline.records import PHASES, Interval, RecordedJob, Status, Verdict
 
 
-def comparison_rows(results: list[dict]) -> list[dict]:
-    """Pool repeats of each config name (`model split`), rank by median step time, and measure each job's loss
-    deviation from the reference (the first finished job of the sweep)."""
-    reference = next((r["losses"] for r in results if r.get("status") == "ok" and r.get("losses")), None)
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for result in results:
-        key = result["name"].split(" #")[0]
-        groups[key].append(result)
+@dataclass
+class Row:
+    config_id: str
+    name: str
+    jobs: list[RecordedJob]
+    median: float | None = None
+    ci: Interval | None = None
+    pooled: bool = False  # the interval is over the repeats' medians, not one job's steps
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    peak_gib: float | None = None
+    verdict: Verdict | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    loss_dev: float | None = None
+    rank: Rank | None = None
+
+    @property
+    def status(self) -> str:
+        return "/".join(sorted({str(j.status) for j in self.jobs}))
+
+    @property
+    def ok_jobs(self) -> list[RecordedJob]:
+        return [j for j in self.jobs if j.status is Status.OK and j.summary.median is not None]
+
+
+def _pool(row: Row, confidence: float) -> None:
+    """Median and interval of one job's steady steps, or of the medians of several repeats."""
+    ok = row.ok_jobs
+    if not ok:
+        return
+    if len(ok) == 1:
+        step_time = ok[0].summary.step_time
+        row.median, row.ci = step_time.median, step_time.ci
+    else:
+        medians = sorted(j.summary.median for j in ok)
+        row.median, row.ci, row.pooled = statistics.median(medians), median_ci(medians, confidence), True
+    work = ok[0].summary
+    row.tokens_per_s = work.per_second(statistics.fmean(j.summary.tokens_per_step for j in ok), row.median)
+    row.mfu = work.mfu(row.median)
+    row.phases = {
+        p: statistics.median(j.summary.phases[p] for j in ok) for p in PHASES if all(p in j.summary.phases for j in ok)
+    }
+
+
+def comparison_rows(jobs: list[RecordedJob], confidence: float) -> list[Row]:
+    """Pool jobs by config identity, rank the configs that fit (or ran without a cap) by median step time, and give
+    each config its largest loss deviation from the reference: the first job that finished."""
+    groups: dict[str, list[RecordedJob]] = defaultdict(list)
+    for job in jobs:
+        groups[job.config_id].append(job)
+    reference = next((j.losses for j in jobs if j.status is Status.OK and j.losses), None)
     rows = []
-    for key, jobs in groups.items():
-        ok = [j for j in jobs if j.get("status") == "ok" and j["summary"].get("step_time_median_s") is not None]
-        row: dict = {"config": key, "jobs": len(jobs), "ok": len(ok), "status": _status(jobs)}
-        if ok:
-            if len(ok) == 1:
-                s = ok[0]["summary"]
-                row.update(median=s["step_time_median_s"], low=s["step_time_ci_low_s"], high=s["step_time_ci_high_s"])
-            else:  # repeats: interval of the median over the repeats' medians
-                medians = sorted(j["summary"]["step_time_median_s"] for j in ok)
-                low, high = median_ci(medians)
-                row.update(median=statistics.median(medians), low=low, high=high)
-            pick = ok[0]["summary"]
-            row.update(
-                tokens_per_s=statistics.median(j["summary"].get("tokens_per_s", 0.0) for j in ok),
-                mfu=pick.get("mfu"),
-                peak_gib=max(j["summary"].get("peak_gib", 0.0) for j in ok),
-                verdict=pick.get("verdict"),
-                phases={
-                    phase: statistics.median(j["summary"][f"{phase}_median_s"] for j in ok)
-                    for phase in ("forward", "backward", "optimizer", "data", "other")
-                    if all(f"{phase}_median_s" in j["summary"] for j in ok)
-                },
-            )
-        deviations = [max_relative_deviation(j["losses"], reference) for j in jobs if reference and j.get("losses")]
-        row["loss_dev"] = max((d for d in deviations if d is not None), default=None)
-        row["run_id"] = jobs[0].get("run_id") if len(jobs) == 1 else None
-        row["run_ids"] = [j.get("run_id") for j in jobs]
+    for config_id, members in groups.items():
+        row = Row(config_id, members[0].name, members)
+        _pool(row, confidence)
+        peaks = [j.summary.peak_gib for j in members if j.summary.peak_gib is not None]
+        row.peak_gib = max(peaks) if peaks else None
+        verdicts = {j.summary.verdict for j in members}
+        row.verdict = next(
+            (v for v in (Verdict.OVER_CAP, Verdict.OOM, Verdict.FITS, Verdict.NO_CAP) if v in verdicts),
+            members[0].summary.verdict,
+        )
+        if reference:
+            deviations = [max_relative_deviation(list(j.losses), list(reference)) for j in members if j.losses]
+            row.loss_dev = max((d for d in deviations if d is not None), default=None)
         rows.append(row)
     # only configs that fit (or ran without a cap) compete: a fast config over the cap is no answer
     ranked = rank(
-        {
-            r["config"]: (r["median"], r["low"], r["high"])
-            for r in rows
-            if "median" in r and r.get("verdict") in ("fits", "no-cap")
-        }
+        {r.config_id: (r.median, r.ci) for r in rows if r.median is not None and r.verdict.feasible}, confidence
     )
     for row in rows:
-        row["rank"] = ranked.get(row["config"])
+        row.rank = ranked.get(row.config_id)
     return rows
-
-
-def _status(jobs: list[dict]) -> str:
-    statuses = sorted({j.get("status", "failed") for j in jobs})
-    return "/".join(statuses)
 
 
 def num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def format_table(rows: list[dict]) -> str:
+def interval_text(median: float, ci: Interval, confidence: float) -> str:
+    """`0.2615 [0.1840, 0.3390]`, with the interval's real coverage added when it falls short of `confidence`."""
+    text = f"{median:.4f} [{ci.low:.4f}, {ci.high:.4f}]"
+    if ci.level < confidence - 1e-12:
+        text += f" ({100 * ci.level:.0f}%)"
+    return text
+
+
+def format_table(rows: list[Row], confidence: float) -> str:
     header = [
         "config",
         "status",
-        "step s (median [95% CI])",
+        f"step s (median [{100 * confidence:g}% CI])",
         "tokens/s",
         "MFU",
         "peak GiB",
@@ -80,27 +111,35 @@ def format_table(rows: list[dict]) -> str:
         "rank",
     ]
     lines = [header]
-    for r in sorted(rows, key=lambda r: r.get("median", float("inf"))):
-        step = "-" if "median" not in r else f"{r['median']:.4f} [{r['low']:.4f}, {r['high']:.4f}]"
+    for r in sorted(rows, key=lambda r: (r.median is None, r.median or 0.0)):
         lines.append(
             [
-                r["config"],
-                r["status"],
-                step,
-                num(r.get("tokens_per_s"), ",.0f"),
-                "-" if r.get("mfu") is None else f"{100 * r['mfu']:.1f}%",
-                num(r.get("peak_gib"), ".2f"),
-                r.get("verdict") or "-",
-                num(r.get("loss_dev"), ".1e"),
-                r.get("rank") or "-",
+                r.name,
+                r.status,
+                "-" if r.median is None else interval_text(r.median, r.ci, confidence),
+                num(r.tokens_per_s, ",.0f"),
+                "-" if r.mfu is None else f"{100 * r.mfu:.1f}%",
+                num(r.peak_gib, ".2f"),
+                str(r.verdict or "-"),
+                num(r.loss_dev, ".1e"),
+                str(r.rank or "-"),
             ]
         )
-    return markdown_table(lines)
+    table = markdown_table(lines)
+    short = [r for r in rows if r.ci is not None and r.ci.level < confidence - 1e-12]
+    if short:
+        what = "repeats" if any(r.pooled for r in short) else "steps"
+        table += (
+            f"\n(n%): the interval covers the median only n% of the time: too few {what} for {100 * confidence:g}%;"
+            " no winner is named from it"
+        )
+    return table
 
 
 def markdown_table(lines: list[list[object]]) -> str:
-    """A header row then data rows, as an aligned Markdown table."""
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(lines[0]))]
-    out = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in lines]
+    """A header row then data rows, as an aligned Markdown table ('|' in a cell escaped)."""
+    cells = [[str(c).replace("|", "\\|") for c in line] for line in lines]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
+    out = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in cells]
     out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(out)

@@ -21,12 +21,12 @@ one setting of the knobs; the formula's per-token terms for another are off by u
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 LORA_STATE_BYTES = 16
 LOSS_BYTES_PER_TOKEN = 8
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,23 @@ class Shape:
 
 @dataclass(frozen=True)
 class Knobs:
+    """What a job's peak memory depends on: the micro-batch, and the settings a line through measurements holds
+    fixed (`other`: every memory knob the formula has no term for, e.g. Liger, compile, adapter dtype)."""
+
     micro: int
     max_length: int
     dtype: str
     checkpointing: bool
+    other: tuple[tuple[str, str], ...] = ()
+
+    def same_setting(self, other: Knobs) -> bool:
+        """Everything but the micro-batch alike (fp16 and bf16 take the same bytes)."""
+        return (
+            self.checkpointing == other.checkpointing
+            and self.max_length == other.max_length
+            and DTYPE_BYTES[self.dtype] == DTYPE_BYTES[other.dtype]
+            and self.other == other.other
+        )
 
 
 def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) -> float:
@@ -115,13 +128,12 @@ class Predictor:
         return static + self.scale * dynamic + self.offset
 
     def predict(self, knobs: Knobs) -> float:
-        same = [(k.micro, peak) for k, peak in self.measured if _same_knobs(k, knobs)]
+        same = [(k.micro, peak) for k, peak in self.measured if k.same_setting(knobs)]
         micros = {m for m, _ in same}
         if len(micros) >= 2:
-            n = len(same)
-            mean_m = sum(m for m, _ in same) / n
-            mean_p = sum(p for _, p in same) / n
-            slope = sum((m - mean_m) * (p - mean_p) for m, p in same) / sum((m - mean_m) ** 2 for m, _ in same)
+            slope, _ = statistics.linear_regression([float(m) for m, _ in same], [p for _, p in same])
+            mean_m = statistics.fmean(m for m, _ in same)
+            mean_p = statistics.fmean(p for _, p in same)
             # memory never shrinks with a larger micro-batch; noise (resident memory on CPU) must not make it seem to
             return mean_p + max(slope, 0.0) * (knobs.micro - mean_m)
         if same:
@@ -140,11 +152,3 @@ class Predictor:
         if points:
             (s0, d0), p0 = points[0]
             self.offset = p0 - s0 - self.scale * d0
-
-
-def _same_knobs(a: Knobs, b: Knobs) -> bool:
-    return (
-        a.checkpointing == b.checkpointing
-        and a.max_length == b.max_length
-        and DTYPE_BYTES[a.dtype] == DTYPE_BYTES[b.dtype]
-    )

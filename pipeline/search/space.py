@@ -1,4 +1,5 @@
-"""The search space: every split of the effective batch, times the knobs named in `optimize.space`."""
+"""The search space: every split of the effective batch, times the knobs named in `optimize.space`; each candidate
+checked by the same validation as a command line, so a value no job could run is refused before any job starts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from pipeline.config.identity import config_id, display_name
 from pipeline.config.validate import ConfigError, validate
 
 SPLIT_KEY = "batch.split"
@@ -19,25 +21,53 @@ def splits(effective: int, world_size: int) -> list[str]:
     return [f"{m}x{per_device // m}" for m in range(1, per_device + 1) if per_device % m == 0]
 
 
+def override_text(value: Any) -> str:
+    """A value as a Hydra override writes it (`true`, `bf16`, `[q_proj,v_proj]`)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(override_text(v) for v in value) + "]"
+    return "null" if value is None else str(value)
+
+
 @dataclass(frozen=True)
 class Candidate:
-    values: tuple[tuple[str, Any], ...]  # (config key, value), batch.split first
+    """One point of the space: (config key, value) pairs, batch.split first, with the config they make."""
+
+    values: tuple[tuple[str, Any], ...]
+    config: DictConfig
+    config_id: str
+    label: str  # display name: the model, the split and every other searched value
 
     @property
     def params(self) -> dict[str, Any]:
         return dict(self.values)
 
     @property
-    def overrides(self) -> list[str]:
-        return [f"{k}={_text(v)}" for k, v in self.values]
+    def split(self) -> str:
+        return self.params[SPLIT_KEY]
 
     @property
-    def label(self) -> str:
-        return " ".join(self.overrides)
+    def overrides(self) -> list[str]:
+        return [f"{k}={override_text(v)}" for k, v in self.values]
 
 
-def _text(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+def apply(cfg: DictConfig, values: tuple[tuple[str, Any], ...]) -> DictConfig:
+    """The base config with `values` set (a copy)."""
+    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+    OmegaConf.set_struct(out, True)
+    with open_dict(out):
+        for key, value in values:
+            OmegaConf.update(out, key, value, merge=False)
+    return out
+
+
+def make_candidate(cfg: DictConfig, values: tuple[tuple[str, Any], ...]) -> Candidate:
+    """A candidate with its config; raises ConfigError when the values make an invalid config."""
+    config = apply(cfg, values)
+    validate(config)
+    shown = [(k, v) for k, v in values if k != SPLIT_KEY]
+    return Candidate(values, config, config_id(config), display_name(config.model.name, config.batch.split, shown))
 
 
 def knob_space(cfg: DictConfig) -> dict[str, list[Any]]:
@@ -48,31 +78,39 @@ def knob_space(cfg: DictConfig) -> dict[str, list[Any]]:
     return space
 
 
-def apply(cfg: DictConfig, candidate: Candidate) -> DictConfig:
-    """The base config with the candidate's values set (a copy)."""
-    out = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
-    OmegaConf.set_struct(out, True)
-    with open_dict(out):
-        for key, value in candidate.values:
-            OmegaConf.update(out, key, value, merge=False)
-    return out
-
-
 def candidates(cfg: DictConfig) -> tuple[list[Candidate], dict[str, str]]:
-    """Every valid candidate, and the invalid ones with the reason (e.g. bf16 on a card without it)."""
+    """Every valid candidate, and the invalid combinations with the reason (e.g. bf16 on a card without it)."""
     space = knob_space(cfg)
     keys = list(space)
     valid, invalid = [], {}
     for combo in itertools.product(*(space[k] for k in keys)):
-        candidate = Candidate(tuple(zip(keys, combo, strict=True)))
+        values = tuple(zip(keys, combo, strict=True))
         try:
-            validate(apply(cfg, candidate))
+            valid.append(make_candidate(cfg, values))
         except ConfigError as err:
-            invalid[candidate.label] = str(err)
-            continue
-        valid.append(candidate)
+            invalid[" ".join(f"{k}={override_text(v)}" for k, v in values)] = str(err)
     return valid, invalid
 
 
-def suggest(trial, space: dict[str, list[Any]]) -> Candidate:
-    return Candidate(tuple((key, trial.suggest_categorical(key, values)) for key, values in space.items()))
+def check_values(cfg: DictConfig) -> None:
+    """Every value of `optimize.space` must be valid in at least one combination: a value that never is (a typo,
+    `fp8`) is refused with the reason, and so is a space with no valid combination at all."""
+    valid, invalid = candidates(cfg)
+    space = knob_space(cfg)
+    if not space[SPLIT_KEY]:
+        raise ConfigError("batch.effective", "has no split for this world_size; accepted: a multiple of world_size")
+    for key, values in space.items():
+        used = {override_text(c.params[key]) for c in valid}
+        for value in values:
+            if override_text(value) not in used:
+                reason = next(
+                    (why for label, why in invalid.items() if f"{key}={override_text(value)}" in label.split()),
+                    "no valid combination uses it",
+                )
+                raise ConfigError(f"optimize.space.{key}", f"value {override_text(value)!r} cannot run: {reason}")
+    if not valid:
+        raise ConfigError("optimize.space", f"no valid config; e.g. {next(iter(invalid.values()))}")
+
+
+def suggest(trial, space: dict[str, list[Any]]) -> tuple[tuple[str, Any], ...]:
+    return tuple((key, trial.suggest_categorical(key, values)) for key, values in space.items())

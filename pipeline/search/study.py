@@ -17,7 +17,6 @@ parent run for the study.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -28,27 +27,30 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 from tqdm import tqdm
 
-from pipeline.config.validate import parse_size
+from pipeline.config.identity import digest, identity_tree
+from pipeline.config.validate import validate
 from pipeline.jobs import runner, task
-from pipeline.search import workers
-from pipeline.search.answer import best_trial
-from pipeline.search.predictor import GIB, Knobs, Predictor, Shape
-from pipeline.search.space import SPLIT_KEY, Candidate, apply, candidates, knob_space, suggest
-from pipeline.tracking.store import STATUS_TAG, Tracker, absolute_uri, flatten, store_lock
+from pipeline.records import GIB, RunKind, Status, StopRule
+from pipeline.search import trials, workers
+from pipeline.search.answer import Answer, decide, log_answer
+from pipeline.search.predictor import Knobs, Predictor, Shape
+from pipeline.search.space import SPLIT_KEY, Candidate, candidates, knob_space, suggest
+from pipeline.tracking import runs
+from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
 
 NOT_MEASURED = 1e6  # objective value of a trial decided without a measurement (skipped by prediction)
+FORMULA_KNOBS = (SPLIT_KEY, "train.dtype", "train.gradient_checkpointing")  # what the predictor's formula sees
 
 
 def study_name(cfg: DictConfig, cap_bytes: int) -> str:
-    """Same command, same name: everything that shapes the answer, hashed (trials and sampler do not)."""
-    container = OmegaConf.to_container(cfg, resolve=True)
-    for key in ("tracking", "paths", "repeat", "repeats", "sweep_id", "launcher"):
-        container.pop(key, None)
+    """Same command, same name: the config's identity and the search settings that shape the answer (trials,
+    sampler, seed and storage do not)."""
+    search = OmegaConf.to_container(cfg.optimize, resolve=True)
     for key in ("trials", "sampler", "seed", "storage", "study_name"):
-        container["optimize"].pop(key, None)
-    container["train"].pop("progress_bar", None)
-    digest = hashlib.sha1(json.dumps(container, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    return f"{cfg.model.name}-e{cfg.batch.effective}-cap{cap_bytes / GIB:g}GiB-{digest}"
+        search.pop(key, None)
+    tree = {**identity_tree(cfg), "optimize": search}
+    tree["batch"].pop("split", None)  # always searched
+    return f"{cfg.model.name}-e{cfg.batch.effective}-cap{cap_bytes / GIB:g}GiB-{digest(tree, 8)}"
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -59,26 +61,34 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
 
 
-def knobs_of(cfg: DictConfig, split: str, placement_dtype: str | None = None) -> Knobs:
-    micro = int(split.split("x")[0])
+def knobs_of(cfg: DictConfig, space_keys: list[str], placement_dtype: str | None = None) -> Knobs:
+    """The memory knobs of a config: the formula's own, and the other searched keys as the line's fixed setting."""
+    micro = int(cfg.batch.split.split("x")[0])
     dtype = cfg.train.dtype if cfg.train.dtype != "auto" else (placement_dtype or "fp32")
-    return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing))
+    other = tuple((k, str(OmegaConf.select(cfg, k))) for k in space_keys if k not in FORMULA_KNOBS)
+    return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing), other)
 
 
-def probe_points(calibration: dict, length: int) -> list[tuple[Knobs, float]]:
-    """The calibration probes stored on a study, as (knobs, peak bytes); entries of the older [micro, peak] form,
-    which do not say their knobs, are left out."""
-    return [(Knobs(p[0], length, p[2], bool(p[3])), p[1] * GIB) for p in calibration.get("probes", []) if len(p) == 4]
+def probe_points(calibration: dict) -> list[tuple[Knobs, float]]:
+    """The calibration probes stored on a study, as (knobs, peak bytes)."""
+    return [
+        (Knobs(p["micro"], p["max_length"], p["dtype"], p["checkpointing"], tuple(map(tuple, p["other"]))), p["peak"])
+        for p in calibration.get("probes", [])
+    ]
 
 
 class StudyDriver:
-    def __init__(self, cfg: DictConfig) -> None:
+    def __init__(self, cfg: DictConfig, command: list[str]) -> None:
+        """`command`: the overrides the study was started with, the start of every reproduce line it prints."""
         self.cfg = cfg
         self.o = cfg.optimize
-        self.cap = parse_size(cfg.mem_cap) if cfg.mem_cap else int(cfg.gpu.memory_gib * GIB)
+        self.cap = validate(cfg).cap_bytes
         self.name = self.o.study_name or study_name(cfg, self.cap)
         self.space = knob_space(cfg)
         self.valid, self.invalid = candidates(cfg)
+        self.by_id = {c.config_id: c for c in self.valid}
+        searched = set(self.space)
+        self.command = [o for o in command if o.partition("=")[0].lstrip("+~") not in searched]
         self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
         storage = absolute_uri(self.o.storage)
         with store_lock(storage):
@@ -90,16 +100,29 @@ class StudyDriver:
                 load_if_exists=True,
             )
         self.predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
+        self.gpu_seconds = 0.0
+        self.placement_dtype: str | None = None
+        self.device: str | None = None
 
     # ---- bookkeeping ----------------------------------------------------------------------------------------------
     def _parent_run(self) -> str:
-        found = self.tracker.search(f"tags.kind = 'study' and tags.study = '{self.name}'", limit=1)
+        found = self.tracker.search(
+            f"tags.{runs.KIND} = 'study' and tags.{runs.STUDY} = {runs.quoted(self.name)}", limit=1
+        )
         if found:
-            return self.tracker.reopen(found[0].info.run_id)
+            return self.tracker.reopen(found[0].info.run_id, runs.ABANDONED)
         run_id = self.tracker.start(
             f"study {self.name}",
-            tags={"kind": "study", "study": self.name, STATUS_TAG: "running", "worker_pid": os.getpid()},
+            tags={
+                runs.KIND: RunKind.STUDY,
+                runs.STUDY: self.name,
+                runs.STATUS: Status.RUNNING,
+                "worker_pid": os.getpid(),
+                "overrides": " ".join(self.command),
+            },
+            abandon_tags=runs.ABANDONED,
         )
+        base = flatten(OmegaConf.to_container(self.cfg, resolve=True))
         self.tracker.params(
             run_id,
             {
@@ -108,66 +131,78 @@ class StudyDriver:
                 "space": json.dumps(self.space),
                 "trials": self.o.trials,
                 "sampler": self.o.sampler,
-                **{
-                    f"base.{k}": v
-                    for k, v in flatten(OmegaConf.to_container(self.cfg, resolve=True)).items()
-                    if not k.startswith("optimize.")
-                },
+                **{f"base.{k}": v for k, v in base.items() if not k.startswith("optimize.")},
             },
         )
         return run_id
+
+    def _space_keys(self) -> list[str]:
+        return list(self.space)
 
     # ---- calibration ------------------------------------------------------------------------------------------------
     def calibrate(self, parent: str) -> None:
         saved = self.study.user_attrs.get("calibration")
         if saved:
             self.predictor.scale, self.predictor.offset = saved["scale"], saved["offset"]
-            self.placement_dtype, self.device = saved.get("dtype"), saved.get("device")
+            self.placement_dtype, self.device = saved["dtype"], saved["device"]
             return
         split_values = self.space[SPLIT_KEY]
-        probes = []
+        probes, first = [], None
+        probe_seconds = 0.0
         for split in dict.fromkeys([split_values[0], split_values[-1]]):
             # Memory depends on the micro-batch, not on accumulation: a probe runs its micro-batch once per step.
             micro, accumulation = (int(x) for x in split.split("x"))
-            cfg = apply(self.cfg, Candidate(((SPLIT_KEY, f"{micro}x1"),)))
+            cfg = OmegaConf.create(OmegaConf.to_container(self.cfg, resolve=False))
+            cfg.batch.split = f"{micro}x1"
             cfg.batch.effective = micro * cfg.world_size
             cfg.train.steps = self.o.probe_steps
             cfg.measure.warmup_steps = 1
-            result = task.run(
+            spec = task.job_spec(cfg, name=f"probe {micro}x1", uncapped=True)
+            outcome = task.run(
                 cfg,
+                spec=spec,
+                kind=RunKind.PROBE,
                 parent_id=parent,
-                tags={"kind": "probe", "study": self.name, "worker_pid": os.getpid()},
-                name=f"probe {micro}x1",
-                uncapped=True,  # a probe measures what a micro-batch needs; under the cap it could die before telling
+                tags={runs.STUDY: self.name, "worker_pid": os.getpid()},
             )
-            summary = result["summary"]
-            self._gpu_seconds += summary.get("wall_s") or 0.0
-            peak = summary.get("peak_gib")
-            if result["status"] == "ok" and peak:
-                placement = result.get("placement") or {}
-                probes.append((knobs_of(cfg, split, placement.get("dtype")), peak * GIB))
-                self.placement_dtype, self.device = placement.get("dtype"), placement.get("device")
-                step = summary.get("step_time_median_s")
-                if step and peak * GIB <= self.cap and self._base_in_space():
-                    # The base config at this split (a candidate) takes about `accumulation` probe steps.
-                    estimate = step * accumulation
-                    if self._first is None or estimate < self._first[1]:
-                        self._first = (split, estimate)
+            summary = outcome.summary
+            probe_seconds += summary.seconds.get("wall", 0.0)
+            if outcome.status is not Status.OK or not summary.peak_gib:
+                continue
+            placement = outcome.result.placement
+            self.placement_dtype, self.device = placement.dtype, placement.device
+            probe_cfg = OmegaConf.create(OmegaConf.to_container(self.cfg, resolve=False))
+            probe_cfg.batch.split = f"{micro}x{accumulation}"
+            probes.append((knobs_of(probe_cfg, self._space_keys(), placement.dtype), summary.peak_gib * GIB))
+            if summary.median and summary.peak_gib * GIB <= self.cap and self._base_in_space():
+                # The base config at this split (a candidate) takes about `accumulation` probe steps.
+                estimate = summary.median * accumulation
+                if first is None or estimate < first[1]:
+                    first = (split, estimate)
+        self.gpu_seconds += probe_seconds
         self.predictor.calibrate(probes)
-        if self._first:
+        if first:
             # The probes' fastest candidate is measured first: every later trial is pruned against a real best.
-            params = {
-                key: (self._first[0] if key == SPLIT_KEY else OmegaConf.select(self.cfg, key)) for key in self.space
-            }
+            params = {key: (first[0] if key == SPLIT_KEY else OmegaConf.select(self.cfg, key)) for key in self.space}
             self.study.enqueue_trial(params, skip_if_exists=True)
         self.study.set_user_attr(
             "calibration",
             {
                 "scale": self.predictor.scale,
                 "offset": self.predictor.offset,
-                "probes": [[k.micro, p / GIB, k.dtype, k.checkpointing] for k, p in probes],
-                "first": list(self._first) if self._first else None,
-                "gpu_seconds": self._gpu_seconds,
+                "probes": [
+                    {
+                        "micro": k.micro,
+                        "max_length": k.max_length,
+                        "dtype": k.dtype,
+                        "checkpointing": k.checkpointing,
+                        "other": k.other,
+                        "peak": peak,
+                    }
+                    for k, peak in probes
+                ],
+                "first": list(first) if first else None,
+                "gpu_seconds": probe_seconds,
                 "dtype": self.placement_dtype,
                 "device": self.device,
             },
@@ -178,106 +213,86 @@ class StudyDriver:
 
     # ---- one trial ----------------------------------------------------------------------------------------------------
     def evaluate(self, trial: optuna.Trial, candidate: Candidate, parent: str) -> None:
-        cfg = apply(self.cfg, candidate)
-        knobs = knobs_of(cfg, candidate.params[SPLIT_KEY], self.placement_dtype)
+        knobs = knobs_of(candidate.config, self._space_keys(), self.placement_dtype)
         self.predictor.measured = self._measurements()
         predicted = self.predictor.predict(knobs)
-        for key, value in {
-            "label": candidate.label,
-            "knobs": [knobs.micro, knobs.dtype, knobs.checkpointing],
-            "predicted_gib": predicted / GIB,
-            "worker_pid": os.getpid(),
-            "overrides": candidate.overrides,
-        }.items():
-            trial.set_user_attr(key, value)
-        if predicted > self.cap * (1 + self.o.skip_margin):
-            reason = f"predicted {predicted / GIB:.2f} GiB > cap {self.cap / GIB:.2f} GiB"
-            trial.set_user_attr("status", "skipped")
-            trial.set_user_attr("reason", reason)
-            trial.set_user_attr("gpu_seconds", 0.0)
-            trial.set_constraint("memory_gib", (predicted - self.cap) / GIB)
-            self._record_skip(parent, trial.number, candidate, reason, predicted)
-            self.study.tell(trial, NOT_MEASURED)
-            return
-        best = best_trial(self.study)
-        stop = {"cap_bytes": self.cap}
-        if best is not None:
-            threshold = best.user_attrs["step_time_median_s"] * self.o.prune_factor
-            stop.update(prune_after=self.o.prune_steps, prune_threshold_s=threshold)
-        result = task.run(
-            cfg,
-            stop=stop,
-            parent_id=parent,
-            name=f"trial {trial.number}: {candidate.label}",
-            tags={
-                "study": self.name,
-                "trial": trial.number,
-                "predicted_gib": f"{predicted / GIB:.3f}",
-                "worker_pid": os.getpid(),
+        trials.write(
+            trial,
+            {
+                trials.OVERRIDES: candidate.overrides,
+                trials.PREDICTED: predicted / GIB,
+                trials.KNOBS: {"micro": knobs.micro, "dtype": knobs.dtype, "checkpointing": knobs.checkpointing},
             },
         )
-        summary = result["summary"]
-        self._gpu_seconds += summary.get("wall_s") or 0.0
-        peak = summary.get("peak_gib")
-        attrs = {
-            "status": result["status"],
-            "gpu_seconds": summary.get("wall_s") or 0.0,
-            "peak_gib": peak,
-            "step_time_median_s": summary.get("step_time_median_s"),
-            "ci": [summary.get("step_time_ci_low_s"), summary.get("step_time_ci_high_s")],
-            "tokens_per_s": summary.get("tokens_per_s"),
-            "run_id": result["run_id"],
-            "reason": result.get("stopped") or result.get("error") or "",
+        run_name = f"trial {trial.number}: {candidate.label}"
+        tags = {
+            runs.STUDY: self.name,
+            "trial": trial.number,
+            runs.PREDICTED: f"{predicted / GIB:.3f}",
+            "worker_pid": os.getpid(),
         }
-        if peak:
-            attrs["predictor_error"] = (predicted / GIB - peak) / peak
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
-        if result["status"] == "pruned":
+        if predicted > self.cap * (1 + self.o.skip_margin):
+            reason = f"predicted {predicted / GIB:.2f} GiB > cap {self.cap / GIB:.2f} GiB"
+            spec = task.job_spec(candidate.config, name=candidate.label)
+            run_id = runs.log_skip(self.tracker, parent, run_name, spec, reason, predicted, tags)
+            trials.write(
+                trial,
+                {trials.STATUS: Status.SKIPPED, trials.NOTE: reason, trials.RUN_ID: run_id, trials.FEASIBLE: False},
+            )
+            trial.set_constraint("memory_gib", (predicted - self.cap) / GIB)
+            self.study.tell(trial, NOT_MEASURED)
+            return
+        best = trials.best(self.study)
+        stop = StopRule(cap_bytes=self.cap)
+        if best is not None:
+            stop = StopRule(self.cap, self.o.prune_steps, best.median * self.o.prune_factor)
+        spec = task.job_spec(candidate.config, name=candidate.label, stop=stop)
+        outcome = task.run(
+            candidate.config, spec=spec, kind=RunKind.TRIAL, parent_id=parent, tags=tags, run_name=run_name
+        )
+        summary, result = outcome.summary, outcome.result
+        self.gpu_seconds += summary.seconds.get("wall", 0.0)
+        peak = summary.peak_gib
+        steady = [s.step_time_s for s in result.steps if s.step > candidate.config.measure.warmup_steps]
+        trials.write(
+            trial,
+            {
+                trials.STATUS: result.status,
+                trials.GPU_SECONDS: summary.seconds.get("wall", 0.0),
+                trials.PEAK: peak,
+                trials.MEDIAN: summary.median,
+                trials.CI: summary.step_time.ci if summary.step_time else None,
+                trials.TOKENS: summary.per_second(summary.tokens_per_step),
+                trials.STEP_TIMES: steady,
+                trials.RUN_ID: outcome.run_id,
+                trials.NOTE: result.stopped or result.error or "",
+                trials.SFT: result.sft_kwargs,
+            },
+        )
+        if result.status is Status.PRUNED:
             self.study.tell(trial, state=TrialState.PRUNED)
-        elif result["status"] in ("ok", "over-cap", "oom"):
+        elif result.status in (Status.OK, Status.OVER_CAP, Status.OOM):
             over = (peak * GIB - self.cap) / GIB if peak else 0.0
-            if result["status"] != "ok":
+            if result.status is not Status.OK:
                 over = max(over, 1e-3)
-            trial.set_user_attr("feasible", over <= 0)
+            trials.write(trial, {trials.FEASIBLE: over <= 0})
             trial.set_constraint("memory_gib", over)
-            value = summary.get("step_time_median_s")
-            self.study.tell(trial, value if value is not None and result["status"] == "ok" else NOT_MEASURED)
+            ok = result.status is Status.OK and summary.median is not None
+            self.study.tell(trial, summary.median if ok else NOT_MEASURED)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
 
     def _measurements(self) -> list[tuple[Knobs, float]]:
         """Peaks measured so far, by any worker: the probes and every trial that ran at least a step."""
-        length = self.cfg.train.max_length
-        found = probe_points(self.study.user_attrs.get("calibration") or {}, length)
-        for t in self.study.get_trials(deepcopy=False):
-            a = t.user_attrs
-            if a.get("status") in ("ok", "pruned") and a.get("peak_gib") and a.get("knobs"):
-                micro, dtype, ckpt = a["knobs"]
-                found.append((Knobs(micro, length, dtype, bool(ckpt)), a["peak_gib"] * GIB))
+        found = probe_points(self.study.user_attrs.get("calibration") or {})
+        for record in trials.records(self.study):
+            if record.status in (Status.OK, Status.PRUNED) and record.peak_gib and record.config_id in self.by_id:
+                config = self.by_id[record.config_id].config
+                found.append((knobs_of(config, self._space_keys(), self.placement_dtype), record.peak_gib * GIB))
         return found
 
-    def _record_skip(self, parent: str, number: int, candidate: Candidate, reason: str, predicted: float) -> None:
-        run_id = self.tracker.start(
-            f"trial {number}: {candidate.label}",
-            parent_id=parent,
-            tags={
-                "study": self.name,
-                "trial": number,
-                STATUS_TAG: "skipped",
-                "verdict": "predicted-over-cap",
-                "reason": reason,
-                "worker_pid": os.getpid(),
-            },
-        )
-        self.tracker.params(run_id, candidate.params)
-        self.tracker.metrics(run_id, {"predicted_gib": predicted / GIB, "cap_gib": self.cap / GIB})
-        self.tracker.end(run_id, "FINISHED")
-
     # ---- the loop -----------------------------------------------------------------------------------------------------
-    def run(self) -> dict:
-        self._gpu_seconds = 0.0
-        self.placement_dtype = self.device = self._first = None
+    def run(self) -> Answer:
         stale = workers.fail_stale(self.study, self.tracker, self.name)
         parent = self._parent_run()
         status = "KILLED"
@@ -293,13 +308,13 @@ class StudyDriver:
             self._loop(parent)
             status = "FINISHED"
         finally:
-            from pipeline.search.answer import finish
-
-            self.answer = finish(self, parent, status)
-        return self.answer
+            workers.release_own(self.study)  # interrupted mid-trial: not decided, may run again
+            answer = decide(self)
+            print(answer.text, flush=True)
+            log_answer(self.tracker, parent, answer, status)
+        return answer
 
     def _loop(self, parent: str) -> None:
-        valid_labels = {c.label: c for c in self.valid}
         budget = min(self.o.trials, len(self.valid))
         decided = workers.decided(self.study)
         bar = tqdm(total=budget, initial=min(len(decided), budget), desc="trials", unit="trial", dynamic_ncols=True)
@@ -307,13 +322,14 @@ class StudyDriver:
             while len(workers.decided(self.study)) < budget:
                 trial = self.study.ask()
                 trial.set_user_attr("worker_pid", os.getpid())
-                candidate = suggest(trial, self.space)
-                done = workers.taken(self.study, trial.number)
-                if candidate.label in done or candidate.label not in valid_labels:
+                values = suggest(trial, self.space)
+                candidate = next((c for c in self.valid if c.values == values), None)
+                taken = workers.taken(self.study, trial.number)
+                if candidate is None or candidate.config_id in taken:
                     # already decided (or not a valid combination): close it, and steer the next ask to a new config
-                    trial.set_user_attr("duplicate_of", candidate.label)
+                    trial.set_user_attr("duplicate_of", " ".join(f"{k}={v}" for k, v in values))
                     self.study.tell(trial, state=TrialState.FAIL)
-                    remaining = [c for c in self.valid if c.label not in done]
+                    remaining = [c for c in self.valid if c.config_id not in taken]
                     if not remaining:
                         break  # everything is decided or being measured by another worker
                     # the sampler keeps proposing what is known once the space is nearly decided: hand it an
@@ -321,8 +337,9 @@ class StudyDriver:
                     pick = random.Random(self.o.seed * 100_003 + trial.number).choice(remaining)
                     self.study.enqueue_trial(pick.params, skip_if_exists=False)
                     continue
-                trial.set_user_attr("label", candidate.label)  # claims the config for workers sharing the study
-                if workers.claimed_earlier(self.study, trial.number, candidate.label):
+                # the claim: workers sharing the study see the config taken from here on
+                trials.write(trial, {trials.LABEL: candidate.label, trials.CONFIG_ID: candidate.config_id})
+                if workers.claimed_earlier(self.study, trial.number, candidate.config_id):
                     self.study.tell(trial, state=TrialState.FAIL)  # another worker asked for it first
                     continue
                 started = time.time()

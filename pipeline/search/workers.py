@@ -1,8 +1,8 @@
 """Workers sharing one study: which configs are taken, who claimed one first, and what a killed worker left behind.
 
-A worker writes its pid (`worker_pid`) on every trial and MLflow run it opens, and claims a config (`label`) on the
-trial before measuring it. Another worker treats a config as taken when it is decided (COMPLETE or PRUNED) or
-claimed by a live worker; if two claim one config in the same instant, the lower trial number keeps it. A trial or
+A worker writes its pid (`worker_pid`) on every trial and MLflow run it opens, and claims a config (its identity,
+`config_id`) on the trial before measuring it. Another worker treats a config as taken when it is decided (COMPLETE
+or PRUNED) or claimed by a live worker; if two claim one config in the same instant, the lower trial number keeps it. A trial or
 run whose worker is gone is stale: the next worker to start marks it FAIL / FAILED.
 """
 
@@ -14,6 +14,8 @@ import optuna
 from optuna.trial import TrialState
 
 from pipeline.jobs.watchdog import alive
+from pipeline.search.trials import CONFIG_ID
+from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -24,21 +26,24 @@ def _running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 
 def decided(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
-    return {t.user_attrs.get("label", ""): t for t in study.get_trials(deepcopy=False, states=DONE)}
+    """Decided trials by config identity."""
+    return {
+        t.user_attrs[CONFIG_ID]: t for t in study.get_trials(deepcopy=False, states=DONE) if CONFIG_ID in t.user_attrs
+    }
 
 
 def taken(study: optuna.Study, current: int) -> set[str]:
     """Configs decided, or being measured right now by another live worker."""
-    labels = set(decided(study))
+    ids = set(decided(study))
     for trial in _running(study):
-        if trial.number != current and "label" in trial.user_attrs and alive(trial.user_attrs.get("worker_pid")):
-            labels.add(trial.user_attrs["label"])
-    return labels
+        if trial.number != current and CONFIG_ID in trial.user_attrs and alive(trial.user_attrs.get("worker_pid")):
+            ids.add(trial.user_attrs[CONFIG_ID])
+    return ids
 
 
-def claimed_earlier(study: optuna.Study, number: int, label: str) -> bool:
+def claimed_earlier(study: optuna.Study, number: int, config_id: str) -> bool:
     return any(
-        t.number < number and t.user_attrs.get("label") == label and alive(t.user_attrs.get("worker_pid"))
+        t.number < number and t.user_attrs.get(CONFIG_ID) == config_id and alive(t.user_attrs.get("worker_pid"))
         for t in _running(study)
     )
 
@@ -50,10 +55,10 @@ def fail_stale(study: optuna.Study, tracker: Tracker, study_name: str) -> int:
         if not alive(trial.user_attrs.get("worker_pid")):
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             stale += 1
-    for run in tracker.search(f"tags.study = '{study_name}' and attributes.status = 'RUNNING'"):
+    for run in tracker.search(f"tags.{runs.STUDY} = {runs.quoted(study_name)} and attributes.status = 'RUNNING'"):
         pid = run.data.tags.get("worker_pid")
         if pid and not alive(int(pid)):
-            tracker.fail(run.info.run_id, "worker killed")
+            runs.fail(tracker, run.info.run_id, "worker killed")
     return stale
 
 

@@ -16,11 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-STATUS_TAG = "status"
-SWEEP_TAG = "sweep_id"
-PARENT_ENV = "BATCH_SPLIT_PARENT_RUN_ID"
-SWEEP_ENV = "BATCH_SPLIT_SWEEP_ID"
-_OPEN: dict[str, Tracker] = {}
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+_OPEN: dict[str, tuple[Tracker, dict[str, object]]] = {}  # run id -> (its tracker, tags to write if abandoned)
 MAX_PARAMS, MAX_METRICS, MAX_PARAM_CHARS = 100, 1000, 6000
 
 
@@ -54,8 +53,10 @@ def store_lock(uri: str):
 
 
 def _end_open_runs() -> None:
-    for run_id, tracker in list(_OPEN.items()):
+    for run_id, (tracker, tags) in list(_OPEN.items()):
         try:
+            if tags:
+                tracker.tags(run_id, tags)
             tracker.end(run_id, "KILLED")
         except Exception:  # noqa: BLE001 - at exit, a store that is gone cannot be helped
             pass
@@ -64,14 +65,20 @@ def _end_open_runs() -> None:
 atexit.register(_end_open_runs)
 
 
-class Tracker:
-    def __init__(self, uri: str, experiment: str, artifact_root: str) -> None:
-        from mlflow.tracking import MlflowClient
+class ExperimentNotFound(LookupError):
+    """A read-only command asked for an experiment the store does not have."""
 
+
+class Tracker:
+    """One MLflow experiment in one store. `create=False` (read-only commands) never creates the experiment."""
+
+    def __init__(self, uri: str, experiment: str, artifact_root: str, create: bool = True) -> None:
         self.uri = absolute_uri(uri)
         with store_lock(self.uri):
             self.client = MlflowClient(tracking_uri=self.uri)
             found = self.client.get_experiment_by_name(experiment)
+            if found is None and not create:
+                raise ExperimentNotFound(f"no experiment '{experiment}' in {self.uri}")
             if found is None:
                 location = None
                 if self.uri.startswith("sqlite:"):
@@ -82,12 +89,19 @@ class Tracker:
             else:
                 self.experiment_id = found.experiment_id
 
-    def start(self, name: str, tags: dict[str, str] | None = None, parent_id: str | None = None) -> str:
-        tags = dict(tags or {})
+    def start(
+        self,
+        name: str,
+        tags: dict[str, object] | None = None,
+        parent_id: str | None = None,
+        abandon_tags: dict[str, object] | None = None,
+    ) -> str:
+        """Open a run; if this process exits with it still open, it is ended KILLED with `abandon_tags` set."""
+        tags = {k: str(v) for k, v in (tags or {}).items()}
         if parent_id:
             tags["mlflow.parentRunId"] = parent_id
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
-        _OPEN[run.info.run_id] = self
+        _OPEN[run.info.run_id] = (self, dict(abandon_tags or {}))
         return run.info.run_id
 
     def search(self, query: str, newest_first: bool = False, limit: int | None = None) -> list:
@@ -103,36 +117,26 @@ class Tracker:
         points = self.client.get_metric_history(run_id, key)
         return sorted((m.step, m.value) for m in points)
 
-    def reopen(self, run_id: str) -> str:
+    def reopen(self, run_id: str, abandon_tags: dict[str, object] | None = None) -> str:
         """Continue a finished parent run (a resumed study); it is ended again like any run this process opened."""
         self.client.update_run(run_id, status="RUNNING")
-        _OPEN[run_id] = self
+        _OPEN[run_id] = (self, dict(abandon_tags or {}))
         return run_id
-
-    def fail(self, run_id: str, reason: str) -> None:
-        self.tags(run_id, {STATUS_TAG: "failed", "error": reason})
-        self.end(run_id, "FAILED")
 
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status=status)
         _OPEN.pop(run_id, None)
 
     def params(self, run_id: str, params: dict[str, object]) -> None:
-        from mlflow.entities import Param
-
         items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()]
         for i in range(0, len(items), MAX_PARAMS):
             self.client.log_batch(run_id, params=items[i : i + MAX_PARAMS])
 
     def tags(self, run_id: str, tags: dict[str, object]) -> None:
-        from mlflow.entities import RunTag
-
         self.client.log_batch(run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def metrics(self, run_id: str, values: dict[str, float], series: dict[str, list[tuple[int, float]]] | None = None):
         """Summary metrics (step 0) and per-step series, in as few batched calls as MLflow allows."""
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, 0) for k, v in values.items() if v is not None]
         for key, points in (series or {}).items():

@@ -4,10 +4,10 @@ TRL (the optimizer's answer gives them as a ready `SFTConfig(...)` call)."""
 from __future__ import annotations
 
 
-def sft_kwargs(output_dir: str, micro: int, accumulation: int, train: dict, dtype: str, device: str) -> dict:
+def sft_kwargs(micro: int, accumulation: int, train: dict, dtype: str, device: str) -> dict:
+    """Every SFTConfig argument the job sets, but where its files go."""
     padding = train["padding"]
     return dict(
-        output_dir=output_dir,
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=accumulation,
         max_steps=train["steps"],

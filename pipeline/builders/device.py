@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import torch
 
-GIB = 2**30
-
-
-@dataclass(frozen=True)
-class Placement:
-    device: str  # "cuda" or "cpu"
-    device_name: str  # what the hardware says, e.g. "NVIDIA H200" or the CPU model
-    device_memory_gib: float | None  # real total memory of the device (None on CPU)
-    emulated: str | None  # gpu profile whose memory is emulated on a bigger device, e.g. "t4"
-    dtype: str  # fp32 | fp16 | bf16
-    peak_tflops: float | None  # for MFU; the profile's figure
-    bf16_supported: bool
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+from pipeline.records import GIB, Placement
 
 
 def _cpu_name() -> str:

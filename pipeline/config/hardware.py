@@ -1,0 +1,46 @@
+"""What the machine offers, found without importing torch (the parent process never does): CUDA devices through
+NVML, and a quick measure of the CPU's matrix rate for the estimate of a long CPU job."""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+import numpy as np
+
+
+@functools.cache
+def cuda_device_count() -> int:
+    """CUDA devices this process may use: NVML's count, limited by CUDA_VISIBLE_DEVICES; 0 without a driver."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            count = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no library, no driver, no device: all mean no CUDA here
+        return 0
+    if visible is not None:
+        count = min(count, len([d for d in visible.split(",") if d.strip()]))
+    return count
+
+
+@functools.cache
+def cpu_matmul_flops(size: int = 512, repeats: int = 5) -> float:
+    """FLOP/s of an fp32 matrix product on this CPU (best of a few, about 50 ms): an upper bound on what training
+    reaches here."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * size**3 / best

@@ -1,0 +1,132 @@
+"""A multirun as one sweep: an MLflow parent run with its jobs nested, named after what varies, with progress, the
+comparison table and the exit status.
+
+Hydra calls `SweepCallback`: on_multirun_start opens the parent run and puts the sweep context (parent run, sweep id,
+the keys that vary across the jobs) in the environment, where every job's task finds it, in this process or in a
+launcher's (submitit copies the environment); on_job_end prints progress; on_multirun_end reads the jobs back from
+MLflow (a remote launcher's jobs never return here), prints the table, logs it, ends the parent run and sets the exit
+status. An interrupted sweep's parent is ended KILLED by the store's exit handler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline import exits
+from pipeline.config.compose import expand_jobs
+from pipeline.config.identity import parse_override, varying_keys
+from pipeline.records import RunKind, Status
+from pipeline.reporting.table import comparison_rows, format_table
+from pipeline.tracking import runs
+from pipeline.tracking.store import Tracker
+
+CONTEXT_ENV = "BATCH_SPLIT_SWEEP"
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepContext:
+    sweep_id: str
+    parent_run_id: str
+    varying: tuple[str, ...]  # config keys whose values differ between the sweep's jobs
+
+    def to_env(self) -> None:
+        os.environ[CONTEXT_ENV] = json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_env(cls) -> SweepContext | None:
+        text = os.environ.get(CONTEXT_ENV)
+        if not text:
+            return None
+        data = json.loads(text)
+        return cls(data["sweep_id"], data["parent_run_id"], tuple(data["varying"]))
+
+    @staticmethod
+    def clear() -> None:
+        os.environ.pop(CONTEXT_ENV, None)
+
+
+def job_overrides() -> list[tuple[str, str]]:
+    """This Hydra job's own overrides as (key, value text); none outside a Hydra job."""
+    if not HydraConfig.initialized():
+        return []
+    return [parse_override(o) for o in HydraConfig.get().overrides.task]
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class SweepCallback(Callback):
+    def __init__(self) -> None:
+        self.tracker: Tracker | None = None
+        self.context: SweepContext | None = None
+        self.done = 0
+        self.total = 0
+        self.started = 0.0
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+        overrides = list(config.hydra.overrides.task)
+        jobs = expand_jobs(overrides, multirun=True)
+        self.total = len(jobs)
+        self.started = time.time()
+        self.tracker = Tracker(config.tracking.uri, config.tracking.experiment, config.tracking.artifact_root)
+        shown = " ".join(o for o in overrides if parse_override(o)[0] != "repeat")
+        parent_id = self.tracker.start(
+            f"sweep {sweep_id}",
+            tags={runs.SWEEP: sweep_id, runs.KIND: RunKind.SWEEP, "overrides": shown, runs.STATUS: Status.RUNNING},
+            abandon_tags=runs.ABANDONED,
+        )
+        self.tracker.params(parent_id, {"overrides": shown, "jobs": self.total})
+        self.context = SweepContext(sweep_id, parent_id, tuple(varying_keys(jobs)))
+        self.context.to_env()
+        print(f"[sweep] {sweep_id}: {self.total} jobs, MLflow parent run {parent_id}", flush=True)
+        if "BasicLauncher" in str(OmegaConf.select(config, "hydra.launcher._target_")):
+            from pipeline.jobs import runner  # jobs run in this process: start the fork server once, now
+
+            runner.warm_up(config.launcher.kind)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        if self.context is None:
+            return
+        self.done += 1
+        elapsed = time.time() - self.started
+        eta = elapsed / self.done * (self.total - self.done) if self.total >= self.done else 0.0
+        print(f"[sweep] {self.done}/{self.total} jobs done | elapsed {_clock(elapsed)} | ETA {_clock(eta)}", flush=True)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        if self.tracker is None or self.context is None:
+            return
+        parent_id = self.context.parent_run_id
+        jobs = runs.read_jobs(self.tracker, parent_id)
+        rows = comparison_rows(jobs, config.measure.confidence)
+        for row in rows:
+            for job in row.jobs:
+                tags = {"rank": row.rank} if row.rank else {}
+                if row.loss_dev is not None:
+                    self.tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
+                if tags:
+                    self.tracker.tags(job.run_id, tags)
+        table = format_table(rows, config.measure.confidence)
+        code, line = exits.jobs_exit_code((j.status, j.summary.verdict) for j in jobs)
+        print(table, flush=True)
+        print(f"[sweep] {line}", flush=True)
+        self.tracker.artifact_text(parent_id, "summary.md", table + "\n")
+        ok = sum(1 for j in jobs if j.status is Status.OK)
+        self.tracker.metrics(parent_id, {"jobs_ok": ok, "jobs_total": len(jobs)})
+        self.tracker.tags(parent_id, {runs.STATUS: "done" if code == exits.OK else Status.FAILED, runs.NOTE: line})
+        self.tracker.end(parent_id, "FINISHED")
+        exits.Outcome.set(code, line)
+        SweepContext.clear()
+        self.context = None

@@ -1,0 +1,354 @@
+"""The records that cross a boundary: a job's spec (parent -> child), its steps and result (child -> parent), and the
+statuses every reader shares.
+
+They are frozen dataclasses and enums, serialised only at the edges: JSON at the process boundary (`to_json` /
+`from_json`), MLflow params, metrics and tags in `pipeline.tracking`, Optuna user attributes in `pipeline.search`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+GIB = 2**30
+PHASES = ("forward", "backward", "optimizer", "data", "other")
+
+
+class Status(StrEnum):
+    """How a job (or a trial decided without one) ended."""
+
+    RUNNING = "running"
+    OK = "ok"  # trained every step
+    OOM = "oom"  # ran out of device memory (under the cap, where one is set)
+    OVER_CAP = "over-cap"  # stopped by the study once a step's peak passed the cap
+    PRUNED = "pruned"  # stopped by the study as too slow
+    SKIPPED = "skipped"  # not launched: predicted over the cap
+    FAILED = "failed"  # crashed, killed, timed out, or could not start
+    KILLED = "killed"  # interrupted by the user, or its owner died
+
+    @property
+    def decided(self) -> bool:
+        """The job answered its question: it ran to the end or to a deliberate stop."""
+        return self in (Status.OK, Status.OOM, Status.OVER_CAP, Status.PRUNED, Status.SKIPPED)
+
+    @property
+    def mlflow_status(self) -> str:
+        """MLflow's run status for a job that ended so."""
+        if self is Status.KILLED:
+            return "KILLED"
+        return "FINISHED" if self.decided else "FAILED"
+
+
+class Verdict(StrEnum):
+    """A job's peak memory against its cap."""
+
+    FITS = "fits"
+    OVER_CAP = "over-cap"
+    OOM = "oom"
+    NO_CAP = "no-cap"
+    PREDICTED_OVER_CAP = "predicted-over-cap"
+    FAILED = "failed"
+
+    @property
+    def feasible(self) -> bool:
+        return self in (Verdict.FITS, Verdict.NO_CAP)
+
+
+def verdict(status: Status, peak_bytes: int | None, cap_bytes: int | None) -> Verdict:
+    """A finished (or pruned) job fits when its peak is under the cap; without a cap it is `no-cap`."""
+    if status is Status.OOM:
+        return Verdict.OOM
+    if status is Status.OVER_CAP:
+        return Verdict.OVER_CAP
+    if status is Status.SKIPPED:
+        return Verdict.PREDICTED_OVER_CAP
+    if status not in (Status.OK, Status.PRUNED):
+        return Verdict.FAILED
+    if cap_bytes is None:
+        return Verdict.NO_CAP
+    return Verdict.FITS if peak_bytes is not None and peak_bytes <= cap_bytes else Verdict.OVER_CAP
+
+
+def _from_dict(cls: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When the study ends a job early: over `cap_bytes`, or slower than `prune_threshold_s` over the `prune_after`
+    steps after the first."""
+
+    cap_bytes: int | None = None
+    prune_after: int | None = None
+    prune_threshold_s: float | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything the job process needs, resolved and parsed once by the parent."""
+
+    config: dict[str, Any]  # the resolved config, plain data
+    config_id: str
+    name: str  # display name, e.g. "tiny 4x1 ckpt=off"
+    micro: int
+    accumulation: int
+    cap_bytes: int | None  # enforced inside the job; None: uncapped
+    cap_source: str | None  # "mem_cap" or the gpu profile ("gpu=t4") the cap came from
+    gpu_profiles: dict[str, dict[str, float]]
+    stop: StopRule = field(default_factory=StopRule)
+    owner_pid: int | None = None  # the job kills itself once this process is gone
+    env: dict[str, str] = field(default_factory=dict)  # set in the job before anything is imported or built
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobSpec:
+        return cls(**{**data, "stop": StopRule(**data.get("stop") or {})})
+
+
+@dataclass(frozen=True)
+class Step:
+    """One optimizer step as the meter saw it."""
+
+    step: int
+    step_time_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    data_s: float
+    other_s: float
+    micro_batches: int
+    tokens: int
+    padded_tokens: int
+    samples: int
+    peak_bytes: int  # device: reserved + CUDA context; CPU: peak resident memory
+    peak_allocated_bytes: int | None = None
+    loss: float | None = None
+    grad_norm: float | None = None
+    learning_rate: float | None = None
+
+    def phase(self, name: str) -> float:
+        return getattr(self, f"{name}_s")
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Step:
+        return _from_dict(cls, data)
+
+
+@dataclass(frozen=True)
+class Placement:
+    device: str  # "cuda" or "cpu"
+    device_name: str  # what the hardware says, e.g. "NVIDIA H200" or the CPU model
+    device_memory_gib: float | None  # real total memory of the device (None on CPU)
+    emulated: str | None  # gpu profile whose memory is emulated on a bigger device, e.g. "t4"
+    dtype: str  # fp32 | fp16 | bf16
+    peak_tflops: float | None  # for MFU: the real device's figure
+    bf16_supported: bool
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Peak memory during training (counters reset after the model is built) and what surrounds it."""
+
+    peak_bytes: int | None  # what the cap is judged on: reserved + context on CUDA, resident memory on CPU
+    cap_bytes: int | None
+    model_load_bytes: int | None = None
+    context_bytes: int = 0
+    peak_reserved_bytes: int | None = None
+    peak_allocated_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    nvml_process_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a job process returns: how it ended, every step it measured, and what it was built from."""
+
+    status: Status
+    steps: tuple[Step, ...] = ()
+    error: str | None = None
+    traceback: str | None = None
+    stopped: str | None = None  # why the study stopped it early, e.g. "over-cap at step 3"
+    placement: Placement | None = None
+    memory: Memory | None = None
+    lora_params: int | None = None
+    base_matmul_params: int | None = None
+    model_flops_per_token: float | None = None
+    sft_kwargs: dict[str, Any] | None = None  # the SFTConfig arguments the job trained with
+    versions: dict[str, str] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # setup phases, train runtime, spawn and wall time
+    pid: int | None = None
+    exitcode: int | None = None
+    world_size: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobResult:
+        placement = data.get("placement")
+        memory = data.get("memory")
+        return _from_dict(
+            cls,
+            {
+                **data,
+                "status": Status(data["status"]),
+                "steps": tuple(Step.from_json(s) for s in data.get("steps") or ()),
+                "placement": _from_dict(Placement, placement) if placement else None,
+                "memory": _from_dict(Memory, memory) if memory else None,
+            },
+        )
+
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+    level: float  # probability that the interval covers the true median
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    median: float
+    mean: float
+    p10: float
+    p90: float
+    cv: float
+    ci: Interval
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    status: Status
+    verdict: Verdict
+    steps_done: int = 0
+    step_time: Summary | None = None  # over the steady steps
+    tokens_per_step: float | None = None  # real tokens, mean over the steady steps
+    padded_tokens_per_step: float | None = None
+    samples_per_step: float | None = None
+    model_flops_per_step: float | None = None
+    peak_flops: float | None = None  # of the real device, for MFU
+    phases: dict[str, float] = field(default_factory=dict)  # median seconds per step
+    memory_gib: dict[str, float] = field(default_factory=dict)  # peak, peak_reserved, model_load, context, cap, ...
+    seconds: dict[str, float] = field(default_factory=dict)  # runtime, wall, spawn, setup
+    final_loss: float | None = None
+
+    @property
+    def median(self) -> float | None:
+        return self.step_time.median if self.step_time else None
+
+    @property
+    def peak_gib(self) -> float | None:
+        return self.memory_gib.get("peak")
+
+    def per_second(self, per_step: float | None, step_s: float | None = None) -> float | None:
+        """A per-step amount over the median step time (or `step_s`, e.g. a pooled median)."""
+        step_s = step_s if step_s is not None else self.median
+        return per_step / step_s if per_step is not None and step_s else None
+
+    def mfu(self, step_s: float | None = None) -> float | None:
+        """Model FLOP/s over the device's peak (None on CPU, which has no peak figure)."""
+        flops_per_s = self.per_second(self.model_flops_per_step, step_s)
+        return flops_per_s / self.peak_flops if flops_per_s and self.peak_flops else None
+
+    def metrics(self) -> dict[str, float]:
+        """MLflow metric names and values (absent figures left out)."""
+        out: dict[str, float | None] = {"steps_done": self.steps_done}
+        if self.step_time:
+            s = self.step_time
+            out.update(
+                steady_steps=s.n,
+                step_time_median_s=s.median,
+                step_time_mean_s=s.mean,
+                step_time_p10_s=s.p10,
+                step_time_p90_s=s.p90,
+                step_time_cv=s.cv,
+                step_time_ci_low_s=s.ci.low,
+                step_time_ci_high_s=s.ci.high,
+                step_time_ci_level=s.ci.level,
+                tokens_per_step=self.tokens_per_step,
+                padded_tokens_per_step=self.padded_tokens_per_step,
+                samples_per_step=self.samples_per_step,
+                model_flops_per_step=self.model_flops_per_step,
+                peak_flops=self.peak_flops,
+                tokens_per_s=self.per_second(self.tokens_per_step),
+                padded_tokens_per_s=self.per_second(self.padded_tokens_per_step),
+                samples_per_s=self.per_second(self.samples_per_step),
+                mfu=self.mfu(),
+            )
+        out.update({f"{phase}_median_s": value for phase, value in self.phases.items()})
+        out.update({f"{key}_gib": value for key, value in self.memory_gib.items()})
+        out.update({f"{key}_s": value for key, value in self.seconds.items()})
+        out["final_loss"] = self.final_loss
+        return {k: float(v) for k, v in out.items() if v is not None}
+
+    @classmethod
+    def from_metrics(cls, status: Status, verdict_: Verdict, metrics: dict[str, float]) -> JobSummary:
+        """The inverse of `metrics`, for runs read back from MLflow."""
+        step_time = None
+        if "step_time_median_s" in metrics:
+            step_time = Summary(
+                n=int(metrics["steady_steps"]),
+                median=metrics["step_time_median_s"],
+                mean=metrics["step_time_mean_s"],
+                p10=metrics["step_time_p10_s"],
+                p90=metrics["step_time_p90_s"],
+                cv=metrics["step_time_cv"],
+                ci=Interval(
+                    metrics["step_time_ci_low_s"], metrics["step_time_ci_high_s"], metrics["step_time_ci_level"]
+                ),
+            )
+        memory = {k[: -len("_gib")]: v for k, v in metrics.items() if k.endswith("_gib")}
+        seconds = {k: metrics[f"{k}_s"] for k in ("runtime", "wall", "spawn", "setup") if f"{k}_s" in metrics}
+        return cls(
+            status=status,
+            verdict=verdict_,
+            steps_done=int(metrics.get("steps_done", 0)),
+            step_time=step_time,
+            tokens_per_step=metrics.get("tokens_per_step"),
+            padded_tokens_per_step=metrics.get("padded_tokens_per_step"),
+            samples_per_step=metrics.get("samples_per_step"),
+            model_flops_per_step=metrics.get("model_flops_per_step"),
+            peak_flops=metrics.get("peak_flops"),
+            phases={p: metrics[f"{p}_median_s"] for p in PHASES if f"{p}_median_s" in metrics},
+            memory_gib=memory,
+            seconds=seconds,
+            final_loss=metrics.get("final_loss"),
+        )
+
+
+class RunKind(StrEnum):
+    """What a recorded MLflow run is."""
+
+    JOB = "job"  # one job of `pipeline.train`
+    SWEEP = "sweep"  # the parent of a multirun
+    STUDY = "study"  # the parent of an optimize study
+    PROBE = "probe"  # a study's calibration job: shorter, not a contender
+    TRIAL = "trial"  # a study's trial, measured or decided without a job
+
+
+@dataclass(frozen=True)
+class RecordedJob:
+    """A job as MLflow holds it: what the reports and the sweep's table are made of."""
+
+    run_id: str
+    name: str  # display name, without the repeat
+    config_id: str
+    repeat: int
+    kind: RunKind
+    summary: JobSummary
+    losses: tuple[float, ...] = ()
+    predicted_gib: float | None = None  # a study's prediction of its peak
+    note: str = ""  # why it stopped or failed, in a few words
+
+    @property
+    def status(self) -> Status:
+        return self.summary.status

@@ -1,0 +1,107 @@
+"""A study's trial as a typed record: what the study writes into Optuna's user attributes, and reads back.
+
+Optuna's storage is the record every worker shares, so a trial carries what any worker needs to continue the study:
+the config it claims (identity and overrides), how it was decided, its measured figures and its prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from pipeline.records import Interval, Status
+
+# user attribute names
+LABEL, CONFIG_ID, OVERRIDES, VALUES = "label", "config_id", "overrides", "values"
+STATUS, NOTE, PREDICTED, PEAK, FEASIBLE = "status", "reason", "predicted_gib", "peak_gib", "feasible"
+MEDIAN, CI, TOKENS, STEP_TIMES = "step_time_median_s", "ci", "tokens_per_s", "step_times"
+GPU_SECONDS, RUN_ID, SFT, KNOBS, ROLE, OWNER = "gpu_seconds", "run_id", "sft_kwargs", "knobs", "role", "owner"
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int
+    state: TrialState
+    label: str | None = None
+    config_id: str | None = None
+    overrides: tuple[str, ...] = ()
+    status: Status | None = None
+    note: str = ""
+    predicted_gib: float | None = None
+    peak_gib: float | None = None
+    feasible: bool | None = None
+    median: float | None = None
+    ci: Interval | None = None
+    tokens_per_s: float | None = None
+    step_times: tuple[float, ...] = ()  # the steady steps, for ratios between trials
+    gpu_seconds: float = 0.0
+    run_id: str | None = None
+    sft_kwargs: dict[str, Any] = field(default_factory=dict)
+    knobs: dict[str, Any] = field(default_factory=dict)
+    role: str = "trial"  # "trial", or "baseline": the config the answer is compared with, never pruned
+    owner: str | None = None  # host:pid:start of the worker that claimed it
+
+    @property
+    def predictor_error(self) -> float | None:
+        """(predicted - measured) / measured peak, for trials that measured one."""
+        if self.predicted_gib is None or not self.peak_gib or self.status is Status.SKIPPED:
+            return None
+        return (self.predicted_gib - self.peak_gib) / self.peak_gib
+
+    @property
+    def decided(self) -> bool:
+        return self.state in (TrialState.COMPLETE, TrialState.PRUNED) and self.label is not None
+
+    @classmethod
+    def of(cls, trial: FrozenTrial) -> TrialRecord:
+        a = trial.user_attrs
+        ci = a.get(CI)
+        return cls(
+            number=trial.number,
+            state=trial.state,
+            label=a.get(LABEL),
+            config_id=a.get(CONFIG_ID),
+            overrides=tuple(a.get(OVERRIDES, ())),
+            status=Status(a[STATUS]) if STATUS in a else None,
+            note=a.get(NOTE, ""),
+            predicted_gib=a.get(PREDICTED),
+            peak_gib=a.get(PEAK),
+            feasible=a.get(FEASIBLE),
+            median=a.get(MEDIAN),
+            ci=Interval(*ci) if ci else None,
+            tokens_per_s=a.get(TOKENS),
+            step_times=tuple(a.get(STEP_TIMES, ())),
+            gpu_seconds=a.get(GPU_SECONDS, 0.0),
+            run_id=a.get(RUN_ID),
+            sft_kwargs=a.get(SFT, {}),
+            knobs=a.get(KNOBS, {}),
+            role=a.get(ROLE, "trial"),
+            owner=a.get(OWNER),
+        )
+
+
+def records(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[TrialRecord]:
+    return [TrialRecord.of(t) for t in study.get_trials(deepcopy=False, states=states)]
+
+
+def write(trial: optuna.Trial, values: dict[str, Any]) -> None:
+    """Set user attributes (None values left out); an Interval is stored as [low, high, level]."""
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, Interval):
+            value = [value.low, value.high, value.level]
+        trial.set_user_attr(key, value)
+
+
+def best(study: optuna.Study) -> TrialRecord | None:
+    """The fastest trial that finished every step under the cap."""
+    feasible = [
+        r
+        for r in records(study, (TrialState.COMPLETE,))
+        if r.feasible and r.status is Status.OK and r.median is not None
+    ]
+    return min(feasible, key=lambda r: r.median) if feasible else None

@@ -1,0 +1,184 @@
+"""How jobs, sweeps and studies are laid out in MLflow: the tags and params they carry, written in one place and read
+back into records.
+
+A job's run is opened before its process starts (so it is visible, and ended truthfully whatever happens), then
+written once, when its result is in: params, metrics, per-step series, tags, the result as an artifact, its end
+status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from omegaconf import OmegaConf
+
+from pipeline.records import (
+    GIB,
+    PHASES,
+    JobResult,
+    JobSpec,
+    JobSummary,
+    RecordedJob,
+    RunKind,
+    Status,
+    Verdict,
+)
+from pipeline.tracking.store import Tracker, flatten
+
+STATUS = "status"
+KIND = "kind"
+SWEEP = "sweep_id"
+STUDY = "study"
+CONFIG_ID = "config_id"
+REPEAT = "repeat"
+VERDICT = "verdict"
+NAME = "display_name"
+PREDICTED = "predicted_gib"
+NOTE = "note"
+
+
+ABANDONED = {STATUS: Status.KILLED, NOTE: "interrupted: the process recording it ended first"}
+
+
+class FilterValueError(ValueError):
+    """A value that cannot go into an MLflow filter string."""
+
+
+def quoted(value: object) -> str:
+    """`value` as a quoted literal of an MLflow filter string; quotes and backslashes are refused, since MLflow's
+    filter parser has no escape for them."""
+    text = str(value)
+    if any(c in text for c in "'\"\\"):
+        raise FilterValueError(f"'{text}' contains a quote or backslash")
+    return f"'{text}'"
+
+
+def start_job(
+    tracker: Tracker,
+    spec: JobSpec,
+    kind: RunKind,
+    parent_id: str | None,
+    repeat: int = 0,
+    tags: dict[str, object] | None = None,
+    run_name: str | None = None,
+) -> str:
+    """Open a job's run (status running), with its config as params and as config.yaml."""
+    run_tags = {
+        STATUS: Status.RUNNING,
+        KIND: kind,
+        CONFIG_ID: spec.config_id,
+        NAME: spec.name,
+        REPEAT: repeat,
+        "model": spec.config["model"]["name"],
+        "split": f"{spec.micro}x{spec.accumulation}",
+        **(tags or {}),
+    }
+    run_id = tracker.start(run_name or spec.name, tags=run_tags, parent_id=parent_id, abandon_tags=ABANDONED)
+    tracker.params(run_id, {**flatten(spec.config), CONFIG_ID: spec.config_id})
+    tracker.artifact_text(run_id, "config.yaml", OmegaConf.to_yaml(OmegaConf.create(spec.config)))
+    return run_id
+
+
+def derived_params(spec: JobSpec, result: JobResult) -> dict[str, object]:
+    """What the config does not say directly: the parsed split, the device, the resolved dtype, versions."""
+    params: dict[str, object | None] = {
+        "micro_batch": spec.micro,
+        "accumulation": spec.accumulation,
+        "effective_batch": spec.config["batch"]["effective"],
+        "world_size": spec.config["world_size"],
+        "cap_source": spec.cap_source,
+        "lora_params": result.lora_params,
+        "base_matmul_params": result.base_matmul_params,
+    }
+    if result.placement:
+        p = result.placement
+        params.update(
+            device=p.device, device_name=p.device_name, dtype_resolved=p.dtype, emulated_gpu=p.emulated or "none"
+        )
+    params.update({f"version.{k}": v for k, v in result.versions.items()})
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def series(result: JobResult) -> dict[str, list[tuple[int, float]]]:
+    """Per-step series for MLflow's charts: loss, step time and its phases, peak memory so far."""
+    keys = ["loss", "step_time_s", "grad_norm", "learning_rate", *(f"{p}_s" for p in PHASES)]
+    out = {key: [(s.step, getattr(s, key)) for s in result.steps if getattr(s, key) is not None] for key in keys}
+    out["step_peak_gib"] = [(s.step, s.peak_bytes / GIB) for s in result.steps]
+    return out
+
+
+def end_job(tracker: Tracker, run_id: str, spec: JobSpec, result: JobResult, summary: JobSummary) -> None:
+    """Write a finished job in one go and end its run with the status its result says."""
+    tracker.params(run_id, derived_params(spec, result))
+    tracker.metrics(run_id, summary.metrics(), series(result))
+    tags: dict[str, object] = {STATUS: result.status, VERDICT: summary.verdict}
+    note = result.stopped or result.error
+    if note:
+        tags[NOTE] = note[:500]
+    if result.error:
+        tags["error"] = result.error[:5000]
+    if result.placement and result.placement.emulated:
+        tags["memory_note"] = (
+            f"memory emulated as {result.placement.emulated}, speed measured on {result.placement.device_name}"
+        )
+    tracker.tags(run_id, tags)
+    tracker.artifact_json(run_id, "result.json", dataclasses.asdict(result))
+    tracker.end(run_id, result.status.mlflow_status)
+
+
+def end_interrupted(tracker: Tracker, run_id: str, reason: str = "interrupted") -> None:
+    tracker.tags(run_id, {STATUS: Status.KILLED, NOTE: reason})
+    tracker.end(run_id, "KILLED")
+
+
+def fail(tracker: Tracker, run_id: str, reason: str) -> None:
+    """End a run FAILED with its reason."""
+    tracker.tags(run_id, {STATUS: Status.FAILED, "error": reason, NOTE: reason[:500]})
+    tracker.end(run_id, "FAILED")
+
+
+def log_skip(
+    tracker: Tracker,
+    parent_id: str,
+    run_name: str,
+    spec: JobSpec,
+    reason: str,
+    predicted_bytes: float,
+    tags: dict[str, object],
+) -> str:
+    """A study's trial decided without a job (predicted over the cap): a finished run that says so."""
+    run_id = start_job(tracker, spec, RunKind.TRIAL, parent_id, tags={**tags, PREDICTED: predicted_bytes / GIB})
+    summary = JobSummary(status=Status.SKIPPED, verdict=Verdict.PREDICTED_OVER_CAP)
+    tracker.metrics(run_id, {**summary.metrics(), "predicted_gib": predicted_bytes / GIB})
+    tracker.tags(run_id, {STATUS: Status.SKIPPED, VERDICT: Verdict.PREDICTED_OVER_CAP, NOTE: reason})
+    tracker.end(run_id, "FINISHED")
+    return run_id
+
+
+def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = (RunKind.JOB, RunKind.TRIAL)) -> list:
+    """The runs nested under a sweep or study, as RecordedJob, oldest first (probes left out by default)."""
+    jobs = []
+    for run in tracker.search(f"tags.mlflow.parentRunId = {quoted(parent_id)}"):
+        tags, metrics = run.data.tags, run.data.metrics
+        kind = RunKind(tags.get(KIND, RunKind.JOB))
+        if kind not in kinds:
+            continue
+        status = Status(tags.get(STATUS, Status.FAILED))
+        if status is Status.RUNNING and run.info.status != "RUNNING":
+            status = Status.KILLED if run.info.status == "KILLED" else Status.FAILED
+        verdict_tag = tags.get(VERDICT)
+        summary = JobSummary.from_metrics(status, Verdict(verdict_tag) if verdict_tag else Verdict.FAILED, metrics)
+        jobs.append(
+            RecordedJob(
+                run_id=run.info.run_id,
+                name=tags.get(NAME, run.info.run_name),
+                config_id=tags.get(CONFIG_ID, run.info.run_id),
+                repeat=int(tags.get(REPEAT, 0)),
+                kind=kind,
+                summary=summary,
+                losses=tuple(value for _, value in tracker.history(run.info.run_id, "loss")),
+                predicted_gib=float(tags[PREDICTED]) if PREDICTED in tags else None,
+                note=tags.get(NOTE, ""),
+            )
+        )
+    return jobs
