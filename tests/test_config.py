@@ -6,17 +6,15 @@ import pytest
 
 from pipeline.cli import _with_repeats
 from pipeline.config.compose import CONF_DIR, compose_job, precheck
-from pipeline.config.validate import parse_size, parse_split, validate
+from pipeline.config.hardware import cuda_device_count
+from pipeline.config.validate import ConfigError, parse_size, parse_split, validate
 
 GROUP_OPTIONS = [
     (group, path.stem)
     for group in ("model", "lora", "gpu", "batch", "data", "train", "optimize", "experiment")
     for path in sorted((CONF_DIR / group).glob("*.yaml"))
 ]
-NEEDS = {
-    ("model", "pretrained"): None,  # needs a directory: covered by the pretrained test
-    ("data", "jsonl"): None,  # needs a file: covered below
-}
+CARDS = {"t4", "l4", "a10", "a100-40gb", "a100-80gb", "h100", "h200"}
 
 
 def test_every_group_has_options():
@@ -44,12 +42,17 @@ def test_every_option_composes_and_validates(group, option, tmp_path):
         overrides.append(f"data.path={tmp_path / 'd.jsonl'}")
     if (group, option) == ("model", "pretrained"):
         overrides.append("model.name_or_path=Qwen/Qwen3-0.6B")  # a hub id: validated by form, not downloaded
-    if group == "gpu" and option == "t4":
-        overrides.append("train.dtype=fp16")
     cfg = compose_job("config", overrides)
-    validate(cfg)
-    if group not in ("experiment",):
-        assert cfg[group] is not None
+    needs_cuda = (group == "gpu" and option in CARDS) or (group, option) == ("experiment", "seed-t4")
+    if needs_cuda and cuda_device_count() == 0:
+        # a card profile emulates that card's memory on a CUDA device: refused where there is none
+        with pytest.raises(ConfigError, match=r"^gpu: gpu=\S+ emulates .* this machine has none"):
+            validate(cfg)
+        return
+    resolved = validate(cfg)
+    assert resolved.split.micro * resolved.split.accumulation == cfg.batch.effective
+    if group == "gpu" and option in CARDS:
+        assert resolved.cap_source == f"gpu={option}" and resolved.cap_bytes == int(cfg.gpu.memory_gib * 2**30)
 
 
 def test_published_shapes():

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import random
+
+import pytest
 
 from pipeline.jobs.summary import summarize_job
 from pipeline.measure.callback import StepMeter
@@ -73,9 +73,11 @@ def test_rank_names_a_winner_only_from_separated_intervals_at_the_confidence():
         "4x1": Rank.WINNER,
         "1x4": Rank.SLOWER,
     }
-    assert rank(
-        {"4x1": (1.0, _ci(0.9, 1.5)), "2x2": (1.2, _ci(1.1, 1.3)), "1x4": (2.0, _ci(1.9, 2.1))}, 0.95
-    ) == {"4x1": Rank.TIE, "2x2": Rank.TIE, "1x4": Rank.SLOWER}
+    assert rank({"4x1": (1.0, _ci(0.9, 1.5)), "2x2": (1.2, _ci(1.1, 1.3)), "1x4": (2.0, _ci(1.9, 2.1))}, 0.95) == {
+        "4x1": Rank.TIE,
+        "2x2": Rank.TIE,
+        "1x4": Rank.SLOWER,
+    }
     # apart, but one interval covers only 75% (three repeats): no winner at 95%
     assert rank({"4x1": (1.0, _ci(0.9, 1.1, 0.75)), "1x4": (2.0, _ci(1.9, 2.1))}, 0.95) == {
         "4x1": Rank.UNSURE,

@@ -238,7 +238,53 @@ def test_subprocess_launcher_runs_a_job_in_a_fresh_interpreter(tmp_path):
     spec = job_spec(compose_job("config", ["train.steps=4", "measure.warmup_steps=1", "train.progress_bar=false"]))
     pids = []
     record = runner.run_job("subprocess", spec, tmp_path / "job", on_start=pids.append)
-    assert record["status"] == "ok", record.get("error")
-    assert record["pid"] == pids[0] != os.getpid() and record["exitcode"] == 0
-    assert [s["step"] for s in record["steps"]] == [1, 2, 3, 4]
+    assert record.status == "ok", record.error
+    assert record.pid == pids[0] != os.getpid() and record.exitcode == 0
+    assert [s.step for s in record.steps] == [1, 2, 3, 4]
     assert (tmp_path / "job" / "spec.json").exists() and (tmp_path / "job" / "result.json").exists()
+
+
+def test_a_sweep_over_two_keys_names_and_ranks_every_combination(tmp_path):
+    """Split x LoRA rank: four configs, four rows with names that say what differs, four identities in MLflow."""
+    proc = run_cli("-m", "batch.split=2x2,4x1", "lora.r=4,8", "train.steps=4", *FAST[1:], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = ["tiny 2x2 r=4", "tiny 2x2 r=8", "tiny 4x1 r=4", "tiny 4x1 r=8"]
+    for name in names:
+        assert re.search(rf"^\| {re.escape(name)} +\| ok ", proc.stdout, re.M), proc.stdout[-3000:]
+    jobs = [r for r in all_runs(client_for(tmp_path)) if r.data.tags.get("kind") == "job"]
+    assert sorted(r.info.run_name for r in jobs) == names
+    assert len({r.data.tags["config_id"] for r in jobs}) == 4
+    assert all(r.data.params["config_id"] == r.data.tags["config_id"] for r in jobs)
+
+
+def test_repeats_pool_exactly_the_runs_of_one_identity(tmp_path):
+    proc = run_cli("-m", "batch.split=1x4,4x1", "repeats=3", "train.steps=4", *FAST[1:], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = [r for r in all_runs(client_for(tmp_path)) if r.data.tags.get("kind") == "job"]
+    by_id: dict[str, list] = {}
+    for run in jobs:
+        by_id.setdefault(run.data.tags["config_id"], []).append(run)
+    assert sorted(len(v) for v in by_id.values()) == [3, 3]
+    for runs in by_id.values():
+        assert sorted(r.data.tags["repeat"] for r in runs) == ["0", "1", "2"]
+        assert len({r.data.tags["display_name"] for r in runs}) == 1
+    # three repeats cover the median 75% of the time: said so, and no winner is named at 95%
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| tiny ")]
+    assert len(rows) == 2 and all("(75%)" in row for row in rows), rows
+    assert "winner" not in " ".join(rows)
+
+
+def test_a_failed_job_makes_the_exit_status_1_and_the_sweep_goes_on(tmp_path):
+    """A hub dataset offline fails its job at once with one line; the synthetic job still runs; exit status 1."""
+    proc = run_cli(
+        "-m", "data=capybara,synthetic", "train.steps=3", *FAST[1:], cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"}
+    )
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (
+        "[job] tiny 4x1 data=capybara: failed: data.name: 'trl-lib/Capybara' is not in the local cache" in proc.stdout
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert proc.stdout.rstrip().splitlines()[-1] == "[sweep] 1 of 2 jobs did not finish under their cap (1 failed)"
+    runs = {r.data.tags["display_name"]: r for r in all_runs(client_for(tmp_path)) if r.data.tags["kind"] == "job"}
+    assert runs["tiny 4x1 data=capybara"].info.status == "FAILED"
+    assert runs["tiny 4x1 data=synthetic"].info.status == "FINISHED"

@@ -73,7 +73,9 @@ def test_record_holds_steps_phases_and_memory(tmp_path):
     assert all(step.phase(p) > 0 for p in ("forward", "backward", "optimizer"))
     assert step.forward_s + step.backward_s + step.optimizer_s < step.step_time_s
     assert result.memory.peak_rss_bytes > 0 and result.lora_params > 0
-    assert result.sft_kwargs["per_device_train_batch_size"] == 2 and result.sft_kwargs["gradient_accumulation_steps"] == 2
+    assert (
+        result.sft_kwargs["per_device_train_batch_size"] == 2 and result.sft_kwargs["gradient_accumulation_steps"] == 2
+    )
     lines = (tmp_path / "job" / "steps.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == list(range(1, 9))
     # the record survives its trip through JSON unchanged (the process boundary)

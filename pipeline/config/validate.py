@@ -168,13 +168,17 @@ def check_gpu(gpu: DictConfig) -> None:
         raise ConfigError("gpu.peak_tflops", f"got {gpu.peak_tflops}; accepted: a number > 0")
 
 
-def check_device(gpu: DictConfig) -> None:
+def check_device(gpu: DictConfig, t: DictConfig) -> None:
     """A card profile emulates that card's memory on a CUDA device: without one it would measure nothing real."""
     if gpu.name not in ("auto", "cpu") and cuda_device_count() == 0:
         raise ConfigError(
             "gpu",
             f"gpu={gpu.name} emulates a {gpu.name.upper()}'s memory on a CUDA device, and this machine has none; "
             "accepted here: gpu=auto or gpu=cpu",
+        )
+    if t.dtype == "fp16" and not _on_cuda(gpu):
+        raise ConfigError(
+            "train.dtype", f"fp16 needs a CUDA device; accepted with gpu={gpu.name} here: auto, fp32, bf16"
         )
 
 
@@ -193,10 +197,6 @@ def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig) -> None:
     _choice("train.dtype", t.dtype, DTYPES)
     if t.dtype == "bf16" and gpu.bf16 is False and gpu.name != "cpu":
         raise ConfigError("train.dtype", f"bf16 is not supported by gpu={gpu.name}; accepted: auto, fp16, fp32")
-    if t.dtype == "fp16" and not _on_cuda(gpu):
-        raise ConfigError(
-            "train.dtype", f"fp16 needs a CUDA device; accepted with gpu={gpu.name} here: auto, fp32, bf16"
-        )
     _choice("train.optimizer", t.optimizer, OPTIMIZERS)
     _choice("train.lr_scheduler", t.lr_scheduler, SCHEDULERS)
     _choice("train.padding", t.padding, PADDINGS)
@@ -297,7 +297,7 @@ def validate(cfg: DictConfig) -> Resolved:
     check_gpu(cfg.gpu)
     split = check_split(cfg)
     check_train(cfg.train, cfg.measure, cfg.gpu)
-    check_device(cfg.gpu)
+    check_device(cfg.gpu, cfg.train)
     check_data(cfg.data, cfg.train.max_length)
     check_knobs(cfg.train, cfg.gpu)
     if "optimize" in cfg:

@@ -96,7 +96,7 @@ def decide(driver: StudyDriver) -> Answer:
         f"tags.{runs.KIND} = 'study' and tags.{runs.STUDY} = {runs.quoted(driver.name)}", limit=1
     )
     measured = [j for j in runs.read_jobs(driver.tracker, parent[0].info.run_id, (RunKind.TRIAL,))] if parent else []
-    ranked = comparison_rows([j for j in measured if j.summary.median is not None], confidence)
+    ranked = comparison_rows([j for j in measured if j.status is Status.OK and j.summary.median], confidence)
     lines = ["", format_trials(shown, confidence), ""]
     if ranked:
         lines += [
