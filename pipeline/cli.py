@@ -15,8 +15,10 @@ from hydra._internal.utils import get_args_parser
 
 from pipeline import exits
 from pipeline.config.compose import CONF_DIR, precheck
+from pipeline.config.help import help_text
 from pipeline.config.schema import register_configs
 from pipeline.config.validate import ConfigError
+from pipeline.measure.estimate import long_cpu_job_warning
 
 
 def _with_repeats(overrides: list[str], multirun: bool) -> tuple[list[str], bool]:
@@ -36,18 +38,24 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 def run_entry(
+    prog: str,
     config_name: str,
     task: Callable[[Any], Any],
+    doc: str,
     argv: list[str] | None = None,
     extra_check: Callable[[Any], None] | None = None,
     base_overrides: list[str] | None = None,
 ) -> None:
     """Precheck `argv` (default sys.argv[1:]) for `config_name` (and `extra_check` on every job's config), then run
-    `task` through hydra.main. `base_overrides` go first unless the command line sets the same key."""
+    `task` through hydra.main, as `python -m prog`. `base_overrides` go first unless the command line sets the same key. `doc` (the entry
+    module's docstring: a summary, a blank line, example commands) is the start of `--help`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     register_configs()
     args, _ = get_args_parser().parse_known_args(argv)
-    informational = args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+    if args.help:
+        print(help_text(prog, doc))
+        sys.exit(exits.OK)
+    informational = args.hydra_help or args.cfg or args.info or args.shell_completion
     given = {o.split("=", 1)[0].lstrip("+~") for o in args.overrides}
     base = [o for o in base_overrides or [] if o.split("=", 1)[0] not in given]
     overrides, multirun = _with_repeats([*base, *args.overrides], bool(args.multirun))
@@ -55,12 +63,16 @@ def run_entry(
         argv = [*[a for a in argv if a not in args.overrides], *overrides]
     else:
         try:
-            for cfg in precheck(args.config_name or config_name, overrides, multirun):
+            configs = precheck(args.config_name or config_name, overrides, multirun)
+            for cfg in configs:
                 if extra_check is not None:
                     extra_check(cfg)
         except ConfigError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(exits.BAD_INPUT)
+        warning = long_cpu_job_warning(max(configs, key=lambda c: c.train.steps * c.batch.effective))
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
         rest = [a for a in argv if a not in args.overrides]
         argv = [*rest, *(["--multirun"] if multirun and not args.multirun else []), *overrides]
     signal.signal(signal.SIGTERM, _terminate)

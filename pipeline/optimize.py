@@ -36,8 +36,10 @@ def optimize(cfg: DictConfig) -> float | None:
 def main() -> None:
     # the study searches every split; the base config's split only has to be a valid one
     run_entry(
+        "pipeline.optimize",
         "config",
         optimize,
+        __doc__,
         extra_check=check_study,
         base_overrides=["batch.split='1x${div:${batch.effective},${world_size}}'"],
     )

@@ -22,7 +22,7 @@ def train(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    run_entry("config", train)
+    run_entry("pipeline.train", "config", train, __doc__)
 
 
 if __name__ == "__main__":

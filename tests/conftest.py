@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,5 +39,26 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None
     )
 
 
-def files_under(path: Path) -> list[Path]:
-    return sorted(p for p in path.rglob("*"))
+def wait_for_steps(job_tmp: Path, steps: int = 1, timeout: float = 180, alive=None) -> Path:
+    """Wait until a job started with TMPDIR=`job_tmp` has logged `steps` optimizer steps (its steps.jsonl, written
+    as it trains); return that file. `alive()` returning False ends the wait with a failure."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for path in job_tmp.glob("batch-split-job-*/steps.jsonl"):
+            if len(path.read_text(encoding="utf-8").splitlines()) >= steps:
+                return path
+        assert alive is None or alive(), "the process ended before its job trained"
+        time.sleep(0.1)
+    raise AssertionError(f"no job under {job_tmp} logged {steps} steps within {timeout:g} s")
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests need a CUDA device: skipped, with the reason, where there is none."""
+    from pipeline.config.hardware import cuda_device_count
+
+    if cuda_device_count():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

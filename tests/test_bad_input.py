@@ -121,8 +121,18 @@ def test_every_bad_input_gives_one_line_and_exit_2(tmp_path):
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--cfg", "job"]])
-def test_informational_flags_still_work(tmp_path, argv):
-    proc = run_cli(*argv, cwd=tmp_path)
+def test_help_says_what_the_tool_does_and_lists_real_options(tmp_path):
+    proc = run_cli("--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "batch" in proc.stdout
+    out = proc.stdout
+    assert out.startswith("Train one LoRA job per config")
+    assert "usage: python -m pipeline.train" in out and "_schema" not in out
+    assert "  gpu         a10, a100-40gb, a100-80gb, auto, cpu, h100, h200, l4, t4;" in out
+    assert "python -m pipeline.train -m batch.split=1x4,2x2,4x1" in out and "Exit status: 0" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cfg_job_prints_the_composed_config(tmp_path):
+    proc = run_cli("--cfg", "job", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "batch:\n  effective: 4\n  split: 4x1" in proc.stdout

@@ -123,3 +123,17 @@ def test_sizes(text, expected):
 def test_split_parsing():
     s = parse_split("2x8")
     assert (s.micro, s.accumulation, str(s)) == (2, 8, "2x8")
+
+
+def test_a_long_cpu_job_is_announced_with_its_estimate():
+    from pipeline.measure.estimate import cpu_job_flops, long_cpu_job_warning
+
+    if cuda_device_count():
+        pytest.skip("the estimate is for jobs on the CPU")
+    tiny = compose_job("config", [])
+    big = compose_job("config", ["model=qwen3-1.7b"])
+    assert long_cpu_job_warning(tiny) is None
+    # 30 steps x 4 samples x 128 tokens through 1.4 G matmul weights: about 6 x 1.4e9 FLOPs per token
+    assert 6 * 1.4e9 * 15360 * 0.8 < cpu_job_flops(big) < 6 * 1.4e9 * 15360 * 1.3
+    warning = long_cpu_job_warning(compose_job("config", ["model=qwen3-1.7b", "train.steps=1000"]))
+    assert warning.startswith("warning: qwen3-1.7b on the CPU: at least ") and "GFLOP/s this CPU reaches" in warning

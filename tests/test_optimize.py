@@ -12,6 +12,9 @@ import time
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
+from sqlalchemy.exc import SQLAlchemyError
+
+from tests.conftest import wait_for_steps
 
 # A workload whose memory grows clearly with the micro-batch (a 2048-token vocabulary, 256-token sequences). The cap
 # goes between the 2x4 and 4x2 peaks that the exhaustive sweep measures (resident memory depends on the machine), so
@@ -26,8 +29,8 @@ SETUP = [
 ]
 
 
-def _env():
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _env(**extra: str):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
     env.pop("MLFLOW_TRACKING_URI", None)
     return env
 
@@ -42,6 +45,14 @@ def _optimize(cwd, cap, *extra, **kwargs):
 def _study(cwd):
     (summary,) = optuna.get_all_study_summaries(f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}")
     return optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}")
+
+
+def _trials_so_far(cwd) -> list:
+    """The study's trials, or none while its storage is still being created."""
+    try:
+        return _study(cwd).get_trials()
+    except (ValueError, SQLAlchemyError):  # no study yet (nothing to unpack), or tables not there yet
+        return []
 
 
 def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
@@ -74,10 +85,7 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     while True:
         assert worker.poll() is None, worker.stdout.read()[-3000:]
         assert time.time() < deadline, "no trial completed in time"
-        try:
-            done = [t for t in _study(study_dir).get_trials() if t.state == optuna.trial.TrialState.COMPLETE]
-        except (ValueError, KeyError, RuntimeError, Exception):  # noqa: BLE001 - the storage is still being created
-            done = []
+        done = [t for t in _trials_so_far(study_dir) if t.state == optuna.trial.TrialState.COMPLETE]
         if done:
             break
         time.sleep(0.5)
@@ -220,20 +228,20 @@ def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
         "measure.warmup_steps=2",
         "train.progress_bar=false",
     ]
+    job_tmp = tmp_path / "jobs"
+    job_tmp.mkdir()
     worker = subprocess.Popen(
-        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()
+        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(TMPDIR=str(job_tmp))
     )
     deadline = time.time() + 180
     while True:
         assert worker.poll() is None and time.time() < deadline
-        try:
-            trials = _study(tmp_path).get_trials()
-        except Exception:  # noqa: BLE001 - the storage is still being created
-            trials = []
+        trials = _trials_so_far(tmp_path)
         if any(t.state == optuna.trial.TrialState.RUNNING and "label" in t.user_attrs for t in trials):
             break
         time.sleep(0.3)
-    time.sleep(1.0)  # inside a trial's job
+    # inside the trial's job: the probes' folders are gone by now, the trial's has logged a step
+    wait_for_steps(job_tmp, 1, alive=lambda: worker.poll() is None)
     worker.send_signal(signal.SIGINT)
     out, _ = worker.communicate(timeout=60)
     assert worker.returncode == 130, out[-2000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -12,7 +13,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, wait_for_steps
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 
@@ -61,7 +62,9 @@ def test_sweep_records_a_parent_run_with_three_nested_jobs(tmp_path):
 
 def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     """SIGKILL the first job's process mid-training: its run ends FAILED, the next job still runs and succeeds."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    job_tmp = tmp_path / "jobs"
+    job_tmp.mkdir()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(job_tmp)}
     env.pop("MLFLOW_TRACKING_URI", None)
     cmd = [
         sys.executable,
@@ -77,12 +80,10 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     killed = None
     for line in proc.stdout:
         output.append(line)
-        match = re.search(r"\[job\] tiny 4x1: pid (\d+)", line)
-        if match:
-            killed = int(match.group(1))
+        if "[job] tiny 4x1 steps=100000: starting" in line:
             break
-    assert killed, "".join(output)
-    time.sleep(6)  # well into training: the tiny model sets up in about a second
+    steps = wait_for_steps(job_tmp, 2, alive=lambda: proc.poll() is None)
+    killed = _job_pid(steps.parent)
     os.kill(killed, signal.SIGKILL)
     rest, _ = proc.communicate(timeout=240)
     output.append(rest)
@@ -99,6 +100,10 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     assert all(r.info.status != "RUNNING" for r in runs)
 
 
+def _job_pid(workdir) -> int:
+    return json.loads((workdir / "process.json").read_text())["pid"]
+
+
 def _gone(pid: int) -> bool:
     """Exited (or a zombie waiting for a reaper that is not us)."""
     try:
@@ -112,7 +117,9 @@ def _gone(pid: int) -> bool:
 def test_a_job_dies_with_its_killed_parent(tmp_path, kind):
     """SIGKILL the `pipeline.train` process mid-training: its job must not train on as an orphan (on a GPU it would
     hold memory and time next to whatever runs after)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    job_tmp = tmp_path / "jobs"
+    job_tmp.mkdir()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(job_tmp)}
     env.pop("MLFLOW_TRACKING_URI", None)
     cmd = [sys.executable, "-m", "pipeline.train", "train.steps=100000", "train.progress_bar=false"]
     parent = subprocess.Popen(
@@ -123,14 +130,8 @@ def test_a_job_dies_with_its_killed_parent(tmp_path, kind):
         text=True,
         env=env,
     )
-    job = None
-    for line in parent.stdout:
-        match = re.search(r"\[job\] tiny 4x1: pid (\d+)", line)
-        if match:
-            job = int(match.group(1))
-            break
-    assert job, "no job started"
-    time.sleep(5)  # into training: the tiny model sets up in about a second
+    steps = wait_for_steps(job_tmp, 2, alive=lambda: parent.poll() is None)
+    job = _job_pid(steps.parent)
     assert not _gone(job), "the job ended before its parent was killed"
     parent.kill()
     parent.wait(30)

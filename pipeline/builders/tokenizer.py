@@ -6,6 +6,8 @@ jsonl or hub text train a random-weight model with the same TRL preprocessing as
 
 from __future__ import annotations
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers.pre_tokenizers import ByteLevel
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 SPECIALS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -16,9 +18,6 @@ CHATML = (
 
 
 def byte_level_tokenizer() -> PreTrainedTokenizerFast:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from tokenizers.pre_tokenizers import ByteLevel
-
     alphabet = ByteLevel.alphabet()
     vocab = {token: i for i, token in enumerate(SPECIALS)}
     for char in sorted(alphabet):

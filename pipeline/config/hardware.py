@@ -8,6 +8,7 @@ import os
 import time
 
 import numpy as np
+import pynvml
 
 
 @functools.cache
@@ -17,8 +18,6 @@ def cuda_device_count() -> int:
     if visible is not None and visible.strip() in ("", "-1"):
         return 0
     try:
-        import pynvml
-
         pynvml.nvmlInit()
         try:
             count = pynvml.nvmlDeviceGetCount()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 @dataclass
@@ -177,13 +177,11 @@ GROUPS: dict[str, type] = {
 }
 
 
-def register_configs(extra: dict[str, Any] | None = None) -> None:
+def register_configs() -> None:
     """Store the primary schema and one `<group>_schema` node per group (idempotent), and the `div` resolver."""
-    from omegaconf import OmegaConf
-
     if not OmegaConf.has_resolver("div"):
         OmegaConf.register_new_resolver("div", lambda a, b: int(a) // max(1, int(b)))
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
-    for group, schema in {**GROUPS, **(extra or {})}.items():
+    for group, schema in GROUPS.items():
         cs.store(group=group, name=f"{group}_schema", node=schema)

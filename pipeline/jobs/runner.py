@@ -23,9 +23,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from multiprocessing import forkserver
 from pathlib import Path
 
-from pipeline.jobs.files import RESULT_FILE, SPEC_FILE, STEPS_FILE
+from pipeline.jobs.files import PROCESS_FILE, RESULT_FILE, SPEC_FILE, STEPS_FILE
 from pipeline.records import JobResult, JobSpec, Status, Step
 
 _CONTEXT: multiprocessing.context.BaseContext | None = None
@@ -43,8 +44,6 @@ def _forkserver() -> multiprocessing.context.BaseContext:
 def warm_up(kind: str) -> None:
     """Start the fork server now (it imports the training stack once), so the first job's spawn time is a fork."""
     if kind == "forkserver":
-        from multiprocessing import forkserver
-
         context = _forkserver()
         forkserver.ensure_running()
         probe = context.Process(target=_noop)  # returns once the server has finished its imports
@@ -144,6 +143,7 @@ def run_job(
     """Run one job to its end and return its result (never raises for the child's sake)."""
     launched = time.time()
     handle = start(kind, spec, workdir)
+    (workdir / PROCESS_FILE).write_text(json.dumps({"pid": handle.pid, "owner_pid": os.getpid()}), encoding="utf-8")
     if on_start is not None:
         on_start(handle.pid)
     try:

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline import exits
 from pipeline.config.compose import expand_jobs
 from pipeline.config.identity import parse_override, varying_keys
+from pipeline.jobs import runner
 from pipeline.records import RunKind, Status
 from pipeline.reporting.table import comparison_rows, format_table
 from pipeline.tracking import runs
@@ -93,9 +94,7 @@ class SweepCallback(Callback):
         self.context.to_env()
         print(f"[sweep] {sweep_id}: {self.total} jobs, MLflow parent run {parent_id}", flush=True)
         if "BasicLauncher" in str(OmegaConf.select(config, "hydra.launcher._target_")):
-            from pipeline.jobs import runner  # jobs run in this process: start the fork server once, now
-
-            runner.warm_up(config.launcher.kind)
+            runner.warm_up(config.launcher.kind)  # jobs run in this process: start the fork server once, now
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.context is None:

@@ -42,3 +42,56 @@ def mfu(model_flops_per_s: float, peak_flops: float | None) -> float | None:
     if not peak_flops or model_flops_per_s <= 0:
         return None
     return model_flops_per_s / peak_flops
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A decoder's matrix shapes, from the model group of a config."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def from_model(cls, m: dict) -> Shape:
+        return cls(
+            m["hidden_size"],
+            m["intermediate_size"],
+            m["num_hidden_layers"],
+            m["num_attention_heads"],
+            m["num_key_value_heads"],
+            m["head_dim"],
+            m["vocab_size"],
+            bool(m["tie_word_embeddings"]),
+        )
+
+    def base_matmul_params(self) -> int:
+        """Weights of every decoder Linear and the LM head (embeddings cost no FLOPs)."""
+        per_layer = sum(i * o for i, o in self.projections().values())
+        return self.layers * per_layer + self.vocab * self.hidden
+
+    def lora_params(self, r: int, targets: list[str]) -> int:
+        chosen = (
+            self.projections()
+            if targets == ["all-linear"]
+            else {k: v for k, v in self.projections().items() if k in targets}
+        )
+        return self.layers * sum(r * (i + o) for i, o in chosen.values())
+
+    def projections(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each Linear in one decoder layer."""
+        h, i, q, kv = self.hidden, self.intermediate, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return {
+            "q_proj": (h, q),
+            "k_proj": (h, kv),
+            "v_proj": (h, kv),
+            "o_proj": (q, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import psutil
+import pynvml
 import torch
 
 
@@ -23,8 +25,6 @@ def _proc_status_kib(field: str) -> int | None:
 def rss_bytes() -> int:
     kib = _proc_status_kib("VmRSS")
     if kib is None:
-        import psutil
-
         return psutil.Process().memory_info().rss
     return kib * 1024
 
@@ -51,13 +51,10 @@ class DeviceMemory:
         self.handle = None
         self.baseline = 0
         try:
-            import pynvml
-
             pynvml.nvmlInit()
             index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
             self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             self.baseline = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
-            self._nvml = pynvml
         except Exception:  # noqa: BLE001 - no NVML, no GPU, or no driver: the figure is simply absent
             self.handle = None
 
@@ -67,10 +64,10 @@ class DeviceMemory:
         if self.handle is None:
             return None
         try:
-            for proc in self._nvml.nvmlDeviceGetComputeRunningProcesses(self.handle):
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(self.handle):
                 if proc.pid == os.getpid() and proc.usedGpuMemory:
                     return int(proc.usedGpuMemory)
-            return int(self._nvml.nvmlDeviceGetMemoryInfo(self.handle).used - self.baseline)
+            return int(pynvml.nvmlDeviceGetMemoryInfo(self.handle).used - self.baseline)
         except Exception:  # noqa: BLE001
             return None
 

@@ -24,47 +24,11 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from pipeline.measure.flops import Shape
+
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 LORA_STATE_BYTES = 16
 LOSS_BYTES_PER_TOKEN = 8
-
-
-@dataclass(frozen=True)
-class Shape:
-    hidden: int
-    intermediate: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    vocab: int
-    tied: bool
-
-    @classmethod
-    def from_model(cls, m: dict) -> Shape:
-        return cls(
-            m["hidden_size"],
-            m["intermediate_size"],
-            m["num_hidden_layers"],
-            m["num_attention_heads"],
-            m["num_key_value_heads"],
-            m["head_dim"],
-            m["vocab_size"],
-            bool(m["tie_word_embeddings"]),
-        )
-
-    def projections(self) -> dict[str, tuple[int, int]]:
-        """(in, out) of each Linear in one decoder layer."""
-        h, i, q, kv = self.hidden, self.intermediate, self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return {
-            "q_proj": (h, q),
-            "k_proj": (h, kv),
-            "v_proj": (h, kv),
-            "o_proj": (q, h),
-            "gate_proj": (h, i),
-            "up_proj": (h, i),
-            "down_proj": (i, h),
-        }
 
 
 @dataclass(frozen=True)
@@ -92,12 +56,7 @@ def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) ->
     b = DTYPE_BYTES[knobs.dtype]
     per_layer = sum(i * o for i, o in shape.projections().values()) + 2 * shape.hidden
     weights = shape.vocab * shape.hidden * (1 if shape.tied else 2) + shape.layers * per_layer
-    chosen = (
-        shape.projections()
-        if targets == ["all-linear"]
-        else {k: v for k, v in shape.projections().items() if k in targets}
-    )
-    lora = shape.layers * sum(lora_r * (i + o) for i, o in chosen.values())
+    lora = shape.lora_params(lora_r, targets)
     return b * weights + LORA_STATE_BYTES * lora
 
 

@@ -30,10 +30,11 @@ from tqdm import tqdm
 from pipeline.config.identity import digest, identity_tree
 from pipeline.config.validate import validate
 from pipeline.jobs import runner, task
+from pipeline.measure.flops import Shape
 from pipeline.records import GIB, RunKind, Status, StopRule
 from pipeline.search import trials, workers
 from pipeline.search.answer import Answer, decide, log_answer
-from pipeline.search.predictor import Knobs, Predictor, Shape
+from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.space import SPLIT_KEY, Candidate, candidates, knob_space, suggest
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
