@@ -15,9 +15,10 @@ from hydra._internal.utils import get_args_parser
 
 from pipeline import exits
 from pipeline.config.compose import CONF_DIR, precheck
+from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.schema import register_configs
-from pipeline.config.validate import ConfigError
+from pipeline.config.stores import check_stores
 from pipeline.measure.estimate import long_cpu_job_warning
 
 
@@ -64,6 +65,8 @@ def run_entry(
     else:
         try:
             configs = precheck(args.config_name or config_name, overrides, multirun)
+            for root, uri in dict.fromkeys((c.paths.root, c.tracking.uri) for c in configs):
+                check_stores(root, uri)
             for cfg in configs:
                 if extra_check is not None:
                     extra_check(cfg)

@@ -12,7 +12,9 @@ from omegaconf import DictConfig
 
 from pipeline import exits
 from pipeline.cli import run_entry
-from pipeline.config.validate import ConfigError, resolve_cap
+from pipeline.config.errors import ConfigError
+from pipeline.config.stores import check_store
+from pipeline.config.validate import resolve_cap
 from pipeline.search.space import check_values
 
 
@@ -22,6 +24,7 @@ def check_study(cfg: DictConfig) -> None:
         raise ConfigError(
             "mem_cap", "required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4"
         )
+    check_store("optimize.storage", cfg.optimize.storage)
     check_values(cfg)
 
 

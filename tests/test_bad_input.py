@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-
 from pipeline.config.hardware import cuda_device_count
 from tests.conftest import run_cli
 

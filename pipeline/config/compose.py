@@ -26,8 +26,9 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from pipeline.config.errors import ConfigError
 from pipeline.config.schema import GROUPS, Config, register_configs
-from pipeline.config.validate import ConfigError, validate
+from pipeline.config.validate import validate
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 _TYPE_WORDS = {

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.data import check_data
+from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
 from pipeline.config.hardware import cuda_device_count
 from pipeline.records import GIB
 
@@ -23,8 +25,6 @@ PADDINGS = ("longest", "max_length", "padding_free", "packing")
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd")
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 SOURCES = ("config", "pretrained")
-DATA_KINDS = ("synthetic", "jsonl", "hub")
-DISTRIBUTIONS = ("fixed", "uniform")
 LAUNCHERS = ("forkserver", "subprocess", "torchrun")
 LORA_BIAS = ("none", "all", "lora_only")
 SAMPLERS = ("tpe", "random", "bruteforce")
@@ -51,14 +51,6 @@ _UNIT = {
     "TB": 10**12,
 }
 SIZE_FORM = "a size like 14GiB, 14.5GB or 15000MiB"
-
-
-class ConfigError(ValueError):
-    """A bad input: `field`, then what is wrong and what is accepted."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -97,25 +89,11 @@ def parse_size(text: str, field: str = "mem_cap") -> int:
     return int(float(match.group(1)) * _UNIT[match.group(2)])
 
 
-def _choice(field: str, value: object, accepted: tuple[str, ...]) -> None:
-    if value not in accepted:
-        raise ConfigError(field, f"got '{value}'; accepted: {', '.join(accepted)}")
-
-
-def _at_least(field: str, value: float | int | None, low: float, what: str = "a whole number") -> None:
-    if value is None or value < low:
-        raise ConfigError(field, f"got {value}; accepted: {what} >= {low:g}")
-
-
-def _in_range(field: str, value: float, low: float, high: float) -> None:
-    if not (low <= value < high):
-        raise ConfigError(field, f"got {value}; accepted: a number in [{low:g}, {high:g})")
-
-
 def check_split(cfg: DictConfig) -> Split:
     split = parse_split(cfg.batch.split)
-    _at_least("batch.effective", cfg.batch.effective, 1)
-    _at_least("world_size", cfg.world_size, 1)
+    at_least("batch.effective", cfg.batch.effective, 1)
+    at_most("batch.effective", cfg.batch.effective, 2**16)
+    at_least("world_size", cfg.world_size, 1)
     product = split.micro * split.accumulation * cfg.world_size
     if product != cfg.batch.effective:
         divisors = [d for d in range(1, cfg.batch.effective + 1) if cfg.batch.effective % (d * cfg.world_size) == 0]
@@ -129,7 +107,7 @@ def check_split(cfg: DictConfig) -> Split:
 
 
 def check_model(m: DictConfig) -> None:
-    _choice("model.source", m.source, SOURCES)
+    choice("model.source", m.source, SOURCES)
     if m.source == "pretrained":
         if not m.name_or_path:
             raise ConfigError("model.name_or_path", "required with model.source=pretrained; a hub id or a directory")
@@ -139,7 +117,7 @@ def check_model(m: DictConfig) -> None:
             raise ConfigError("model.name_or_path", f"'{path}' is not a directory with a config.json")
         return
     for name in ARCH_FIELDS:
-        _at_least(f"model.{name}", m[name], 1)
+        at_least(f"model.{name}", m[name], 1)
     if m.num_attention_heads % m.num_key_value_heads:
         raise ConfigError(
             "model.num_key_value_heads",
@@ -148,12 +126,12 @@ def check_model(m: DictConfig) -> None:
 
 
 def check_lora(lora: DictConfig) -> None:
-    _at_least("lora.r", lora.r, 1)
-    _at_least("lora.alpha", lora.alpha, 1)
-    _in_range("lora.dropout", lora.dropout, 0.0, 1.0)
+    at_least("lora.r", lora.r, 1)
+    at_least("lora.alpha", lora.alpha, 1)
+    in_range("lora.dropout", lora.dropout, 0.0, 1.0)
     if not lora.target_modules:
         raise ConfigError("lora.target_modules", "empty; accepted: [all-linear] or module names like [q_proj, v_proj]")
-    _choice("lora.bias", lora.bias, LORA_BIAS)
+    choice("lora.bias", lora.bias, LORA_BIAS)
 
 
 def _on_cuda(gpu: DictConfig) -> bool:
@@ -191,21 +169,41 @@ def resolve_cap(cfg: DictConfig) -> tuple[int | None, str | None]:
     return None, None
 
 
-def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig) -> None:
-    _at_least("train.steps", t.steps, 1)
-    _at_least("train.max_length", t.max_length, 2)
-    _choice("train.dtype", t.dtype, DTYPES)
+MAX_STEPS = 10**8  # a hundred million optimizer steps: far beyond a measurement, far below any overflow
+
+
+def max_positions(m: DictConfig) -> int | None:
+    """The model's longest sequence: from the group, or from a local pretrained model's config.json."""
+    if m.source == "config":
+        return m.max_position_embeddings
+    config = Path(str(m.name_or_path)).expanduser() / "config.json"
+    if config.is_file():
+        return json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
+    return None
+
+
+def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig, m: DictConfig) -> None:
+    at_least("train.steps", t.steps, 1)
+    at_most("train.steps", t.steps, MAX_STEPS)
+    at_least("train.max_length", t.max_length, 2)
+    positions = max_positions(m)
+    if positions and t.max_length > positions:
+        raise ConfigError(
+            "train.max_length",
+            f"{t.max_length} exceeds the model's max_position_embeddings {positions}; accepted: 2 to {positions}",
+        )
+    choice("train.dtype", t.dtype, DTYPES)
     if t.dtype == "bf16" and gpu.bf16 is False and gpu.name != "cpu":
         raise ConfigError("train.dtype", f"bf16 is not supported by gpu={gpu.name}; accepted: auto, fp16, fp32")
-    _choice("train.optimizer", t.optimizer, OPTIMIZERS)
-    _choice("train.lr_scheduler", t.lr_scheduler, SCHEDULERS)
-    _choice("train.padding", t.padding, PADDINGS)
+    choice("train.optimizer", t.optimizer, OPTIMIZERS)
+    choice("train.lr_scheduler", t.lr_scheduler, SCHEDULERS)
+    choice("train.padding", t.padding, PADDINGS)
     if t.learning_rate <= 0:
         raise ConfigError("train.learning_rate", f"got {t.learning_rate}; accepted: a number > 0")
-    _at_least("train.warmup_steps", t.warmup_steps, 0)
-    _at_least("train.weight_decay", t.weight_decay, 0, "a number")
-    _at_least("train.max_grad_norm", t.max_grad_norm, 0, "a number")
-    _at_least("measure.warmup_steps", measure.warmup_steps, 0)
+    at_least("train.warmup_steps", t.warmup_steps, 0)
+    at_least("train.weight_decay", t.weight_decay, 0, "a number")
+    at_least("train.max_grad_norm", t.max_grad_norm, 0, "a number")
+    at_least("measure.warmup_steps", measure.warmup_steps, 0)
     if measure.warmup_steps >= t.steps:
         raise ConfigError(
             "measure.warmup_steps",
@@ -213,53 +211,6 @@ def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig) -> None:
         )
     if not (0.5 <= measure.confidence < 1.0):
         raise ConfigError("measure.confidence", f"got {measure.confidence}; accepted: a number in [0.5, 1)")
-
-
-def check_data(d: DictConfig, max_length: int) -> None:
-    _choice("data.kind", d.kind, DATA_KINDS)
-    if d.kind == "synthetic":
-        _choice("data.distribution", d.distribution, DISTRIBUTIONS)
-        _at_least("data.length", d.length, 2)
-        if d.length > max_length:
-            raise ConfigError(
-                "data.length",
-                f"{d.length} exceeds train.max_length {max_length}; accepted: 2 to {max_length}",
-            )
-        if d.num_samples is not None:
-            _at_least("data.num_samples", d.num_samples, 1)
-        if d.distribution == "uniform" and (d.min_length is None or not (1 <= d.min_length <= d.length)):
-            raise ConfigError(
-                "data.min_length",
-                f"got {d.min_length}; accepted with distribution=uniform: 1 to {d.length}",
-            )
-    elif d.kind == "jsonl":
-        check_jsonl(d.path)
-    elif not d.name:
-        raise ConfigError("data.name", "required with data.kind=hub; a hub dataset id or a local folder")
-
-
-def check_jsonl(path: str | None) -> None:
-    form = "a readable JSON-lines file whose records have 'messages' or 'text'"
-    if not path:
-        raise ConfigError("data.path", f"missing; accepted: {form}")
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ConfigError("data.path", f"'{path}' does not exist; accepted: {form}")
-    try:
-        with file.open(encoding="utf-8") as handle:
-            first = next((line for line in handle if line.strip()), None)
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(
-            "data.path", f"'{path}' cannot be read ({err.__class__.__name__}); accepted: {form}"
-        ) from None
-    if first is None:
-        raise ConfigError("data.path", f"'{path}' is empty; accepted: {form}")
-    try:
-        record = json.loads(first)
-    except json.JSONDecodeError:
-        raise ConfigError("data.path", f"'{path}' line 1 is not JSON; accepted: {form}") from None
-    if not isinstance(record, dict) or not ({"messages", "text"} & record.keys()):
-        raise ConfigError("data.path", f"'{path}' line 1 has neither 'messages' nor 'text'; accepted: {form}")
 
 
 def check_knobs(t: DictConfig, gpu: DictConfig) -> None:
@@ -274,13 +225,13 @@ def check_knobs(t: DictConfig, gpu: DictConfig) -> None:
 
 
 def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
-    _at_least("optimize.trials", o.trials, 1)
-    _choice("optimize.sampler", o.sampler, SAMPLERS)
-    _at_least("optimize.probe_steps", o.probe_steps, 2)
-    _at_least("optimize.prune_steps", o.prune_steps, 1)
+    at_least("optimize.trials", o.trials, 1)
+    choice("optimize.sampler", o.sampler, SAMPLERS)
+    at_least("optimize.probe_steps", o.probe_steps, 2)
+    at_least("optimize.prune_steps", o.prune_steps, 1)
     if o.prune_factor < 1.0:
         raise ConfigError("optimize.prune_factor", f"got {o.prune_factor}; accepted: a number >= 1")
-    _at_least("optimize.skip_margin", o.skip_margin, 0, "a number")
+    at_least("optimize.skip_margin", o.skip_margin, 0, "a number")
     for key, values in o.space.items():
         if key == "batch.split":
             raise ConfigError("optimize.space", "batch.split is always searched; accepted: other config keys")
@@ -296,15 +247,15 @@ def validate(cfg: DictConfig) -> Resolved:
     check_lora(cfg.lora)
     check_gpu(cfg.gpu)
     split = check_split(cfg)
-    check_train(cfg.train, cfg.measure, cfg.gpu)
+    check_train(cfg.train, cfg.measure, cfg.gpu, cfg.model)
     check_device(cfg.gpu, cfg.train)
-    check_data(cfg.data, cfg.train.max_length)
+    check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
     check_knobs(cfg.train, cfg.gpu)
     if "optimize" in cfg:
         check_optimize(cfg.optimize, cfg)
     cap_bytes, cap_source = resolve_cap(cfg)
-    _at_least("repeats", cfg.repeats, 1)
-    _choice("launcher.kind", cfg.launcher.kind, LAUNCHERS)
+    at_least("repeats", cfg.repeats, 1)
+    choice("launcher.kind", cfg.launcher.kind, LAUNCHERS)
     if cfg.world_size > 1 and cfg.launcher.kind != "torchrun":
         raise ConfigError(
             "world_size",

@@ -9,8 +9,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id, display_name
-from pipeline.config.validate import ConfigError, validate
+from pipeline.config.validate import validate
 
 SPLIT_KEY = "batch.split"
 
@@ -99,6 +100,8 @@ def check_values(cfg: DictConfig) -> None:
     space = knob_space(cfg)
     if not space[SPLIT_KEY]:
         raise ConfigError("batch.effective", "has no split for this world_size; accepted: a multiple of world_size")
+    if not valid:
+        raise ConfigError("optimize.space", f"no config in it can run; e.g. {next(iter(invalid.values()))}")
     for key, values in space.items():
         used = {override_text(c.params[key]) for c in valid}
         for value in values:
@@ -108,8 +111,6 @@ def check_values(cfg: DictConfig) -> None:
                     "no valid combination uses it",
                 )
                 raise ConfigError(f"optimize.space.{key}", f"value {override_text(value)!r} cannot run: {reason}")
-    if not valid:
-        raise ConfigError("optimize.space", f"no valid config; e.g. {next(iter(invalid.values()))}")
 
 
 def suggest(trial, space: dict[str, list[Any]]) -> tuple[tuple[str, Any], ...]:

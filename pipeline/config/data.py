@@ -1,0 +1,100 @@
+"""The data group checked up front: synthetic sizes against the batch, and every line of a jsonl file (its line
+number in the message), so a bad record stops the command before any job or MLflow run exists."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from pipeline.config.errors import ConfigError, at_least, choice
+
+DATA_KINDS = ("synthetic", "jsonl", "hub")
+DISTRIBUTIONS = ("fixed", "uniform")
+JSONL_FORM = "a readable JSON-lines file, each record with 'text' (a string) or 'messages' (a list of {role, content})"
+
+
+def check_data(d: DictConfig, max_length: int, effective: int) -> None:
+    choice("data.kind", d.kind, DATA_KINDS)
+    if d.kind == "synthetic":
+        choice("data.distribution", d.distribution, DISTRIBUTIONS)
+        at_least("data.length", d.length, 2)
+        if d.length > max_length:
+            raise ConfigError(
+                "data.length", f"{d.length} exceeds train.max_length {max_length}; accepted: 2 to {max_length}"
+            )
+        if d.num_samples is not None and (d.num_samples < effective or d.num_samples % effective):
+            raise ConfigError(
+                "data.num_samples",
+                f"{d.num_samples} cannot fill every step of batch.effective {effective}; accepted: a multiple of "
+                f"{effective} (the samples repeat, pass after pass), or null (exactly what the steps consume)",
+            )
+        if d.distribution == "uniform" and (d.min_length is None or not (1 <= d.min_length <= d.length)):
+            raise ConfigError(
+                "data.min_length", f"got {d.min_length}; accepted with distribution=uniform: 1 to {d.length}"
+            )
+    elif d.kind == "jsonl":
+        if not d.path:
+            raise ConfigError("data.path", f"missing; accepted: {JSONL_FORM}")
+        file = Path(d.path).expanduser()
+        if not file.is_file():
+            raise ConfigError("data.path", f"'{d.path}' does not exist; accepted: {JSONL_FORM}")
+        stat = file.stat()
+        records = count_jsonl(str(file), d.path, stat.st_mtime_ns, stat.st_size)
+        if records < effective:
+            raise ConfigError("data.path", f"'{d.path}' has {records} records, fewer than batch.effective {effective}")
+    elif not d.name:
+        raise ConfigError("data.name", "required with data.kind=hub; a hub dataset id or a local folder")
+
+
+def _record_problem(record: object, kind: str | None) -> str | None:
+    """What is wrong with one record, or None; `kind` is the field the file's first record used."""
+    if not isinstance(record, dict):
+        return "is not a JSON object"
+    found = "messages" if "messages" in record else "text" if "text" in record else None
+    if found is None:
+        return "has neither 'messages' nor 'text'"
+    if kind is not None and found != kind:
+        return f"has '{found}' where the records before it have '{kind}'"
+    value = record[found]
+    if found == "text" and not isinstance(value, str):
+        return f"'text' is {json.dumps(value)[:40]}, not a string"
+    if found == "messages":
+        if not isinstance(value, list) or not value:
+            return "'messages' is not a non-empty list"
+        for message in value:
+            if not (isinstance(message, dict) and isinstance(message.get("content"), str) and "role" in message):
+                return "'messages' holds an entry without a 'role' and a string 'content'"
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def count_jsonl(path: str, shown: str, mtime_ns: int, size: int) -> int:
+    """Check every line of the file (read once per version of it); return the number of records."""
+    kind = None
+    records = 0
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    raise ConfigError(
+                        "data.path", f"'{shown}' line {number} is not JSON; accepted: {JSONL_FORM}"
+                    ) from None
+                problem = _record_problem(record, kind)
+                if problem:
+                    raise ConfigError("data.path", f"'{shown}' line {number} {problem}; accepted: {JSONL_FORM}")
+                kind = "messages" if "messages" in record else "text"
+                records += 1
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(
+            "data.path", f"'{shown}' cannot be read ({type(err).__name__}); accepted: {JSONL_FORM}"
+        ) from None
+    if not records:
+        raise ConfigError("data.path", f"'{shown}' is empty; accepted: {JSONL_FORM}")
+    return records

@@ -1,0 +1,31 @@
+"""The error every bad input becomes, and the small checks that raise it with the accepted form in the message."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A bad input: `field`, then what is wrong and what is accepted."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def choice(field: str, value: object, accepted: tuple[str, ...]) -> None:
+    if value not in accepted:
+        raise ConfigError(field, f"got '{value}'; accepted: {', '.join(accepted)}")
+
+
+def at_least(field: str, value: float | int | None, low: float, what: str = "a whole number") -> None:
+    if value is None or value < low:
+        raise ConfigError(field, f"got {value}; accepted: {what} >= {low:g}")
+
+
+def in_range(field: str, value: float, low: float, high: float) -> None:
+    if not (low <= value < high):
+        raise ConfigError(field, f"got {value}; accepted: a number in [{low:g}, {high:g})")
+
+
+def at_most(field: str, value: int, high: int, what: str = "a whole number") -> None:
+    if value > high:
+        raise ConfigError(field, f"got {value}; accepted: {what} up to {high:,}")
