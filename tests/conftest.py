@@ -25,12 +25,14 @@ def clean_state(tmp_path, monkeypatch):
     GlobalHydra.instance().clear()
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run `python -m pipeline.train ARGS` in a real child interpreter."""
+def run_cli(
+    *args: str, cwd: Path, timeout: float = 300, env: dict | None = None, module: str = "pipeline.train"
+) -> subprocess.CompletedProcess:
+    """Run `python -m MODULE ARGS` (pipeline.train by default) in a real child interpreter."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.train", *args],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         capture_output=True,
         text=True,

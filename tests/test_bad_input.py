@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from pipeline.config.hardware import cuda_device_count
 from tests.conftest import run_cli
 
@@ -54,7 +56,11 @@ CASES = [
         "JSON-lines",
     ),
     (["data=jsonl", "data.path=unreadable.jsonl"], "data.path: 'unreadable.jsonl' line 1 is not JSON", "JSON-lines"),
-    (["data=jsonl", "data.path=wrong.jsonl"], "data.path: 'wrong.jsonl' line 1 has neither", "'messages' or 'text'"),
+    (
+        ["data=jsonl", "data.path=wrong.jsonl"],
+        "data.path: 'wrong.jsonl' line 1 has neither",
+        "'text' (a string) or 'messages'",
+    ),
     (["data.length=4096"], "data.length: 4096 exceeds train.max_length 128", "accepted: 2 to 128"),
     (["data.distribution=uniform"], "data.min_length: got None", "accepted with distribution=uniform"),
     (["model=pretrained"], "model.name_or_path: required with model.source=pretrained", "a hub id or a directory"),
@@ -71,6 +77,33 @@ CASES = [
     (["repeats=0"], "repeats: got 0", "a whole number >= 1"),
     (["launcher.kind=ssh"], "launcher.kind: got 'ssh'", "forkserver, subprocess"),
     (["world_size=3"], "batch.split: '4x1' x world_size 3 gives 12", "world_size does not divide"),
+    # data that would fail inside the job, or measure the wrong thing
+    (["data=jsonl", "data.path=line3.jsonl"], "data.path: 'line3.jsonl' line 3 is not JSON", "JSON-lines"),
+    (["data=jsonl", "data.path=number.jsonl"], "data.path: 'number.jsonl' line 1 'text' is 5, not a string", "'text'"),
+    (["data=jsonl", "data.path=notalist.jsonl"], "data.path: 'notalist.jsonl' line 1 'messages' is not a", "role"),
+    (["data=jsonl", "data.path=later.jsonl"], "data.path: 'later.jsonl' line 2 has neither", "'messages'"),
+    (["data=jsonl", "data.path=few.jsonl"], "data.path: 'few.jsonl' has 2 records, fewer than batch.effective 4", ""),
+    (["data.num_samples=1"], "data.num_samples: 1 cannot fill every step of batch.effective 4", "a multiple of 4"),
+    (["train.max_length=100000"], "train.max_length: 100000 exceeds the model's max_position_embeddings 4096", ""),
+    (["train.steps=99999999999999999999"], "train.steps: got 99999999999999999999", "up to 100,000,000"),
+    # where the records go
+    (["paths.root="], "paths.root: empty", "a folder to write in"),
+    (["paths.root=/proc/x"], "paths.root: '/proc/x' cannot be written", "a folder to write in"),
+    (["tracking.uri=http://127.0.0.1:1"], "tracking.uri: http://127.0.0.1:1 cannot be reached", "a running server"),
+    (["tracking.uri=bogus://x"], "tracking.uri: got 'bogus://x'", "sqlite:///"),
+    (["tracking.uri=sqlite:///corrupt.db"], "tracking.uri: 'corrupt.db' is not a usable SQLite database", "sqlite:///"),
+]
+OPTIMIZE_CASES = [
+    ([], "mem_cap: required by optimize", "a size like 14GiB"),
+    (["mem_cap=1GiB", "optimize.storage=sqlite:////proc/x/x.db"], "optimize.storage: '/proc/x' cannot be written", ""),
+    (["mem_cap=1GiB", "++optimize.space={train.steps: [0, -1]}"], "optimize.space: no config in it can run", "steps"),
+    (
+        ["mem_cap=1GiB", "++optimize.space={train.dtype: [fp32, fp8]}"],
+        "optimize.space.train.dtype: value 'fp8'",
+        "fp32",
+    ),
+    (["mem_cap=1GiB", "optimize.sampler=grid"], "optimize.sampler: got 'grid'", "tpe, random, bruteforce"),
+    (["mem_cap=1GiB", "tracking.uri=bogus://x"], "tracking.uri: got 'bogus://x'", "sqlite:///"),
 ]
 
 
@@ -83,26 +116,42 @@ if cuda_device_count() == 0:  # a card profile needs a CUDA device to emulate it
     ]
 
 
+FILES = {
+    "unreadable.jsonl": b"\x00\x01 not json\n",
+    "wrong.jsonl": b'{"prompt": "x"}\n',
+    "line3.jsonl": b'{"text": "a"}\n{"text": "b"}\n{"text": \n',
+    "number.jsonl": b'{"text": 5}\n',
+    "notalist.jsonl": b'{"messages": "not a list"}\n',
+    "later.jsonl": b'{"text": "a"}\n{"prompt": "b"}\n',
+    "few.jsonl": b'{"text": "a"}\n{"text": "b"}\n',
+    "corrupt.db": b"this is not a database",
+}
+
+
 def _prepare(folder):
-    (folder / "unreadable.jsonl").write_bytes(b"\x00\x01 not json\n")
-    (folder / "wrong.jsonl").write_text('{"prompt": "x"}\n')
+    for name, content in FILES.items():
+        (folder / name).write_bytes(content)
 
 
-def test_every_bad_input_gives_one_line_and_exit_2(tmp_path):
+@pytest.mark.parametrize(("module", "cases"), [("pipeline.train", CASES), ("pipeline.optimize", OPTIMIZE_CASES)])
+def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
     folders = []
-    for i in range(len(CASES)):
+    for i in range(len(cases)):
         folder = tmp_path / f"case{i}"
         folder.mkdir()
         _prepare(folder)
         folders.append(folder)
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(
-            pool.map(lambda pair: run_cli(*pair[0][0], cwd=pair[1], timeout=120), zip(CASES, folders, strict=False))
+            pool.map(
+                lambda pair: run_cli(*pair[0][0], cwd=pair[1], timeout=120, module=module),
+                zip(cases, folders, strict=True),
+            )
         )
     failures = []
-    for (args, start, accepted), folder, proc in zip(CASES, folders, results, strict=False):
+    for (args, start, accepted), folder, proc in zip(cases, folders, results, strict=True):
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        written = sorted(p.name for p in folder.iterdir()) != ["unreadable.jsonl", "wrong.jsonl"]
+        written = sorted(p.name for p in folder.iterdir()) != sorted(FILES)
         ok = (
             proc.returncode == 2
             and len(lines) == 1
