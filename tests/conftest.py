@@ -18,8 +18,10 @@ REPO = Path(__file__).resolve().parents[1]
 def clean_state(tmp_path, monkeypatch):
     """Each test in tmp_path, with no MLflow URI or sweep ids leaking in from the environment or other tests."""
     monkeypatch.chdir(tmp_path)
-    for key in ("MLFLOW_TRACKING_URI", "BATCH_SPLIT_PARENT_RUN_ID", "BATCH_SPLIT_SWEEP_ID"):
+    for key in ("MLFLOW_TRACKING_URI", "BATCH_SPLIT_SWEEP", "BATCH_SPLIT_HOST"):
         monkeypatch.delenv(key, raising=False)
+    # device locks of this test only: tests run one at a time, but other sessions on the machine must not queue them
+    monkeypatch.setenv("BATCH_SPLIT_LOCK_DIR", str(tmp_path / "locks"))
     GlobalHydra.instance().clear()
     yield
     GlobalHydra.instance().clear()

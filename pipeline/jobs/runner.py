@@ -18,14 +18,17 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from multiprocessing import forkserver
 from pathlib import Path
 
+from pipeline.jobs import watchdog
 from pipeline.jobs.files import PROCESS_FILE, RESULT_FILE, SPEC_FILE, STEPS_FILE
 from pipeline.records import JobResult, JobSpec, Status, Step
 
@@ -108,6 +111,27 @@ def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
     process.start()
     return _Handle(process)
+
+
+WORKDIR_PREFIX = "batch-split-job-"
+
+
+def make_workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+
+
+def remove_orphan_workdirs() -> int:
+    """Remove the work folders of jobs whose process and owner are both gone (a SIGKILLed sweep leaves them)."""
+    removed = 0
+    for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            process = json.loads((folder / PROCESS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # not started yet, or not ours
+        if not (watchdog.alive(process["pid"]) or watchdog.alive(process["owner_pid"])):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed
 
 
 def read_steps(workdir: Path) -> tuple[Step, ...]:

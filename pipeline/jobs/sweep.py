@@ -10,14 +10,10 @@ status. An interrupted sweep's parent is ended KILLED by the store's exit handle
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 import time
 import uuid
 from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -25,42 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline import exits
 from pipeline.config.compose import expand_jobs
 from pipeline.config.identity import parse_override, varying_keys
-from pipeline.jobs import runner
+from pipeline.jobs import runner, task
+from pipeline.jobs.context import SweepContext
 from pipeline.records import RunKind, Status
 from pipeline.reporting.table import comparison_rows, format_table
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
-
-CONTEXT_ENV = "BATCH_SPLIT_SWEEP"
-
-
-@dataclasses.dataclass(frozen=True)
-class SweepContext:
-    sweep_id: str
-    parent_run_id: str
-    varying: tuple[str, ...]  # config keys whose values differ between the sweep's jobs
-
-    def to_env(self) -> None:
-        os.environ[CONTEXT_ENV] = json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_env(cls) -> SweepContext | None:
-        text = os.environ.get(CONTEXT_ENV)
-        if not text:
-            return None
-        data = json.loads(text)
-        return cls(data["sweep_id"], data["parent_run_id"], tuple(data["varying"]))
-
-    @staticmethod
-    def clear() -> None:
-        os.environ.pop(CONTEXT_ENV, None)
-
-
-def job_overrides() -> list[tuple[str, str]]:
-    """This Hydra job's own overrides as (key, value text); none outside a Hydra job."""
-    if not HydraConfig.initialized():
-        return []
-    return [parse_override(o) for o in HydraConfig.get().overrides.task]
 
 
 def _clock(seconds: float) -> str:
@@ -83,6 +49,7 @@ class SweepCallback(Callback):
         self.total = len(jobs)
         self.started = time.time()
         self.tracker = Tracker(config.tracking.uri, config.tracking.experiment, config.tracking.artifact_root)
+        task.clean_up(self.tracker)
         shown = " ".join(o for o in overrides if parse_override(o)[0] != "repeat")
         parent_id = self.tracker.start(
             f"sweep {sweep_id}",

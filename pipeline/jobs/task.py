@@ -11,18 +11,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.compose import CONF_DIR
+from pipeline.config.hardware import cuda_device_count
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.validate import validate
-from pipeline.jobs import preflight, runner
+from pipeline.jobs import devicelock, preflight, runner
+from pipeline.jobs.context import SweepContext, job_overrides
 from pipeline.jobs.summary import summarize_job
-from pipeline.jobs.sweep import SweepContext, job_overrides
 from pipeline.records import JobResult, JobSpec, JobSummary, RunKind, Status, StopRule
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
@@ -83,30 +82,40 @@ def run(
     tags: dict[str, object] | None = None,
     run_name: str | None = None,
 ) -> JobOutcome:
-    """Run one job in its own process and record it as one MLflow run (nested under `parent_id`, or the sweep's)."""
+    """Run one job in its own process and record it as one MLflow run (nested under `parent_id`, or the sweep's).
+    The job's device is held for it alone from before its run opens until after it ends (`jobs.devicelock`)."""
     spec = spec or job_spec(cfg)
     context = SweepContext.from_env()
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
-    run_tags = dict(tags or {})
-    if context:
-        run_tags[runs.SWEEP] = context.sweep_id
-    repeat_name = f"{spec.name} #{cfg.repeat}" if cfg.repeats > 1 else spec.name
-    run_id = runs.start_job(
-        tracker,
-        spec,
-        kind,
-        parent_id or (context.parent_run_id if context else None),
-        repeat=cfg.repeat,
-        tags=run_tags,
-        run_name=run_name or repeat_name,
-    )
-    label = run_name or repeat_name
+    if context is None and parent_id is None:
+        clean_up(tracker)  # a lone job: what earlier commands left behind (a sweep or study does this itself)
+    label = run_name or (f"{spec.name} #{cfg.repeat}" if cfg.repeats > 1 else spec.name)
+    devices = devicelock.device_keys(_on_cuda(spec), cfg.world_size)
+
+    def waiting(key: str, holder: str) -> None:
+        print(f"[job] {label}: waiting for {key}, in use by {holder}", flush=True)
+
+    with devicelock.hold(devices, f"job {label}", waiting):
+        run_tags = {**(tags or {}), **({runs.SWEEP: context.sweep_id} if context else {})}
+        parent = parent_id or (context.parent_run_id if context else None)
+        run_id = runs.start_job(tracker, spec, kind, parent, cfg.repeat, run_tags, label)
+        try:
+            return _run_job(tracker, run_id, spec, cfg, label)
+        except KeyboardInterrupt:
+            runs.end_interrupted(tracker, run_id)
+            raise
+
+
+def _on_cuda(spec: JobSpec) -> bool:
+    return spec.config["gpu"]["name"] != "cpu" and cuda_device_count() > 0
+
+
+def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: DictConfig, label: str) -> JobOutcome:
     error, env = preflight.check_hub(spec.config)
     if error:
-        result = JobResult(status=Status.FAILED, error=error)
-        return _finish(tracker, run_id, spec, result, cfg, label)
+        return _finish(tracker, run_id, spec, JobResult(status=Status.FAILED, error=error), cfg, label)
     spec = dataclasses.replace(spec, env={**spec.env, **env})
-    workdir = Path(tempfile.mkdtemp(prefix="batch-split-job-"))
+    workdir = runner.make_workdir()
     try:
         print(f"[job] {label}: starting ({cfg.launcher.kind}), MLflow run {run_id}", flush=True)
         result = runner.run_job(
@@ -117,11 +126,17 @@ def run(
             on_start=lambda pid: tracker.tags(run_id, {"pid": pid}),
         )
         return _finish(tracker, run_id, spec, result, cfg, label)
-    except KeyboardInterrupt:
-        runs.end_interrupted(tracker, run_id)
-        raise
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def clean_up(tracker: Tracker) -> None:
+    """End the runs, and remove the job folders, that killed commands left behind; say so when there were any."""
+    runs_ended, folders = runs.end_orphans(tracker), runner.remove_orphan_workdirs()
+    if runs_ended or folders:
+        print(
+            f"[clean-up] ended {runs_ended} run(s) left RUNNING and removed {folders} job folder(s) of killed commands"
+        )
 
 
 def _finish(tracker: Tracker, run_id: str, spec: JobSpec, result: JobResult, cfg: DictConfig, label: str) -> JobOutcome:

@@ -54,7 +54,12 @@ def format_trials(records: list[TrialRecord], confidence: float) -> str:
     ]
     lines: list[list[object]] = [header]
     for r in sorted(records, key=lambda r: (r.median is None, r.median or 0.0)):
-        step = "-" if r.median is None or r.ci is None else interval_text(r.median, r.ci, confidence)
+        if r.median is None or r.ci is None:
+            step = "-"
+        elif r.status is Status.OK:
+            step = interval_text(r.median, r.ci, confidence)
+        else:
+            step = f"{r.median:.4f} (first steps)"  # a pruned trial's few steps: no interval to speak of
         fits = {True: "yes", False: "no", None: "-"}[r.feasible]
         if r.status is Status.SKIPPED:
             fits = "no (predicted)"

@@ -18,7 +18,6 @@ parent run for the study.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 
@@ -91,7 +90,7 @@ class StudyDriver:
         searched = set(self.space)
         self.command = [o for o in command if o.partition("=")[0].lstrip("+~") not in searched]
         self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
-        storage = absolute_uri(self.o.storage)
+        self.storage = storage = absolute_uri(self.o.storage)
         with store_lock(storage):
             self.study = optuna.create_study(
                 study_name=self.name,
@@ -118,7 +117,6 @@ class StudyDriver:
                 runs.KIND: RunKind.STUDY,
                 runs.STUDY: self.name,
                 runs.STATUS: Status.RUNNING,
-                "worker_pid": os.getpid(),
                 "overrides": " ".join(self.command),
             },
             abandon_tags=runs.ABANDONED,
@@ -142,11 +140,16 @@ class StudyDriver:
 
     # ---- calibration ------------------------------------------------------------------------------------------------
     def calibrate(self, parent: str) -> None:
-        saved = self.study.user_attrs.get("calibration")
+        """Once per study, by whichever worker gets there first; the others wait for it and use its result."""
+        with workers.calibration_claim(self.study, self.storage) as mine:
+            if mine:
+                self._run_probes(parent)
+        saved = self.study.user_attrs["calibration"] if not mine else None
         if saved:
             self.predictor.scale, self.predictor.offset = saved["scale"], saved["offset"]
             self.placement_dtype, self.device = saved["dtype"], saved["device"]
-            return
+
+    def _run_probes(self, parent: str) -> None:
         split_values = self.space[SPLIT_KEY]
         probes, first = [], None
         probe_seconds = 0.0
@@ -164,7 +167,7 @@ class StudyDriver:
                 spec=spec,
                 kind=RunKind.PROBE,
                 parent_id=parent,
-                tags={runs.STUDY: self.name, "worker_pid": os.getpid()},
+                tags={runs.STUDY: self.name},
             )
             summary = outcome.summary
             probe_seconds += summary.seconds.get("wall", 0.0)
@@ -226,12 +229,7 @@ class StudyDriver:
             },
         )
         run_name = f"trial {trial.number}: {candidate.label}"
-        tags = {
-            runs.STUDY: self.name,
-            "trial": trial.number,
-            runs.PREDICTED: f"{predicted / GIB:.3f}",
-            "worker_pid": os.getpid(),
-        }
+        tags = {runs.STUDY: self.name, "trial": trial.number, runs.PREDICTED: f"{predicted / GIB:.3f}"}
         if predicted > self.cap * (1 + self.o.skip_margin):
             reason = f"predicted {predicted / GIB:.2f} GiB > cap {self.cap / GIB:.2f} GiB"
             spec = task.job_spec(candidate.config, name=candidate.label)
@@ -294,7 +292,8 @@ class StudyDriver:
 
     # ---- the loop -----------------------------------------------------------------------------------------------------
     def run(self) -> Answer:
-        stale = workers.fail_stale(self.study, self.tracker, self.name)
+        stale = workers.fail_stale(self.study)
+        task.clean_up(self.tracker)
         parent = self._parent_run()
         status = "KILLED"
         try:
@@ -322,7 +321,7 @@ class StudyDriver:
         try:
             while len(workers.decided(self.study)) < budget:
                 trial = self.study.ask()
-                trial.set_user_attr("worker_pid", os.getpid())
+                workers.own(trial)
                 values = suggest(trial, self.space)
                 candidate = next((c for c in self.valid if c.values == values), None)
                 taken = workers.taken(self.study, trial.number)
@@ -344,7 +343,8 @@ class StudyDriver:
                     self.study.tell(trial, state=TrialState.FAIL)  # another worker asked for it first
                     continue
                 started = time.time()
-                self.evaluate(trial, candidate, parent)
+                with workers.trial_heartbeat(self.study, trial):
+                    self.evaluate(trial, candidate, parent)
                 bar.set_postfix_str(f"{candidate.label}: {time.time() - started:.0f} s")
                 bar.update(1)
         finally:

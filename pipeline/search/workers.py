@@ -1,69 +1,134 @@
-"""Workers sharing one study: which configs are taken, who claimed one first, and what a killed worker left behind.
+"""Workers sharing one study, on one machine or many: who owns a trial, which configs are taken, who claimed one
+first, who calibrates, and what a dead worker left behind.
 
-A worker writes its pid (`worker_pid`) on every trial and MLflow run it opens, and claims a config (its identity,
-`config_id`) on the trial before measuring it. Another worker treats a config as taken when it is decided (COMPLETE
-or PRUNED) or claimed by a live worker; if two claim one config in the same instant, the lower trial number keeps it. A trial or
-run whose worker is gone is stale: the next worker to start marks it FAIL / FAILED.
+A worker writes its owner (`host:pid:start`) on every trial it asks for and beats a heartbeat on it while it works,
+and claims a config (its identity, `config_id`) on the trial before measuring it. Another worker treats a config as
+taken when it is decided (COMPLETE or PRUNED) or claimed by a live worker; if two claim one config in the same
+instant, the lower trial number keeps it. A worker on this host is alive while its process is; one on another host
+while its heartbeat is fresh (`liveness.GRACE_S`), so a live remote worker is never declared dead. A trial whose
+worker is gone is stale: the next worker to look marks it FAIL.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
 
 import optuna
-from optuna.trial import TrialState
+from optuna.exceptions import DuplicatedStudyError
+from optuna.trial import FrozenTrial, TrialState
 
-from pipeline.jobs.watchdog import alive
-from pipeline.search.trials import CONFIG_ID
-from pipeline.tracking import runs
-from pipeline.tracking.store import Tracker
+from pipeline.liveness import HEARTBEAT_S, Owner
+from pipeline.search.trials import CONFIG_ID, OWNER
 
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+HEARTBEAT = "heartbeat"
 
 
-def _running(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+def live(attrs: dict) -> bool:
+    """Whether the worker named in a trial's (or lock study's) attributes is alive."""
+    owner = Owner.parse(attrs.get(OWNER, ""))
+    return owner is not None and owner.alive(attrs.get(HEARTBEAT))
+
+
+def _running(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
 
-def decided(study: optuna.Study) -> dict[str, optuna.trial.FrozenTrial]:
+def decided(study: optuna.Study) -> dict[str, FrozenTrial]:
     """Decided trials by config identity."""
-    return {
-        t.user_attrs[CONFIG_ID]: t for t in study.get_trials(deepcopy=False, states=DONE) if CONFIG_ID in t.user_attrs
-    }
+    trials = study.get_trials(deepcopy=False, states=DONE)
+    return {t.user_attrs[CONFIG_ID]: t for t in trials if CONFIG_ID in t.user_attrs}
 
 
 def taken(study: optuna.Study, current: int) -> set[str]:
     """Configs decided, or being measured right now by another live worker."""
     ids = set(decided(study))
     for trial in _running(study):
-        if trial.number != current and CONFIG_ID in trial.user_attrs and alive(trial.user_attrs.get("worker_pid")):
+        if trial.number != current and CONFIG_ID in trial.user_attrs and live(trial.user_attrs):
             ids.add(trial.user_attrs[CONFIG_ID])
     return ids
 
 
 def claimed_earlier(study: optuna.Study, number: int, config_id: str) -> bool:
     return any(
-        t.number < number and t.user_attrs.get(CONFIG_ID) == config_id and alive(t.user_attrs.get("worker_pid"))
-        for t in _running(study)
+        t.number < number and t.user_attrs.get(CONFIG_ID) == config_id and live(t.user_attrs) for t in _running(study)
     )
 
 
-def fail_stale(study: optuna.Study, tracker: Tracker, study_name: str) -> int:
-    """Mark FAIL the trials, and FAILED the MLflow runs, that a dead worker left RUNNING; return how many trials."""
+def fail_stale(study: optuna.Study) -> int:
+    """Mark FAIL the trials a dead worker left RUNNING; return how many."""
     stale = 0
     for trial in _running(study):
-        if not alive(trial.user_attrs.get("worker_pid")):
+        if not live(trial.user_attrs):
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
             stale += 1
-    for run in tracker.search(f"tags.{runs.STUDY} = {runs.quoted(study_name)} and attributes.status = 'RUNNING'"):
-        pid = run.data.tags.get("worker_pid")
-        if pid and not alive(int(pid)):
-            runs.fail(tracker, run.info.run_id, "worker killed")
     return stale
 
 
 def release_own(study: optuna.Study) -> None:
     """This worker is stopping: its unfinished trials are not decided and may run again."""
+    me = str(Owner.current())
     for trial in _running(study):
-        if trial.user_attrs.get("worker_pid") == os.getpid():
+        if trial.user_attrs.get(OWNER) == me:
             study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+
+
+def own(trial: optuna.Trial) -> None:
+    trial.set_user_attr(OWNER, str(Owner.current()))
+    trial.set_user_attr(HEARTBEAT, time.time())
+
+
+@contextlib.contextmanager
+def beating(set_attr, interval_s: float = HEARTBEAT_S) -> Iterator[None]:
+    """Refresh a heartbeat attribute (`set_attr(HEARTBEAT, now)`) every `interval_s` while the block runs."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval_s):
+            with contextlib.suppress(Exception):  # a storage hiccup: the next beat tries again
+                set_attr(HEARTBEAT, time.time())
+
+    thread = threading.Thread(target=beat, name="trial-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def trial_heartbeat(study: optuna.Study, trial: optuna.Trial):
+    """The heartbeat of one trial, beaten from a thread (it writes through the storage, not the Trial object)."""
+    storage, trial_id = study._storage, trial._trial_id
+    return beating(lambda key, value: storage.set_trial_user_attr(trial_id, key, value))
+
+
+@contextlib.contextmanager
+def calibration_claim(study: optuna.Study, storage: str, poll_s: float = 2.0) -> Iterator[bool]:
+    """Exactly one worker calibrates a study: the one that creates the lock study `<name>:calibration` (creating a
+    study of a taken name fails in the storage itself, on any RDB). Yields True to that worker, which beats a
+    heartbeat on the lock while it calibrates; the others wait until the calibration is stored (yield False), or
+    until the calibrating worker dies, when the lock is removed and taken again."""
+    lock_name = f"{study.study_name}:calibration"
+    while "calibration" not in study.user_attrs:
+        try:
+            lock = optuna.create_study(study_name=lock_name, storage=storage)
+        except DuplicatedStudyError:
+            lock = optuna.load_study(study_name=lock_name, storage=storage)
+            if lock.user_attrs and not live(lock.user_attrs):
+                with contextlib.suppress(KeyError):
+                    optuna.delete_study(study_name=lock_name, storage=storage)
+            time.sleep(poll_s)
+            study = optuna.load_study(study_name=study.study_name, storage=storage)
+            continue
+        lock.set_user_attr(OWNER, str(Owner.current()))
+        lock.set_user_attr(HEARTBEAT, time.time())
+        with beating(lock.set_user_attr):
+            yield True
+        with contextlib.suppress(KeyError):
+            optuna.delete_study(study_name=lock_name, storage=storage)  # the calibration is stored: no one waits
+        return
+    yield False

@@ -12,6 +12,7 @@ import dataclasses
 
 from omegaconf import OmegaConf
 
+from pipeline.liveness import Owner
 from pipeline.records import (
     GIB,
     PHASES,
@@ -23,7 +24,7 @@ from pipeline.records import (
     Status,
     Verdict,
 )
-from pipeline.tracking.store import Tracker, flatten
+from pipeline.tracking.store import HEARTBEAT_TAG, OWNER_TAG, Tracker, flatten
 
 STATUS = "status"
 KIND = "kind"
@@ -153,6 +154,25 @@ def log_skip(
     tracker.tags(run_id, {STATUS: Status.SKIPPED, VERDICT: Verdict.PREDICTED_OVER_CAP, NOTE: reason})
     tracker.end(run_id, "FINISHED")
     return run_id
+
+
+def end_orphans(tracker: Tracker) -> int:
+    """End the RUNNING runs of this experiment whose owner is gone (killed outright: no handler ran), with the
+    reason; return how many. A sweep or study is ended KILLED, a job FAILED. Runs of live owners are left alone."""
+    ended = 0
+    for run in tracker.search("attributes.status = 'RUNNING'"):
+        tags = run.data.tags
+        owner = Owner.parse(tags.get(OWNER_TAG, ""))
+        heartbeat = float(tags[HEARTBEAT_TAG]) if HEARTBEAT_TAG in tags else None
+        if owner is None or owner.alive(heartbeat):
+            continue
+        reason = f"its process ({owner}) ended without closing it"
+        if tags.get(KIND) in (RunKind.SWEEP, RunKind.STUDY):
+            end_interrupted(tracker, run.info.run_id, reason)
+        else:
+            fail(tracker, run.info.run_id, reason)
+        ended += 1
+    return ended
 
 
 def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = (RunKind.JOB, RunKind.TRIAL)) -> list:

@@ -1,8 +1,9 @@
 """The only code that talks to MLflow: experiments, runs, params, metrics, tags and artifacts.
 
 It uses `MlflowClient` rather than the fluent API, so no global "active run" exists and nothing ends a run FINISHED
-behind our back. Every run this process opens is remembered; on exit (normal, Ctrl-C, SIGTERM) any still open is
-ended KILLED, so no run is ever left RUNNING.
+behind our back. Every run this process opens carries its owner (host:pid:start) and, while it is open, a heartbeat
+tag refreshed every few seconds; on exit (normal, Ctrl-C, SIGTERM) any run still open is ended KILLED. A process
+killed outright ends nothing: the next command on the store sees the owner gone (`tracking.runs.end_orphans`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ import fcntl
 import json
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from pipeline.liveness import HEARTBEAT_S, Owner
+
+OWNER_TAG, HEARTBEAT_TAG = "owner", "heartbeat"
 _OPEN: dict[str, tuple[Tracker, dict[str, object]]] = {}  # run id -> (its tracker, tags to write if abandoned)
 MAX_PARAMS, MAX_METRICS, MAX_PARAM_CHARS = 100, 1000, 6000
 
@@ -65,6 +70,18 @@ def _end_open_runs() -> None:
 atexit.register(_end_open_runs)
 
 
+def _beat() -> None:
+    """Refresh the heartbeat of every run this process has open, until the process ends."""
+    while True:
+        time.sleep(HEARTBEAT_S)
+        for run_id, (tracker, _) in list(_OPEN.items()):
+            with contextlib.suppress(Exception):  # a store that fails now fails the run's own writes too
+                tracker.client.set_tag(run_id, HEARTBEAT_TAG, f"{time.time():.0f}")
+
+
+_BEATING = threading.Thread(target=_beat, name="mlflow-heartbeat", daemon=True)
+
+
 class ExperimentNotFound(LookupError):
     """A read-only command asked for an experiment the store does not have."""
 
@@ -98,11 +115,18 @@ class Tracker:
     ) -> str:
         """Open a run; if this process exits with it still open, it is ended KILLED with `abandon_tags` set."""
         tags = {k: str(v) for k, v in (tags or {}).items()}
+        tags.update({OWNER_TAG: str(Owner.current()), HEARTBEAT_TAG: f"{time.time():.0f}"})
         if parent_id:
             tags["mlflow.parentRunId"] = parent_id
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
-        _OPEN[run.info.run_id] = (self, dict(abandon_tags or {}))
+        self._keep_open(run.info.run_id, abandon_tags)
         return run.info.run_id
+
+    def _keep_open(self, run_id: str, abandon_tags: dict[str, object] | None) -> None:
+        _OPEN[run_id] = (self, dict(abandon_tags or {}))
+        if not _BEATING.is_alive():
+            with contextlib.suppress(RuntimeError):  # started by another thread just now
+                _BEATING.start()
 
     def search(self, query: str, newest_first: bool = False, limit: int | None = None) -> list:
         """Runs of this experiment matching an MLflow filter string (oldest first unless `newest_first`)."""
@@ -120,7 +144,8 @@ class Tracker:
     def reopen(self, run_id: str, abandon_tags: dict[str, object] | None = None) -> str:
         """Continue a finished parent run (a resumed study); it is ended again like any run this process opened."""
         self.client.update_run(run_id, status="RUNNING")
-        _OPEN[run_id] = (self, dict(abandon_tags or {}))
+        self.tags(run_id, {OWNER_TAG: Owner.current(), HEARTBEAT_TAG: f"{time.time():.0f}"})
+        self._keep_open(run_id, abandon_tags)
         return run_id
 
     def end(self, run_id: str, status: str = "FINISHED") -> None:
