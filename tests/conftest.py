@@ -11,6 +11,13 @@ from pathlib import Path
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
+from tests.services import (  # noqa: F401 - fixtures for every test
+    postgres_server,
+    postgres_url,
+    slurm_cluster,
+    slurm_cluster_with_accounting,
+)
+
 REPO = Path(__file__).resolve().parents[1]
 
 
