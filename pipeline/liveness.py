@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import psutil
 
 HOST_ENV = "BATCH_SPLIT_HOST"  # overrides the host name (a test plays a second machine with it)
-HEARTBEAT_S = 15.0  # how often a live owner refreshes its heartbeat
-GRACE_S = 120.0  # a heartbeat older than this means its owner is gone
+HEARTBEAT_S = float(os.environ.get("BATCH_SPLIT_HEARTBEAT_S", 15.0))  # how often a live owner refreshes it
+GRACE_S = float(os.environ.get("BATCH_SPLIT_GRACE_S", 120.0))  # a heartbeat older than this: its owner is gone
 
 
 def host() -> str:
