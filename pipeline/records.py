@@ -14,6 +14,7 @@ from typing import Any
 
 GIB = 2**30
 PHASES = ("forward", "backward", "optimizer", "data", "other")
+SECONDS = ("runtime", "wall", "spawn", "setup", "compile")  # a job's fixed costs and totals, in `JobSummary.seconds`
 
 
 class Status(StrEnum):
@@ -184,6 +185,8 @@ class JobResult:
     pid: int | None = None
     exitcode: int | None = None
     world_size: int = 1
+    gpu_busy: float | None = None  # NVML's utilisation over the steady steps (CUDA only)
+    profile: dict[str, Any] | None = None  # the torch.profiler summary, with measure.profile=true
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -238,8 +241,10 @@ class JobSummary:
     peak_flops: float | None = None  # of the real device, for MFU
     phases: dict[str, float] = field(default_factory=dict)  # median seconds per step
     memory_gib: dict[str, float] = field(default_factory=dict)  # peak, peak_reserved, model_load, context, cap, ...
-    seconds: dict[str, float] = field(default_factory=dict)  # runtime, wall, spawn, setup
+    seconds: dict[str, float] = field(default_factory=dict)  # runtime, wall, spawn, setup, compile
     final_loss: float | None = None
+    drift: float | None = None  # median of the last third of steady steps over the first third's
+    gpu_busy: float | None = None  # share of the steady steps during which the GPU ran a kernel (NVML)
 
     @property
     def median(self) -> float | None:
@@ -287,7 +292,7 @@ class JobSummary:
         out.update({f"{phase}_median_s": value for phase, value in self.phases.items()})
         out.update({f"{key}_gib": value for key, value in self.memory_gib.items()})
         out.update({f"{key}_s": value for key, value in self.seconds.items()})
-        out["final_loss"] = self.final_loss
+        out.update(final_loss=self.final_loss, step_time_drift=self.drift, gpu_busy=self.gpu_busy)
         return {k: float(v) for k, v in out.items() if v is not None}
 
     @classmethod
@@ -307,7 +312,7 @@ class JobSummary:
                 ),
             )
         memory = {k[: -len("_gib")]: v for k, v in metrics.items() if k.endswith("_gib")}
-        seconds = {k: metrics[f"{k}_s"] for k in ("runtime", "wall", "spawn", "setup") if f"{k}_s" in metrics}
+        seconds = {k: metrics[f"{k}_s"] for k in SECONDS if f"{k}_s" in metrics}
         return cls(
             status=status,
             verdict=verdict_,
@@ -322,6 +327,8 @@ class JobSummary:
             memory_gib=memory,
             seconds=seconds,
             final_loss=metrics.get("final_loss"),
+            drift=metrics.get("step_time_drift"),
+            gpu_busy=metrics.get("gpu_busy"),
         )
 
 
@@ -333,6 +340,7 @@ class RunKind(StrEnum):
     STUDY = "study"  # the parent of an optimize study
     PROBE = "probe"  # a study's calibration job: shorter, not a contender
     TRIAL = "trial"  # a study's trial, measured or decided without a job
+    CONFIRM = "confirm"  # a short job of a study's confirmation round
 
 
 @dataclass(frozen=True)

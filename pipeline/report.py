@@ -28,12 +28,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from pipeline.reporting.document import ReportError, write_report
+    from pipeline.reporting.table import Criteria
     from pipeline.tracking.runs import FilterValueError
     from pipeline.tracking.store import ExperimentNotFound, Tracker
 
     try:
         tracker = Tracker(args.tracking_uri, args.experiment, str(args.out.parent / "artifacts"), create=False)
-        out = write_report(tracker, args.sweep, args.out, study=args.study, confidence=args.confidence)
+        out = write_report(tracker, args.sweep, args.out, study=args.study, criteria=Criteria(args.confidence))
     except (ReportError, ExperimentNotFound) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(exits.BAD_INPUT)

@@ -23,7 +23,7 @@ from pipeline.records import (
     Verdict,
     verdict,
 )
-from pipeline.reporting.table import comparison_rows, format_table
+from pipeline.reporting.table import Criteria, comparison_rows, format_table
 
 
 def test_median_ci_matches_the_binomial_table():
@@ -166,7 +166,7 @@ def test_comparison_pools_repeats_by_identity_and_reports_loss_deviation():
     for repeat in range(6):
         jobs.append(_recorded("m 1x4", "a", [0.30 + rng.uniform(0, 0.01) for _ in range(20)], repeat))
         jobs.append(_recorded("m 4x1", "b", [0.10 + rng.uniform(0, 0.01) for _ in range(20)], repeat, 0.05))
-    rows = {r.name: r for r in comparison_rows(jobs, 0.95)}
+    rows = {r.name: r for r in comparison_rows(jobs, Criteria())}
     assert len(rows["m 4x1"].jobs) == 6 and rows["m 4x1"].pooled
     assert rows["m 4x1"].ci.level >= 0.95  # six repeats reach 95% (96.9%)
     assert rows["m 4x1"].rank is Rank.WINNER and rows["m 1x4"].rank is Rank.SLOWER
@@ -177,15 +177,15 @@ def test_comparison_pools_repeats_by_identity_and_reports_loss_deviation():
 def test_three_repeats_say_what_their_interval_covers_and_name_no_winner():
     jobs = [_recorded("m 1x4", "a", [0.3] * 10, r) for r in range(3)]
     jobs += [_recorded("m 4x1", "b", [0.1] * 10, r) for r in range(3)]
-    rows = comparison_rows(jobs, 0.95)
+    rows = comparison_rows(jobs, Criteria())
     assert {r.rank for r in rows} == {Rank.UNSURE}
-    table = format_table(rows, 0.95)
+    table = format_table(rows, Criteria())
     assert "(75%)" in table and "too few repeats for 95%" in table and "| winner" not in table
 
 
 def test_configs_that_share_a_name_but_not_an_identity_stay_apart():
     jobs = [_recorded("m 4x1", "a", [0.1] * 10), _recorded("m 4x1", "b", [0.2] * 10)]
-    assert len(comparison_rows(jobs, 0.95)) == 2
+    assert len(comparison_rows(jobs, Criteria())) == 2
 
 
 def test_predictor_calibrates_to_two_probes_and_keeps_the_formula_shape():

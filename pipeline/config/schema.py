@@ -97,7 +97,9 @@ class TrainConfig:
     padding: str = "longest"
     liger_kernel: bool = False
     torch_compile: bool = False
-    progress_bar: bool = True
+    compile_mode: str = "default"
+    adapter_dtype: str = "fp32"
+    progress_bar: bool = False
 
 
 @dataclass
@@ -106,6 +108,11 @@ class MeasureConfig:
 
     warmup_steps: int = 5
     confidence: float = 0.95
+    max_drift: float = 0.10  # flag a job whose last third of steady steps is this much off its first third
+    max_cv: float = 0.25  # flag a job whose steady steps vary more than this (coefficient of variation)
+    busy_threshold: float = 0.5  # flag a job whose GPU is busy less than this share of its steady steps
+    profile: bool = False  # a torch.profiler trace of a few steady steps, with a summary, on the job's MLflow run
+    profile_steps: int = 3
 
 
 @dataclass
@@ -123,6 +130,14 @@ class OptimizeConfig:
     prune_steps: int = 3
     prune_factor: float = 1.3
     skip_margin: float = 0.1
+    baseline: bool = True  # measure the base config in full, never pruned: the answer is a ratio against it
+    max_loss_dev: float = 0.05  # a config whose losses deviate more from the baseline's is no answer
+    confirm: str = "auto"  # auto: re-measure the finalists when their intervals overlap; always; never
+    confirm_k: int = 3  # finalists at most, the best included
+    confirm_steps: int = 12  # steps of each confirmation run (measure.warmup_steps of them left out)
+    confirm_rounds: int = 8  # rounds at most (each runs every finalist once, in a rotated order)
+    confirm_budget_s: float = 900.0  # device seconds the round may spend
+    tie_tolerance: float = 0.03  # finalists closer than this are reported equal
 
 
 @dataclass

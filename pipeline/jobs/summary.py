@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from pipeline.measure.stats import summarize
-from pipeline.records import GIB, PHASES, JobResult, JobSummary, verdict
+from pipeline.records import GIB, PHASES, SECONDS, JobResult, JobSummary, verdict
 
 
 def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> JobSummary:
@@ -25,7 +25,7 @@ def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> Jo
                 memory_gib[key] = value / GIB
         memory_gib["context"] = memory.context_bytes / GIB
     timings = result.timings
-    seconds = {k: timings[f"{k}_s"] for k in ("runtime", "wall", "spawn", "setup") if f"{k}_s" in timings}
+    seconds = {k: timings[f"{k}_s"] for k in SECONDS if f"{k}_s" in timings}
     common = dict(
         status=result.status,
         verdict=verdict(result.status, memory.peak_bytes if memory else None, memory.cap_bytes if memory else None),
@@ -48,12 +48,14 @@ def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> Jo
         model_flops_per_step=tokens * result.model_flops_per_token if result.model_flops_per_token else None,
         peak_flops=peak_tflops * 1e12 if peak_tflops else None,
         phases={p: statistics.median(s.phase(p) for s in steady) for p in PHASES},
+        drift=drift([s.step_time_s for s in steady]),
+        gpu_busy=result.gpu_busy,
     )
 
 
-def series(result: JobResult) -> dict[str, list[tuple[int, float]]]:
-    """Per-step series for MLflow charts: loss, step time and its phases, peak memory."""
-    keys = ["loss", "step_time_s", "grad_norm", "learning_rate", *(f"{p}_s" for p in PHASES)]
-    out = {key: [(s.step, getattr(s, key)) for s in result.steps if getattr(s, key) is not None] for key in keys}
-    out["step_peak_gib"] = [(s.step, s.peak_bytes / GIB) for s in result.steps]
-    return out
+def drift(times: list[float]) -> float | None:
+    """Median of the last third over the median of the first third: 1.0 on a quiet machine; None below 6 steps."""
+    if len(times) < 6:
+        return None
+    third = len(times) // 3
+    return statistics.median(times[-third:]) / statistics.median(times[:third])

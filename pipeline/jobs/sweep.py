@@ -24,7 +24,7 @@ from pipeline.config.identity import parse_override, varying_keys
 from pipeline.jobs import runner, task
 from pipeline.jobs.context import SweepContext
 from pipeline.records import RunKind, Status
-from pipeline.reporting.table import comparison_rows, format_table
+from pipeline.reporting.table import Criteria, comparison_rows, format_table
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -76,7 +76,8 @@ class SweepCallback(Callback):
             return
         parent_id = self.context.parent_run_id
         jobs = runs.read_jobs(self.tracker, parent_id)
-        rows = comparison_rows(jobs, config.measure.confidence)
+        criteria = Criteria.of(config.measure)
+        rows = comparison_rows(jobs, criteria)
         for row in rows:
             for job in row.jobs:
                 tags = {"rank": row.rank} if row.rank else {}
@@ -84,7 +85,7 @@ class SweepCallback(Callback):
                     self.tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
                 if tags:
                     self.tracker.tags(job.run_id, tags)
-        table = format_table(rows, config.measure.confidence)
+        table = format_table(rows, criteria)
         code, line = exits.jobs_exit_code((j.status, j.summary.verdict) for j in jobs)
         print(table, flush=True)
         print(f"[sweep] {line}", flush=True)

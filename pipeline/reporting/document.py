@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pipeline.records import RunKind
 from pipeline.reporting import plots
-from pipeline.reporting.table import Row, comparison_rows, format_table, interval_text, num
+from pipeline.reporting.table import Criteria, Row, comparison_rows, format_table, interval_text, num
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -57,15 +57,13 @@ def _html_table(rows: list[Row], confidence: float) -> str:
     return f"<table>{header}{''.join(body)}</table>"
 
 
-def write_report(
-    tracker: Tracker, sweep_id: str | None, out_root: Path, study: str | None = None, confidence: float = 0.95
-) -> Path:
+def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: str | None, criteria: Criteria) -> Path:
     """Write report.md, report.html and the PNGs for a sweep or study (the latest by default); return the folder."""
     parent = find_parent(tracker, sweep_id, study)
     tags = parent.data.tags
     name = tags.get(runs.SWEEP) or tags[runs.STUDY]
     jobs = runs.read_jobs(tracker, parent.info.run_id)
-    rows = comparison_rows(jobs, confidence)
+    rows = comparison_rows(jobs, criteria)
     caps = [j.summary.memory_gib["cap"] for j in jobs if "cap" in j.summary.memory_gib]
     out = out_root / name
     out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +73,7 @@ def write_report(
         "Peak memory per config": plots.memory(rows, max(caps) if caps else None, out / "memory.png"),
         "Loss per step": plots.losses({j.name: list(enumerate(j.losses, 1)) for j in jobs}, out / "loss.png"),
     }
-    table = format_table(rows, confidence)
+    table = format_table(rows, criteria)
     kind = "Study" if tags.get(runs.KIND) == RunKind.STUDY else "Sweep"
     command = f"python -m pipeline.train -m {tags.get('overrides', '')}" if kind == "Sweep" else parent.info.run_name
     md = [f"# {kind} {name}", "", f"`{command}`", "", table, ""]
@@ -90,7 +88,7 @@ def write_report(
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:4px 8px}th{background:#eee}figure{display:inline-block;margin:1em}</style></head><body>"
         f"<h1>{kind} {html.escape(name)}</h1><p><code>{html.escape(command)}</code></p>"
-        f"{_html_table(rows, confidence)}{figures}</body></html>",
+        f"{_html_table(rows, criteria.confidence)}{figures}</body></html>",
         encoding="utf-8",
     )
     for path in sorted(out.iterdir()):

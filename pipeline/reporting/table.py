@@ -11,6 +11,33 @@ from pipeline.measure.stats import Rank, max_relative_deviation, median_ci, rank
 from pipeline.records import PHASES, Interval, RecordedJob, Status, Verdict
 
 
+@dataclass(frozen=True)
+class Criteria:
+    """What the table judges rows by: the confidence of its intervals, and when a job is flagged as noisy (its
+    step time drifts or varies too much to rank on) or launch-bound (its GPU idles)."""
+
+    confidence: float = 0.95
+    max_drift: float = 0.10
+    max_cv: float = 0.25
+    busy_threshold: float = 0.5
+
+    @classmethod
+    def of(cls, measure) -> Criteria:
+        return cls(measure.confidence, measure.max_drift, measure.max_cv, measure.busy_threshold)
+
+
+def flags(job: RecordedJob, criteria: Criteria) -> list[str]:
+    s = job.summary
+    out = []
+    if s.drift is not None and abs(s.drift - 1) > criteria.max_drift:
+        out.append(f"drift {100 * (s.drift - 1):+.0f}%")
+    if s.step_time is not None and s.step_time.cv > criteria.max_cv:
+        out.append(f"cv {100 * s.step_time.cv:.0f}%")
+    if s.gpu_busy is not None and s.gpu_busy < criteria.busy_threshold:
+        out.append(f"launch-bound (GPU busy {100 * s.gpu_busy:.0f}%)")
+    return out
+
+
 @dataclass
 class Row:
     config_id: str
@@ -26,6 +53,7 @@ class Row:
     phases: dict[str, float] = field(default_factory=dict)
     loss_dev: float | None = None
     rank: Rank | None = None
+    flags: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -55,7 +83,7 @@ def _pool(row: Row, confidence: float) -> None:
     }
 
 
-def comparison_rows(jobs: list[RecordedJob], confidence: float) -> list[Row]:
+def comparison_rows(jobs: list[RecordedJob], criteria: Criteria) -> list[Row]:
     """Pool jobs by config identity, rank the configs that fit (or ran without a cap) by median step time, and give
     each config its largest loss deviation from the reference: the first job that finished."""
     groups: dict[str, list[RecordedJob]] = defaultdict(list)
@@ -65,7 +93,8 @@ def comparison_rows(jobs: list[RecordedJob], confidence: float) -> list[Row]:
     rows = []
     for config_id, members in groups.items():
         row = Row(config_id, members[0].name, members)
-        _pool(row, confidence)
+        _pool(row, criteria.confidence)
+        row.flags = list(dict.fromkeys(f for j in members for f in flags(j, criteria)))
         peaks = [j.summary.peak_gib for j in members if j.summary.peak_gib is not None]
         row.peak_gib = max(peaks) if peaks else None
         verdicts = {j.summary.verdict for j in members}
@@ -79,7 +108,8 @@ def comparison_rows(jobs: list[RecordedJob], confidence: float) -> list[Row]:
         rows.append(row)
     # only configs that fit (or ran without a cap) compete: a fast config over the cap is no answer
     ranked = rank(
-        {r.config_id: (r.median, r.ci) for r in rows if r.median is not None and r.verdict.feasible}, confidence
+        {r.config_id: (r.median, r.ci) for r in rows if r.median is not None and r.verdict.feasible},
+        criteria.confidence,
     )
     for row in rows:
         row.rank = ranked.get(row.config_id)
@@ -98,7 +128,8 @@ def interval_text(median: float, ci: Interval, confidence: float) -> str:
     return text
 
 
-def format_table(rows: list[Row], confidence: float) -> str:
+def format_table(rows: list[Row], criteria: Criteria) -> str:
+    confidence = criteria.confidence
     header = [
         "config",
         "status",
@@ -109,6 +140,7 @@ def format_table(rows: list[Row], confidence: float) -> str:
         "cap",
         "loss dev",
         "rank",
+        "notes",
     ]
     lines = [header]
     for r in sorted(rows, key=lambda r: (r.median is None, r.median or 0.0)):
@@ -123,6 +155,7 @@ def format_table(rows: list[Row], confidence: float) -> str:
                 str(r.verdict or "-"),
                 num(r.loss_dev, ".1e"),
                 str(r.rank or "-"),
+                ", ".join(r.flags),
             ]
         )
     table = markdown_table(lines)
@@ -132,6 +165,11 @@ def format_table(rows: list[Row], confidence: float) -> str:
         table += (
             f"\n(n%): the interval covers the median only n% of the time: too few {what} for {100 * confidence:g}%;"
             " no winner is named from it"
+        )
+    if any(f.startswith(("drift", "cv")) for r in rows for f in r.flags):
+        table += (
+            f"\ndrift/cv: the machine was not quiet (step time drifted over {100 * criteria.max_drift:g}% or varied"
+            f" over {100 * criteria.max_cv:g}%); rank with repeats, or on a quieter machine"
         )
     return table
 

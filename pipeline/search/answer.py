@@ -1,10 +1,12 @@
-"""The study's answer: a table of every trial, and the best feasible config as a command line that rebuilds it and
-as the SFTConfig arguments its job trained with; or, when nothing fits, the smallest need. Computed first, then
-printed and logged once."""
+"""The study's answer: a table of every trial, and the best eligible config as a command line that rebuilds it, as
+the SFTConfig arguments its job trained with, and as a measured ratio against the baseline; or, when nothing fits,
+the smallest need. Computed first, then printed and logged once."""
 
 from __future__ import annotations
 
+import random
 import shlex
+import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -12,16 +14,46 @@ from optuna.trial import TrialState
 
 from pipeline import exits
 from pipeline.config.identity import parse_override
-from pipeline.measure.stats import Rank
 from pipeline.records import GIB, RunKind, Status
-from pipeline.reporting.table import comparison_rows, format_table, interval_text, markdown_table, num
+from pipeline.reporting.table import Criteria, comparison_rows, format_table, interval_text, markdown_table, num
 from pipeline.search import trials
+from pipeline.search.confirm import Comparison, Decision
 from pipeline.search.trials import TrialRecord
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
 if TYPE_CHECKING:
     from pipeline.search.study import StudyDriver
+
+BOOTSTRAP = 2000
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """The answer's tokens/s over the baseline's: the baseline's median step time over the answer's, with a
+    bootstrap interval over both jobs' steady steps."""
+
+    ratio: float
+    low: float
+    high: float
+    baseline: TrialRecord
+
+    def text(self, confidence: float) -> str:
+        return (
+            f"{self.ratio:.2f}x the baseline's tokens/s [{self.low:.2f}, {self.high:.2f}] ({100 * confidence:g}%; "
+            f"baseline {self.baseline.label}: {self.baseline.median:.4f} s/step)"
+        )
+
+
+def speedup(best: TrialRecord, baseline: TrialRecord, confidence: float, seed: int = 0) -> Speedup:
+    rng = random.Random(seed)
+    ratios = sorted(
+        statistics.median(rng.choices(baseline.step_times, k=len(baseline.step_times)))
+        / statistics.median(rng.choices(best.step_times, k=len(best.step_times)))
+        for _ in range(BOOTSTRAP)
+    )
+    tail = int((1 - confidence) / 2 * BOOTSTRAP)
+    return Speedup(baseline.median / best.median, ratios[tail], ratios[-tail - 1], baseline)
 
 
 @dataclass(frozen=True)
@@ -35,13 +67,14 @@ class Answer:
     gpu_seconds: float = 0.0
     predictor_errors: tuple[float, ...] = ()
     decided: int = 0
+    speedup: Speedup | None = None
 
     @property
     def step_time_median_s(self) -> float | None:
         return self.best.median if self.best else None
 
 
-def format_trials(records: list[TrialRecord], confidence: float) -> str:
+def format_trials(records: list[TrialRecord], confidence: float, baseline: TrialRecord | None) -> str:
     header = [
         "#",
         "config",
@@ -50,6 +83,7 @@ def format_trials(records: list[TrialRecord], confidence: float) -> str:
         "peak GiB",
         "predicted GiB",
         "fits",
+        "loss dev",
         "note",
     ]
     lines: list[list[object]] = [header]
@@ -63,6 +97,8 @@ def format_trials(records: list[TrialRecord], confidence: float) -> str:
         fits = {True: "yes", False: "no", None: "-"}[r.feasible]
         if r.status is Status.SKIPPED:
             fits = "no (predicted)"
+        note = "baseline" if r.role == "baseline" else r.note[:60]
+        deviation = trials.loss_deviation(r, baseline)
         lines.append(
             [
                 r.number,
@@ -72,7 +108,8 @@ def format_trials(records: list[TrialRecord], confidence: float) -> str:
                 num(r.peak_gib, ".3f"),
                 num(r.predicted_gib, ".3f"),
                 fits,
-                r.note[:60],
+                num(deviation, ".1e"),
+                note,
             ]
         )
     return markdown_table(lines)
@@ -89,39 +126,58 @@ def sft_call(kwargs: dict) -> str:
     return "SFTConfig(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
 
 
+def confirmation_lines(confirmation: dict, tolerance: float) -> list[str]:
+    lines = [
+        f"confirmation round ({len(confirmation['medians'][confirmation['finalists'][0]])} rounds, "
+        f"{confirmation['seconds']:.0f} s): {', '.join(confirmation['finalists'])}"
+    ]
+    for c in confirmation["comparisons"]:
+        comparison = Comparison(
+            c["challenger"], c["best"], (), c["speedup"], c["low"], c["high"], Decision(c["decision"])
+        )
+        lines.append(f"  {comparison.sentence(tolerance)} ({c['rounds']} paired rounds)")
+    return lines
+
+
 def decide(driver: StudyDriver) -> Answer:
     """Everything the study has decided, by any worker, turned into its answer."""
-    study, confidence = driver.study, driver.cfg.measure.confidence
-    records = [r for r in trials.records(driver.study) if r.label is not None and r.state != TrialState.RUNNING]
+    study, confidence, o = driver.study, driver.cfg.measure.confidence, driver.o
+    records = [r for r in trials.records(study) if r.label is not None and r.state != TrialState.RUNNING]
     shown = [r for r in records if r.state != TrialState.FAIL or r.status is not None]
     errors = tuple(abs(r.predictor_error) for r in records if r.predictor_error is not None)
-    calibration = study.user_attrs.get("calibration") or {}
-    gpu_seconds = sum(r.gpu_seconds for r in records) + calibration.get("gpu_seconds", 0.0)
+    confirmation = study.user_attrs.get("confirmation")
+    gpu_seconds = sum(r.gpu_seconds for r in records) + (study.user_attrs.get("calibration") or {}).get(
+        "gpu_seconds", 0.0
+    )
+    gpu_seconds += confirmation["seconds"] if confirmation else 0.0
+    baseline = trials.baseline(study)
+    lines = ["", format_trials(shown, confidence, baseline), ""]
     parent = driver.tracker.search(
         f"tags.{runs.KIND} = 'study' and tags.{runs.STUDY} = {runs.quoted(driver.name)}", limit=1
     )
-    measured = [j for j in runs.read_jobs(driver.tracker, parent[0].info.run_id, (RunKind.TRIAL,))] if parent else []
-    ranked = comparison_rows([j for j in measured if j.status is Status.OK and j.summary.median], confidence)
-    lines = ["", format_trials(shown, confidence), ""]
+    measured = runs.read_jobs(driver.tracker, parent[0].info.run_id, (RunKind.TRIAL,)) if parent else []
+    criteria = Criteria.of(driver.cfg.measure)
+    ranked = comparison_rows([j for j in measured if j.status is Status.OK and j.summary.median], criteria)
     if ranked:
-        lines += [
-            "measured trials (rank among those that fit; loss deviation from the first trial):",
-            format_table(ranked, confidence),
-            "",
-        ]
-    best = trials.best(study)
+        lines += ["measured trials (rank among those that fit):", format_table(ranked, criteria), ""]
+    if confirmation:
+        lines += [*confirmation_lines(confirmation, o.tie_tolerance), ""]
+    best = trials.best(study, o.max_loss_dev)
+    if best is not None and confirmation and confirmation["winner"] != best.label:
+        best = next(r for r in records if r.label == confirmation["winner"])
     cap_gib = driver.cap / GIB
-    command = None
+    command, gain = None, None
     if best is not None:
-        ties = [r.name for r in ranked if r.rank is Rank.TIE and r.name != best.label]
         command = reproduce(driver.command, best)
         lines += [
             f"best feasible: {best.label}  ({best.median:.4f} s/step, peak {best.peak_gib:.2f} GiB of "
             f"{cap_gib:.2f} GiB)",
-            *([f"  tied with (overlapping intervals): {', '.join(ties)}"] if ties else []),
             f"  {command}",
             f"  {sft_call(best.sft_kwargs)}",
         ]
+        if baseline is not None and baseline.step_times and best.step_times:
+            gain = speedup(best, baseline, confidence)
+            lines.append(f"  {gain.text(confidence)}")
         code = exits.OK
     else:
         needs = [r.predicted_gib for r in records if r.predicted_gib is not None]
@@ -130,8 +186,7 @@ def decide(driver: StudyDriver) -> Answer:
         if needs:
             message += f": the smallest need is {min(needs):.2f} GiB; raise mem_cap or widen optimize.space"
         failed = [r for r in records if r.status is Status.FAILED]
-        decided_any = any(r.decided for r in records)
-        code = exits.NOTHING_FITS if decided_any and not failed else exits.FAILED
+        code = exits.NOTHING_FITS if any(r.decided for r in records) and not failed else exits.FAILED
         if failed:
             message += f"; {len(failed)} trial(s) failed: {failed[0].note[:200]}"
         lines.append(message)
@@ -140,7 +195,7 @@ def decide(driver: StudyDriver) -> Answer:
             f"memory predictor error: mean {100 * sum(errors) / len(errors):.1f}%, max {100 * max(errors):.1f}% of "
             f"measured peak over {len(errors)} trials"
         )
-    lines.append(f"device time used by jobs (probes included): {gpu_seconds:.0f} s")
+    lines.append(f"device time used by jobs (probes and confirmation included): {gpu_seconds:.0f} s")
     return Answer(
         study=driver.name,
         text="\n".join(lines),
@@ -151,6 +206,7 @@ def decide(driver: StudyDriver) -> Answer:
         gpu_seconds=gpu_seconds,
         predictor_errors=errors,
         decided=sum(1 for r in records if r.decided),
+        speedup=gain,
     )
 
 
@@ -161,6 +217,9 @@ def log_answer(tracker: Tracker, parent: str, answer: Answer, status: str) -> No
     if answer.best is not None:
         metrics.update(best_step_time_median_s=answer.best.median, best_peak_gib=answer.best.peak_gib)
         tracker.tags(parent, {"answer": answer.command, "best_config_id": answer.best.config_id})
+    if answer.speedup is not None:
+        s = answer.speedup
+        metrics.update(speedup_vs_baseline=s.ratio, speedup_low=s.low, speedup_high=s.high)
     if answer.predictor_errors:
         errors = answer.predictor_errors
         metrics.update(predictor_error_max=max(errors), predictor_error_mean=sum(errors) / len(errors))

@@ -9,6 +9,11 @@ far times `prune_factor` (mid-step, once a step has run twice that); only conten
 Objective: steady step time (median); constraint: peak memory minus cap, in GiB, given with `trial.set_constraint`,
 so infeasible trials still teach the sampler.
 
+The base config as the command line gives it is the baseline (`optimize.baseline`): measured in full, never pruned,
+so the answer is a measured ratio against it, and a config whose losses deviate from the baseline's by more than
+`optimize.max_loss_dev` is not eligible. After the search, the finalists whose intervals overlap the best's are
+re-measured side by side (`search.confirm`) before the answer is given.
+
 The study lives in `optimize.storage` (sqlite under mlruns/ by default) under a name derived from the config, so
 re-running the same command resumes it: decided configs are never run again, and trials left RUNNING by a killed
 worker are marked FAIL. Every trial is an isolated job run by the same code as `pipeline.train`, nested in one MLflow
@@ -33,13 +38,14 @@ from pipeline.measure.flops import Shape
 from pipeline.records import GIB, RunKind, Status, StopRule
 from pipeline.search import trials, workers
 from pipeline.search.answer import Answer, decide, log_answer
+from pipeline.search.calibration import Calibration, knobs_of, probe_points, run_probes
+from pipeline.search.confirm import Round
 from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.space import SPLIT_KEY, Candidate, candidates, knob_space, suggest
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
 
 NOT_MEASURED = 1e6  # objective value of a trial decided without a measurement (skipped by prediction)
-FORMULA_KNOBS = (SPLIT_KEY, "train.dtype", "train.gradient_checkpointing")  # what the predictor's formula sees
 
 
 def study_name(cfg: DictConfig, cap_bytes: int) -> str:
@@ -59,22 +65,6 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     if name == "bruteforce":
         return optuna.samplers.BruteForceSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
-
-
-def knobs_of(cfg: DictConfig, space_keys: list[str], placement_dtype: str | None = None) -> Knobs:
-    """The memory knobs of a config: the formula's own, and the other searched keys as the line's fixed setting."""
-    micro = int(cfg.batch.split.split("x")[0])
-    dtype = cfg.train.dtype if cfg.train.dtype != "auto" else (placement_dtype or "fp32")
-    other = tuple((k, str(OmegaConf.select(cfg, k))) for k in space_keys if k not in FORMULA_KNOBS)
-    return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing), other)
-
-
-def probe_points(calibration: dict) -> list[tuple[Knobs, float]]:
-    """The calibration probes stored on a study, as (knobs, peak bytes)."""
-    return [
-        (Knobs(p["micro"], p["max_length"], p["dtype"], p["checkpointing"], tuple(map(tuple, p["other"]))), p["peak"])
-        for p in calibration.get("probes", [])
-    ]
 
 
 class StudyDriver:
@@ -138,82 +128,45 @@ class StudyDriver:
     def _space_keys(self) -> list[str]:
         return list(self.space)
 
-    # ---- calibration ------------------------------------------------------------------------------------------------
+    # ---- calibration and baseline -------------------------------------------------------------------------------
     def calibrate(self, parent: str) -> None:
-        """Once per study, by whichever worker gets there first; the others wait for it and use its result."""
-        with workers.calibration_claim(self.study, self.storage) as mine:
+        """Once per study, by whichever worker gets there first (the others wait and use its result): the probes,
+        then the baseline and the probes' fastest candidate queued as the first trials."""
+        with workers.claim(self.study, self.storage, "calibration") as mine:
             if mine:
-                self._run_probes(parent)
-        saved = self.study.user_attrs["calibration"] if not mine else None
-        if saved:
-            self.predictor.scale, self.predictor.offset = saved["scale"], saved["offset"]
-            self.placement_dtype, self.device = saved["dtype"], saved["device"]
+                found = run_probes(
+                    self.cfg,
+                    self.space[SPLIT_KEY],
+                    self._space_keys(),
+                    self.cap,
+                    self.name,
+                    parent,
+                    self.o.probe_steps,
+                    self._base_in_space(),
+                )
+                self.predictor.calibrate(found.probes)
+                self._queue_first_trials(found)
+                self.study.set_user_attr("calibration", found.to_attr(self.predictor.scale, self.predictor.offset))
+        saved = self.study.user_attrs["calibration"]
+        self.predictor.scale, self.predictor.offset = saved["scale"], saved["offset"]
+        self.placement_dtype, self.device = saved["dtype"], saved["device"]
 
-    def _run_probes(self, parent: str) -> None:
-        split_values = self.space[SPLIT_KEY]
-        probes, first = [], None
-        probe_seconds = 0.0
-        for split in dict.fromkeys([split_values[0], split_values[-1]]):
-            # Memory depends on the micro-batch, not on accumulation: a probe runs its micro-batch once per step.
-            micro, accumulation = (int(x) for x in split.split("x"))
-            cfg = OmegaConf.create(OmegaConf.to_container(self.cfg, resolve=False))
-            cfg.batch.split = f"{micro}x1"
-            cfg.batch.effective = micro * cfg.world_size
-            cfg.train.steps = self.o.probe_steps
-            cfg.measure.warmup_steps = 1
-            spec = task.job_spec(cfg, name=f"probe {micro}x1", uncapped=True)
-            outcome = task.run(
-                cfg,
-                spec=spec,
-                kind=RunKind.PROBE,
-                parent_id=parent,
-                tags={runs.STUDY: self.name},
-            )
-            summary = outcome.summary
-            probe_seconds += summary.seconds.get("wall", 0.0)
-            if outcome.status is not Status.OK or not summary.peak_gib:
-                continue
-            placement = outcome.result.placement
-            self.placement_dtype, self.device = placement.dtype, placement.device
-            probe_cfg = OmegaConf.create(OmegaConf.to_container(self.cfg, resolve=False))
-            probe_cfg.batch.split = f"{micro}x{accumulation}"
-            probes.append((knobs_of(probe_cfg, self._space_keys(), placement.dtype), summary.peak_gib * GIB))
-            if summary.median and summary.peak_gib * GIB <= self.cap and self._base_in_space():
-                # The base config at this split (a candidate) takes about `accumulation` probe steps.
-                estimate = summary.median * accumulation
-                if first is None or estimate < first[1]:
-                    first = (split, estimate)
-        self.gpu_seconds += probe_seconds
-        self.predictor.calibrate(probes)
-        if first:
-            # The probes' fastest candidate is measured first: every later trial is pruned against a real best.
-            params = {key: (first[0] if key == SPLIT_KEY else OmegaConf.select(self.cfg, key)) for key in self.space}
-            self.study.enqueue_trial(params, skip_if_exists=True)
-        self.study.set_user_attr(
-            "calibration",
-            {
-                "scale": self.predictor.scale,
-                "offset": self.predictor.offset,
-                "probes": [
-                    {
-                        "micro": k.micro,
-                        "max_length": k.max_length,
-                        "dtype": k.dtype,
-                        "checkpointing": k.checkpointing,
-                        "other": k.other,
-                        "peak": peak,
-                    }
-                    for k, peak in probes
-                ],
-                "first": list(first) if first else None,
-                "gpu_seconds": probe_seconds,
-                "dtype": self.placement_dtype,
-                "device": self.device,
-            },
-        )
+    def base_values(self, split: str | None = None) -> dict[str, object]:
+        """The base config's value of every searched key (its own split unless `split` is given)."""
+        return {key: (split if key == SPLIT_KEY and split else OmegaConf.select(self.cfg, key)) for key in self.space}
+
+    def _queue_first_trials(self, found: Calibration) -> None:
+        if self.o.baseline and self._base_in_space():
+            # the baseline first: never pruned, and every other trial is judged against a measured config
+            self.study.enqueue_trial(self.base_values(), user_attrs={trials.ROLE: "baseline"}, skip_if_exists=True)
+        if found.first:
+            # the probes' fastest candidate next: the best so far early, so slow configs are pruned soon
+            self.study.enqueue_trial(self.base_values(found.first[0]), skip_if_exists=True)
 
     def _base_in_space(self) -> bool:
-        return all(OmegaConf.select(self.cfg, key) in values for key, values in self.space.items() if key != SPLIT_KEY)
+        """Whether the base config is one of the candidates (its values are in the space, and it is valid)."""
+        values = tuple(self.base_values().items())
+        return any(c.values == values for c in self.valid)
 
     # ---- one trial ----------------------------------------------------------------------------------------------------
     def evaluate(self, trial: optuna.Trial, candidate: Candidate, parent: str) -> None:
@@ -241,9 +194,9 @@ class StudyDriver:
             trial.set_constraint("memory_gib", (predicted - self.cap) / GIB)
             self.study.tell(trial, NOT_MEASURED)
             return
-        best = trials.best(self.study)
+        best = trials.best(self.study, self.o.max_loss_dev)
         stop = StopRule(cap_bytes=self.cap)
-        if best is not None:
+        if best is not None and trial.user_attrs.get(trials.ROLE) != "baseline":
             stop = StopRule(self.cap, self.o.prune_steps, best.median * self.o.prune_factor)
         spec = task.job_spec(candidate.config, name=candidate.label, stop=stop)
         outcome = task.run(
@@ -263,6 +216,7 @@ class StudyDriver:
                 trials.CI: summary.step_time.ci if summary.step_time else None,
                 trials.TOKENS: summary.per_second(summary.tokens_per_step),
                 trials.STEP_TIMES: steady,
+                trials.LOSSES: [step.loss for step in result.steps],
                 trials.RUN_ID: outcome.run_id,
                 trials.NOTE: result.stopped or result.error or "",
                 trials.SFT: result.sft_kwargs,
@@ -306,6 +260,7 @@ class StudyDriver:
             runner.warm_up(self.cfg.launcher.kind)
             self.calibrate(parent)
             self._loop(parent)
+            self.confirm(parent)
             status = "FINISHED"
         finally:
             workers.release_own(self.study)  # interrupted mid-trial: not decided, may run again
@@ -320,6 +275,7 @@ class StudyDriver:
         bar = tqdm(total=budget, initial=min(len(decided), budget), desc="trials", unit="trial", dynamic_ncols=True)
         try:
             while len(workers.decided(self.study)) < budget:
+                workers.fail_stale(self.study)  # a worker that died meanwhile frees its config
                 trial = self.study.ask()
                 workers.own(trial)
                 values = suggest(trial, self.space)
@@ -349,3 +305,70 @@ class StudyDriver:
                 bar.update(1)
         finally:
             bar.close()
+
+    # ---- confirmation ---------------------------------------------------------------------------------------------
+    def finalists(self) -> list[trials.TrialRecord]:
+        """The best eligible trial and the eligible trials whose intervals overlap its (at most confirm_k)."""
+        best = trials.best(self.study, self.o.max_loss_dev)
+        if best is None or self.o.confirm == "never":
+            return []
+        others = sorted(
+            (r for r in trials.eligible(self.study, self.o.max_loss_dev) if r.number != best.number),
+            key=lambda r: r.median,
+        )
+        if self.o.confirm == "auto":
+            others = [r for r in others if r.ci and best.ci and r.ci.overlaps(best.ci)]
+        chosen = [best, *others][: self.o.confirm_k]
+        return chosen if len(chosen) > 1 else []
+
+    def confirm(self, parent: str) -> None:
+        """The confirmation round, once per study (by whichever worker gets there first), stored on the study."""
+        finalists = self.finalists()
+        if not finalists or "confirmation" in self.study.user_attrs:
+            return
+        with workers.claim(self.study, self.storage, "confirmation") as mine:
+            if not mine:
+                return
+            by_label = {r.label: r for r in finalists}
+            labels = [r.label for r in finalists]
+            print(f"[study] confirmation round: {', '.join(labels)}", flush=True)
+            state = Round(labels, self.cfg.measure.confidence, self.o.tie_tolerance)
+
+            def measure(label: str, number: int) -> tuple[float | None, float]:
+                config = OmegaConf.create(OmegaConf.to_container(self.by_id[by_label[label].config_id].config))
+                config.train.steps = max(self.o.confirm_steps, config.measure.warmup_steps + 3)
+                spec = task.job_spec(config, name=label)
+                outcome = task.run(
+                    config,
+                    spec=spec,
+                    kind=RunKind.CONFIRM,
+                    parent_id=parent,
+                    run_name=f"confirm {number}: {label}",
+                    tags={runs.STUDY: self.name, "round": number},
+                )
+                ok = outcome.status is Status.OK
+                return (outcome.summary.median if ok else None), outcome.summary.seconds.get("wall", 0.0)
+
+            state.run(measure, self.o.confirm_rounds, self.o.confirm_budget_s)
+            self.gpu_seconds += state.seconds
+            self.study.set_user_attr(
+                "confirmation",
+                {
+                    "finalists": labels,
+                    "medians": state.medians,
+                    "seconds": state.seconds,
+                    "winner": state.winner(),
+                    "comparisons": [
+                        {
+                            "challenger": c.challenger,
+                            "best": c.best,
+                            "speedup": c.speedup,
+                            "low": c.low,
+                            "high": c.high,
+                            "decision": c.decision,
+                            "rounds": len(c.ratios),
+                        }
+                        for c in state.comparisons()
+                    ],
+                },
+            )

@@ -19,6 +19,7 @@ LABEL, CONFIG_ID, OVERRIDES, VALUES = "label", "config_id", "overrides", "values
 STATUS, NOTE, PREDICTED, PEAK, FEASIBLE = "status", "reason", "predicted_gib", "peak_gib", "feasible"
 MEDIAN, CI, TOKENS, STEP_TIMES = "step_time_median_s", "ci", "tokens_per_s", "step_times"
 GPU_SECONDS, RUN_ID, SFT, KNOBS, ROLE, OWNER = "gpu_seconds", "run_id", "sft_kwargs", "knobs", "role", "owner"
+LOSSES = "losses"
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class TrialRecord:
     ci: Interval | None = None
     tokens_per_s: float | None = None
     step_times: tuple[float, ...] = ()  # the steady steps, for ratios between trials
+    losses: tuple[float, ...] = ()  # per step, for the deviation from the baseline
     gpu_seconds: float = 0.0
     run_id: str | None = None
     sft_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -74,6 +76,7 @@ class TrialRecord:
             ci=Interval(*ci) if ci else None,
             tokens_per_s=a.get(TOKENS),
             step_times=tuple(a.get(STEP_TIMES, ())),
+            losses=tuple(a.get(LOSSES, ())),
             gpu_seconds=a.get(GPU_SECONDS, 0.0),
             run_id=a.get(RUN_ID),
             sft_kwargs=a.get(SFT, {}),
@@ -97,11 +100,34 @@ def write(trial: optuna.Trial, values: dict[str, Any]) -> None:
         trial.set_user_attr(key, value)
 
 
-def best(study: optuna.Study) -> TrialRecord | None:
-    """The fastest trial that finished every step under the cap."""
-    feasible = [
-        r
-        for r in records(study, (TrialState.COMPLETE,))
-        if r.feasible and r.status is Status.OK and r.median is not None
-    ]
-    return min(feasible, key=lambda r: r.median) if feasible else None
+def baseline(study: optuna.Study) -> TrialRecord | None:
+    """The trial that measured the base config in full, if the study has one that finished."""
+    found = [r for r in records(study, (TrialState.COMPLETE,)) if r.role == "baseline" and r.status is Status.OK]
+    return found[0] if found else None
+
+
+def loss_deviation(record: TrialRecord, reference: TrialRecord | None) -> float | None:
+    """Largest relative deviation of a trial's per-step losses from the reference's, over the steps both ran."""
+    if reference is None or not record.losses or not reference.losses:
+        return None
+    pairs = [(a, b) for a, b in zip(record.losses, reference.losses, strict=False) if b]
+    return max(abs(a - b) / abs(b) for a, b in pairs) if pairs else None
+
+
+def eligible(study: optuna.Study, max_loss_dev: float) -> list[TrialRecord]:
+    """Trials that finished every step under the cap, with losses within `max_loss_dev` of the baseline's."""
+    reference = baseline(study)
+    found = []
+    for r in records(study, (TrialState.COMPLETE,)):
+        if not (r.feasible and r.status is Status.OK and r.median is not None):
+            continue
+        deviation = loss_deviation(r, reference)
+        if deviation is None or deviation <= max_loss_dev:
+            found.append(r)
+    return found
+
+
+def best(study: optuna.Study, max_loss_dev: float = float("inf")) -> TrialRecord | None:
+    """The fastest eligible trial."""
+    found = eligible(study, max_loss_dev)
+    return min(found, key=lambda r: r.median) if found else None

@@ -107,13 +107,14 @@ def trial_heartbeat(study: optuna.Study, trial: optuna.Trial):
 
 
 @contextlib.contextmanager
-def calibration_claim(study: optuna.Study, storage: str, poll_s: float = 2.0) -> Iterator[bool]:
-    """Exactly one worker calibrates a study: the one that creates the lock study `<name>:calibration` (creating a
-    study of a taken name fails in the storage itself, on any RDB). Yields True to that worker, which beats a
-    heartbeat on the lock while it calibrates; the others wait until the calibration is stored (yield False), or
-    until the calibrating worker dies, when the lock is removed and taken again."""
-    lock_name = f"{study.study_name}:calibration"
-    while "calibration" not in study.user_attrs:
+def claim(study: optuna.Study, storage: str, what: str, poll_s: float = 2.0) -> Iterator[bool]:
+    """Exactly one worker does `what` for a study (its calibration, its confirmation round), and stores the result
+    as the study's user attribute `what`. The one that creates the lock study `<name>:<what>` does it (creating a
+    study of a taken name fails in the storage itself, on any RDB): it gets True and beats a heartbeat on the lock
+    meanwhile. The others wait until the attribute is stored (False), or until the worker doing it is gone, when the
+    lock is removed and taken again."""
+    lock_name = f"{study.study_name}:{what}"
+    while what not in study.user_attrs:
         try:
             lock = optuna.create_study(study_name=lock_name, storage=storage)
         except DuplicatedStudyError:
@@ -122,13 +123,14 @@ def calibration_claim(study: optuna.Study, storage: str, poll_s: float = 2.0) ->
                 with contextlib.suppress(KeyError):
                     optuna.delete_study(study_name=lock_name, storage=storage)
             time.sleep(poll_s)
-            study = optuna.load_study(study_name=study.study_name, storage=storage)
             continue
         lock.set_user_attr(OWNER, str(Owner.current()))
         lock.set_user_attr(HEARTBEAT, time.time())
-        with beating(lock.set_user_attr):
-            yield True
-        with contextlib.suppress(KeyError):
-            optuna.delete_study(study_name=lock_name, storage=storage)  # the calibration is stored: no one waits
+        try:
+            with beating(lock.set_user_attr):
+                yield True
+        finally:
+            with contextlib.suppress(KeyError):
+                optuna.delete_study(study_name=lock_name, storage=storage)  # done, or failed: no one waits on it
         return
     yield False
