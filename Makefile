@@ -9,7 +9,7 @@ ARGS     ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow optimize report ui dashboard lint format
+.PHONY: help install demo test test-slow optimize report ui dashboard screenshots lint format
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ test: install ## Run the default test suite (CPU, under 5 minutes)
 
 test-slow: install ## Run the slow tests: several processes per job, cluster launcher, shared studies
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+screenshots: install ## Redraw docs/mlflow-ui.png and docs/report.png (the browser test; needs chromium)
+	BATCH_SPLIT_SCREENSHOTS=docs $(BIN)/python -m pytest -m slow tests/test_ui.py $(PYTEST_ARGS)
 
 optimize: install ## Optuna study: fastest config under MEM_CAP (e.g. MEM_CAP=14GiB TRIALS=20 ARGS="optimize=knobs")
 	$(BIN)/python -m pipeline.optimize $(if $(MEM_CAP),mem_cap=$(MEM_CAP),) $(if $(TRIALS),optimize.trials=$(TRIALS),) $(ARGS)
