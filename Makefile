@@ -3,15 +3,16 @@ PYTHON   ?= python3.11
 VENV     ?= .venv
 BIN      := $(VENV)/bin
 PORT     ?= 5000
+DASHBOARD_PORT ?= 8080
 STORE    ?= mlruns
 ARGS     ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow optimize report ui lint format
+.PHONY: help install demo test test-slow optimize report ui dashboard screenshots lint format
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,14 +34,20 @@ test: install ## Run the default test suite (CPU, under 5 minutes)
 test-slow: install ## Run the slow tests: several processes per job, cluster launcher, shared studies
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
+screenshots: install ## Redraw docs/mlflow-ui.png and docs/report.png (the browser test; needs chromium)
+	BATCH_SPLIT_SCREENSHOTS=docs $(BIN)/python -m pytest -m slow tests/test_ui.py $(PYTEST_ARGS)
+
 optimize: install ## Optuna study: fastest config under MEM_CAP (e.g. MEM_CAP=14GiB TRIALS=20 ARGS="optimize=knobs")
 	$(BIN)/python -m pipeline.optimize $(if $(MEM_CAP),mem_cap=$(MEM_CAP),) $(if $(TRIALS),optimize.trials=$(TRIALS),) $(ARGS)
 
 report: install ## Markdown + HTML report with plots for the latest sweep or study (SWEEP=<id> or STUDY=<name>)
 	$(BIN)/python -m pipeline.report $(if $(SWEEP),--sweep $(SWEEP),) $(if $(STUDY),--study $(STUDY),)
 
-ui: install ## MLflow UI over the project's store on http://127.0.0.1:$(PORT)
-	$(BIN)/mlflow server --backend-store-uri sqlite:///$(STORE)/mlflow.db --default-artifact-root $(STORE)/artifacts --host 127.0.0.1 --port $(PORT) --workers 1
+ui: install ## MLflow UI over the project's store on http://127.0.0.1:$(PORT) (prints the link to the runs)
+	$(BIN)/python -m pipeline.ui --store $(STORE) --host 127.0.0.1 --port $(PORT)
+
+dashboard: install ## optuna-dashboard over the project's studies on http://127.0.0.1:$(DASHBOARD_PORT)
+	$(BIN)/optuna-dashboard sqlite:///$(STORE)/optuna.db --host 127.0.0.1 --port $(DASHBOARD_PORT)
 
 lint: install ## ruff lint and format check
 	$(BIN)/ruff check pipeline tests bench

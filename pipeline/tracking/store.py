@@ -192,3 +192,15 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
         else:
             flat[name] = value
     return flat
+
+
+def find_experiment(uri: str, name: str) -> str | None:
+    """The id of experiment `name` in the store at `uri`; None when it does not exist. Creates nothing (no sqlite
+    file, folder or experiment)."""
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not Path(uri[len(prefix) :]).is_file():
+        return None
+    from mlflow.tracking import MlflowClient
+
+    found = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
+    return found.experiment_id if found is not None and found.lifecycle_stage == "active" else None
