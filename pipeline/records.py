@@ -128,9 +128,15 @@ class Step:
     samples: int
     peak_bytes: int  # device: reserved + CUDA context; CPU: peak resident memory
     peak_allocated_bytes: int | None = None
+    compile_s: float = 0.0  # torch.compile's (re)compilation inside this step: such a step is no steady step
+    profiled: bool = False  # under the profiler (measure.profile): no steady step either
     loss: float | None = None
     grad_norm: float | None = None
     learning_rate: float | None = None
+
+    @property
+    def steady_candidate(self) -> bool:
+        return self.compile_s == 0.0 and not self.profiled
 
     def phase(self, name: str) -> float:
         return getattr(self, f"{name}_s")

@@ -39,7 +39,7 @@ def test_every_group_has_options():
 def test_every_option_composes_and_validates(group, option, tmp_path):
     overrides = [f"{group}={option}"]
     if (group, option) == ("data", "jsonl"):
-        (tmp_path / "d.jsonl").write_text('{"text": "hello"}\n')
+        (tmp_path / "d.jsonl").write_text('{"text": "hello"}\n' * 4)
         overrides.append(f"data.path={tmp_path / 'd.jsonl'}")
     if (group, option) == ("model", "pretrained"):
         overrides.append("model.name_or_path=Qwen/Qwen3-0.6B")  # a hub id: validated by form, not downloaded

@@ -30,6 +30,9 @@ def sft_kwargs(micro: int, accumulation: int, train: dict, dtype: str, device: s
         pad_to_multiple_of=train["max_length"] if padding == "max_length" else None,
         use_liger_kernel=train["liger_kernel"],
         torch_compile=train["torch_compile"],
+        torch_compile_mode=train["compile_mode"]
+        if train["torch_compile"] and train["compile_mode"] != "default"
+        else None,
         logging_steps=1,
         logging_strategy="steps",
         save_strategy="no",

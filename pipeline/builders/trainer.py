@@ -19,9 +19,10 @@ def build_trainer(
     dataset: Dataset,
     output_dir: str,
     sft_kwargs: dict,
-    peft_config: LoraConfig,
+    peft_config: LoraConfig | None,
     callbacks: list[TrainerCallback],
 ) -> SFTTrainer:
+    """`peft_config` None: `model` is a PeftModel already (built by `builders.lora.build_peft_model`)."""
     sft_config = build_sft_config(output_dir, sft_kwargs)
     trainer = SFTTrainer(
         model=model,

@@ -6,7 +6,6 @@ one line and exit with code 2.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.config.data import check_data
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
 from pipeline.config.hardware import cuda_device_count
+from pipeline.config.knobs import check_knobs, on_cuda
 from pipeline.records import GIB
 
 DTYPES = ("auto", "fp32", "fp16", "bf16")
@@ -134,11 +134,6 @@ def check_lora(lora: DictConfig) -> None:
     choice("lora.bias", lora.bias, LORA_BIAS)
 
 
-def _on_cuda(gpu: DictConfig) -> bool:
-    """Whether the job will run on a CUDA device."""
-    return gpu.name != "cpu" and cuda_device_count() > 0
-
-
 def check_gpu(gpu: DictConfig) -> None:
     if gpu.memory_gib is not None and gpu.memory_gib <= 0:
         raise ConfigError("gpu.memory_gib", f"got {gpu.memory_gib}; accepted: a number of GiB > 0")
@@ -154,7 +149,7 @@ def check_device(gpu: DictConfig, t: DictConfig) -> None:
             f"gpu={gpu.name} emulates a {gpu.name.upper()}'s memory on a CUDA device, and this machine has none; "
             "accepted here: gpu=auto or gpu=cpu",
         )
-    if t.dtype == "fp16" and not _on_cuda(gpu):
+    if t.dtype == "fp16" and not on_cuda(gpu):
         raise ConfigError(
             "train.dtype", f"fp16 needs a CUDA device; accepted with gpu={gpu.name} here: auto, fp32, bf16"
         )
@@ -213,15 +208,17 @@ def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig, m: DictConf
         raise ConfigError("measure.confidence", f"got {measure.confidence}; accepted: a number in [0.5, 1)")
 
 
-def check_knobs(t: DictConfig, gpu: DictConfig) -> None:
-    if t.liger_kernel and importlib.util.find_spec("liger_kernel") is None:
-        raise ConfigError(
-            "train.liger_kernel", "true needs the liger-kernel package (pip install liger-kernel); accepted: false"
-        )
-    if t.liger_kernel and not _on_cuda(gpu):
-        raise ConfigError(
-            "train.liger_kernel", f"Liger kernels need a CUDA device; accepted with gpu={gpu.name} here: false"
-        )
+def check_profile(measure: DictConfig, t: DictConfig) -> None:
+    """The profiled steps come right after the warm-up and are no steady steps: some must be left after them."""
+    if measure.profile:
+        at_least("measure.profile_steps", measure.profile_steps, 1)
+        needed = measure.warmup_steps + 1 + measure.profile_steps + 3
+        if t.steps < needed:
+            raise ConfigError(
+                "train.steps",
+                f"{t.steps} leaves too few steady steps around the profiler's; accepted with "
+                f"measure.profile=true: {needed} or more",
+            )
 
 
 def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
@@ -250,7 +247,8 @@ def validate(cfg: DictConfig) -> Resolved:
     check_train(cfg.train, cfg.measure, cfg.gpu, cfg.model)
     check_device(cfg.gpu, cfg.train)
     check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
-    check_knobs(cfg.train, cfg.gpu)
+    check_knobs(cfg.train, cfg.gpu, cfg.model, split.accumulation)
+    check_profile(cfg.measure, cfg.train)
     if "optimize" in cfg:
         check_optimize(cfg.optimize, cfg)
     cap_bytes, cap_source = resolve_cap(cfg)

@@ -25,18 +25,20 @@ import trl
 
 from pipeline.builders.dataset import build_dataset
 from pipeline.builders.device import resolve_placement, torch_dtype
-from pipeline.builders.lora import build_lora_config
+from pipeline.builders.lora import build_lora_config, build_peft_model
 from pipeline.builders.model import build_model
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.builders.tokenizer import build_tokenizer
 from pipeline.builders.trainer import build_trainer
 from pipeline.config.validate import ARCH_FIELDS
 from pipeline.jobs import watchdog
-from pipeline.jobs.files import RESULT_FILE, STEPS_FILE
+from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
 from pipeline.measure import memory
+from pipeline.measure.busy import BusyWindow
 from pipeline.measure.callback import StepMeter, StopTraining
 from pipeline.measure.flops import flops_per_token
-from pipeline.records import JobResult, JobSpec, Memory, Status
+from pipeline.measure.profile import ProfileWindow
+from pipeline.records import JobResult, JobSpec, Memory, Status, Step
 
 ARCH_KEYS = ("model_type", *ARCH_FIELDS, "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings")
 
@@ -79,6 +81,8 @@ class Job:
         self.device_memory: memory.DeviceMemory | None = None
         self.placement = None
         self.sft_kwargs: dict | None = None
+        self.busy: BusyWindow | None = None
+        self.profiler: ProfileWindow | None = None
 
     def _timed(self, name: str, fn, *args, **kwargs):
         start = time.perf_counter()
@@ -131,18 +135,38 @@ class Job:
             self.spec.micro, self.spec.accumulation, self.cfg["train"], self.placement.dtype, self.placement.device
         )
         steps_path = str(self.workdir / STEPS_FILE) if self.writer else None
-        self.meter = StepMeter(self.placement.device == "cuda", steps_path, self.spec.stop, self.context_bytes)
-        peft_config = build_lora_config(lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["bias"])
+        cuda = self.placement.device == "cuda"
+        self.meter = StepMeter(cuda, steps_path, self.spec.stop, self.context_bytes)
+        callbacks = [self.meter]
+        measure = self.cfg["measure"]
+        if cuda and self.device_memory.handle is not None:
+            self.busy = BusyWindow(self.device_memory.handle, after=measure["warmup_steps"])
+            callbacks.append(self.busy)
+        if measure["profile"] and self.writer:
+            # the steps right after the warm-up; they are then no steady steps (the profiler costs host time)
+            self.profiler = ProfileWindow(
+                self.workdir / PROFILE_DIR,
+                skip_first=measure["warmup_steps"],
+                wait=0,
+                warmup=1,
+                active=measure["profile_steps"],
+                cuda=cuda,
+            )
+            callbacks.append(self.profiler)
+        lora_config = build_lora_config(lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["bias"])
+        model, peft_config = self.model, lora_config
+        if self.cfg["train"]["adapter_dtype"] == "compute" and self.placement.dtype != "fp32":
+            model, peft_config = self._timed("peft_model", build_peft_model, self.model, lora_config), None
         self.trainer = self._timed(
             "trainer_build",
             build_trainer,
-            self.model,
+            model,
             self.tokenizer,
             self.dataset,
             str(self.workdir / "trainer"),
             self.sft_kwargs,
             peft_config,
-            [self.meter],
+            callbacks,
         )
 
     def _train(self) -> str | None:
@@ -155,6 +179,7 @@ class Job:
             return str(stopped)  # the meter holds the reason; the step is not kept
         finally:
             self.timings["runtime_s"] = time.perf_counter() - start
+            self.timings["compile_s"] = self.meter.compile_s
 
     def _memory(self) -> Memory:
         cap = self.spec.cap_bytes
@@ -224,7 +249,9 @@ class Job:
             print(fields["traceback"], file=sys.stderr)
         return JobResult(
             status=status,
-            steps=tuple(self.meter.steps) if self.meter else (),
+            steps=self._steps(),
+            gpu_busy=self.busy.busy if self.busy else None,
+            profile=self.profiler.summary if self.profiler else None,
             placement=self.placement,
             memory=self._memory(),
             sft_kwargs=self.sft_kwargs,
@@ -233,6 +260,14 @@ class Job:
             pid=os.getpid(),
             **fields,
         )
+
+    def _steps(self) -> tuple[Step, ...]:
+        """The meter's steps, those the profiler recorded marked so."""
+        steps = tuple(self.meter.steps) if self.meter else ()
+        if self.profiler is None or self.profiler.first_step is None:
+            return steps
+        profiled = range(self.profiler.first_step - 1, self.profiler.first_step + self.profiler.active)
+        return tuple(dataclasses.replace(s, profiled=True) if s.step in profiled else s for s in steps)
 
     def _free_after_oom(self) -> None:
         for name in ("trainer", "model"):

@@ -10,12 +10,18 @@ from __future__ import annotations
 import statistics
 
 from pipeline.measure.stats import summarize
-from pipeline.records import GIB, PHASES, SECONDS, JobResult, JobSummary, verdict
+from pipeline.records import GIB, PHASES, SECONDS, JobResult, JobSummary, Step, verdict
+
+
+def steady_steps(result: JobResult, warmup_steps: int) -> list[Step]:
+    """The steps a job's statistics are made of: after the warm-up, none that compiled or ran under the profiler."""
+    return [s for s in result.steps if s.step > warmup_steps and s.steady_candidate]
 
 
 def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> JobSummary:
-    """The steady steps (after `warmup_steps`) summarised; memory in GiB; the verdict against the cap."""
-    steady = [s for s in result.steps if s.step > warmup_steps]
+    """The steady steps (after `warmup_steps`, none that compiled or was profiled) summarised; memory in GiB; the
+    verdict against the cap."""
+    steady = steady_steps(result, warmup_steps)
     memory = result.memory
     memory_gib = {}
     if memory is not None:

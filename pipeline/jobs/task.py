@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gzip
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,6 +23,7 @@ from pipeline.config.identity import config_id, display_name
 from pipeline.config.validate import validate
 from pipeline.jobs import devicelock, preflight, runner
 from pipeline.jobs.context import SweepContext, job_overrides
+from pipeline.jobs.files import PROFILE_DIR
 from pipeline.jobs.summary import summarize_job
 from pipeline.records import JobResult, JobSpec, JobSummary, RunKind, Status, StopRule
 from pipeline.tracking import runs
@@ -60,6 +63,7 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
         name = display_name(cfg.model.name, cfg.batch.split, varying)
     cap = None if uncapped else resolved.cap_bytes
+    env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if cfg.train.torch_compile else {}
     return JobSpec(
         config=config,
         config_id=config_id(config),
@@ -70,7 +74,15 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
         cap_source=None if uncapped else resolved.cap_source,
         gpu_profiles=gpu_profiles(),
         stop=stop or StopRule(),
+        env=env,
     )
+
+
+def compile_cache_env(folder: Path) -> dict[str, str]:
+    """One on-disk compile cache for every job of a sweep or study (Inductor's FX graphs and AOTAutograd artifacts,
+    Triton's kernels): a later job with the same shapes loads what an earlier one compiled."""
+    root = folder.resolve()
+    return {"TORCHINDUCTOR_CACHE_DIR": str(root), "TRITON_CACHE_DIR": str(root / "triton")}
 
 
 def run(
@@ -125,9 +137,20 @@ def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: DictConfig, labe
             cfg.launcher.timeout_s,
             on_start=lambda pid: tracker.tags(run_id, {"pid": pid}),
         )
-        return _finish(tracker, run_id, spec, result, cfg, label)
+        return _finish(tracker, run_id, spec, result, cfg, label, profile_files(workdir))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def profile_files(workdir: Path) -> list[Path]:
+    """The profiler's summary and its trace (gzipped: a few steps' trace is megabytes of JSON), if the job made them."""
+    folder = workdir / PROFILE_DIR
+    trace = folder / "trace.json"
+    if trace.exists():
+        with trace.open("rb") as raw, gzip.open(folder / "trace.json.gz", "wb") as packed:
+            shutil.copyfileobj(raw, packed)
+        trace.unlink()
+    return sorted(folder.glob("*")) if folder.is_dir() else []
 
 
 def clean_up(tracker: Tracker) -> None:
@@ -139,9 +162,17 @@ def clean_up(tracker: Tracker) -> None:
         )
 
 
-def _finish(tracker: Tracker, run_id: str, spec: JobSpec, result: JobResult, cfg: DictConfig, label: str) -> JobOutcome:
+def _finish(
+    tracker: Tracker,
+    run_id: str,
+    spec: JobSpec,
+    result: JobResult,
+    cfg: DictConfig,
+    label: str,
+    files: list[Path] | None = None,
+) -> JobOutcome:
     summary = summarize_job(result, cfg.measure.warmup_steps, cfg.measure.confidence)
-    runs.end_job(tracker, run_id, spec, result, summary)
+    runs.end_job(tracker, run_id, spec, result, summary, files or [])
     if result.status is Status.OK and summary.median is not None:
         line = f"ok, step {summary.median:.4f} s"
     else:

@@ -10,6 +10,13 @@ substep_end] per micro-batch (the last one ends with clipping and pre_optimizer_
 scheduler, zero_grad -> step_end -> log. The forward marks come from hooks on the top-level model, which runs once
 per micro-batch even when layers recompute under checkpointing.
 
+Under torch.compile (the Trainer wraps the model in an OptimizedModule), hooks on the model would be caught by
+Dynamo and compiled as frames of their own: their CUDA events then become graph objects, which torch before 2.13
+hands back unrecorded ("Both events must be recorded ..."), and the meter's own state makes them recompile step
+after step. So the hooks are kept out of Dynamo (`torch.compiler.disable`): they run eagerly, once per micro-batch.
+Compilation time is read from Dynamo's cumulative timer at each step's end (`compile_s`): a step that compiled is no
+steady step, and the pruning clocks leave compilation out, so a compiling step is never taken for a slow config.
+
 Each step is appended to a JSON-lines file as soon as its loss is logged, so a killed job keeps what it measured.
 """
 
@@ -24,6 +31,11 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback
+
+try:
+    from torch._dynamo.utils import calculate_time_spent
+except ImportError:  # a torch without it: compilation time is then not told apart
+    calculate_time_spent = None
 
 from pipeline.measure import memory
 from pipeline.records import Status, Step, StopRule
@@ -49,6 +61,14 @@ class _Clock:
 
 
 IN_STEP_FACTOR = 2.0  # a step of the pruning window already longer than this x the threshold ends the job at once
+
+
+def compile_seconds() -> float:
+    """Seconds this process has spent compiling so far: Dynamo frames (their graphs' backend compile included) and
+    lazily compiled backward graphs. A private Dynamo timer (present from torch 2.5 to 2.13); 0.0 without it."""
+    if calculate_time_spent is None:
+        return 0.0
+    return float(calculate_time_spent().get("total_wall_time", 0.0))
 
 
 class StopTraining(Exception):
@@ -80,6 +100,8 @@ class StepMeter(TrainerCallback):
         self._last_end_host: float | None = None
         self._distributed = False
         self._pending: dict | None = None
+        self._compiled_until = 0.0  # compile_seconds() at the end of the previous step
+        self.compile_s = 0.0
 
     # ---- hooks on the model -------------------------------------------------------------------------------------
     def _reset_step(self) -> None:
@@ -105,7 +127,7 @@ class StepMeter(TrainerCallback):
         after, threshold = self.stop.prune_after, self.stop.prune_threshold_s
         if not (after and threshold and 2 <= self.current_step <= 1 + after) or self._distributed:
             return
-        elapsed = time.perf_counter() - self._last_end_host
+        elapsed = time.perf_counter() - self._last_end_host - (compile_seconds() - self._compiled_until)
         if elapsed > IN_STEP_FACTOR * threshold:
             self.stop_reason = Status.PRUNED
             raise StopTraining(f"step {self.current_step} ran {elapsed:.3f} s > {IN_STEP_FACTOR:g} x {threshold:.3f} s")
@@ -123,8 +145,8 @@ class StepMeter(TrainerCallback):
         """Time the model's micro-batches (hooks on its forward); `detach` takes them off."""
         if not self._hooks:
             self._hooks = [
-                model.register_forward_pre_hook(self._forward_start, with_kwargs=True),
-                model.register_forward_hook(self._forward_end, with_kwargs=True),
+                model.register_forward_pre_hook(torch.compiler.disable(self._forward_start), with_kwargs=True),
+                model.register_forward_hook(torch.compiler.disable(self._forward_end), with_kwargs=True),
             ]
 
     def detach(self) -> None:
@@ -146,6 +168,7 @@ class StepMeter(TrainerCallback):
         else:
             memory.reset_peak_rss()
         self._last_end_host = time.perf_counter()
+        self._compiled_until = compile_seconds()
         self._distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -163,6 +186,9 @@ class StepMeter(TrainerCallback):
         if self.cuda:
             torch.cuda.synchronize()
         now = time.perf_counter()
+        compiled = compile_seconds()
+        compile_s, self._compiled_until = compiled - self._compiled_until, compiled
+        self.compile_s += compile_s
         step_time = now - self._last_end_host
         data = self._begin_host - self._last_end_host
         self._last_end_host = now
@@ -189,22 +215,24 @@ class StepMeter(TrainerCallback):
             "samples": sum(int(n) for n in self._samples),
             "peak_bytes": peak,
             "peak_allocated_bytes": peak_allocated,
+            "compile_s": compile_s,
         }
         self._pending = record
         self._reset_step()
-        self.stop_reason = self._should_stop(record["step_time_s"], peak, state.global_step)
+        self.stop_reason = self._should_stop(step_time - compile_s, peak, state.global_step)
         if self.stop_reason:
             control.should_training_stop = True
         return control
 
     def _should_stop(self, step_time: float, peak: int, step: int) -> Status | None:
+        """`step_time` without the step's compilation."""
         if os.getppid() != self._ppid:
             return Status.KILLED  # the sweep or study that started this job has died: do not train for nobody
         if self.stop.cap_bytes and peak > self.stop.cap_bytes:
             return Status.OVER_CAP
         after, threshold = self.stop.prune_after, self.stop.prune_threshold_s
         if after and threshold and step == 1 + after:
-            early = [s.step_time_s for s in self.steps if s.step > 1] + [step_time]
+            early = [s.step_time_s - s.compile_s for s in self.steps if s.step > 1] + [step_time]
             if statistics.median(early) > threshold:
                 return Status.PRUNED
         return None

@@ -42,14 +42,17 @@ class Knobs:
     checkpointing: bool
     other: tuple[tuple[str, str], ...] = ()
 
-    def same_setting(self, other: Knobs) -> bool:
-        """Everything but the micro-batch alike (fp16 and bf16 take the same bytes)."""
+    def same_formula(self, other: Knobs) -> bool:
+        """The formula's knobs alike, but the micro-batch (fp16 and bf16 take the same bytes)."""
         return (
             self.checkpointing == other.checkpointing
             and self.max_length == other.max_length
             and DTYPE_BYTES[self.dtype] == DTYPE_BYTES[other.dtype]
-            and self.other == other.other
         )
+
+    def same_setting(self, other: Knobs) -> bool:
+        """Everything but the micro-batch alike."""
+        return self.same_formula(other) and self.other == other.other
 
 
 def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) -> float:
@@ -87,7 +90,12 @@ class Predictor:
         return static + self.scale * dynamic + self.offset
 
     def predict(self, knobs: Knobs) -> float:
+        """From measurements of the same setting when there are some; else from those that differ only in knobs the
+        formula has no term for (Liger, compile, adapter dtype: each moves the peak by a few percent, far less than
+        the formula's error for a setting never measured); else the calibrated formula."""
         same = [(k.micro, peak) for k, peak in self.measured if k.same_setting(knobs)]
+        if not same:
+            same = [(k.micro, peak) for k, peak in self.measured if k.same_formula(knobs)]
         micros = {m for m, _ in same}
         if len(micros) >= 2:
             slope, _ = statistics.linear_regression([float(m) for m, _ in same], [p for _, p in same])

@@ -34,6 +34,7 @@ from tqdm import tqdm
 from pipeline.config.identity import digest, identity_tree
 from pipeline.config.validate import validate
 from pipeline.jobs import runner, task
+from pipeline.jobs.summary import steady_steps
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB, RunKind, Status, StopRule
 from pipeline.search import trials, workers
@@ -205,7 +206,7 @@ class StudyDriver:
         summary, result = outcome.summary, outcome.result
         self.gpu_seconds += summary.seconds.get("wall", 0.0)
         peak = summary.peak_gib
-        steady = [s.step_time_s for s in result.steps if s.step > candidate.config.measure.warmup_steps]
+        steady = [s.step_time_s for s in steady_steps(result, candidate.config.measure.warmup_steps)]
         trials.write(
             trial,
             {

@@ -9,6 +9,7 @@ status.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
@@ -102,16 +103,43 @@ def derived_params(spec: JobSpec, result: JobResult) -> dict[str, object]:
 
 def series(result: JobResult) -> dict[str, list[tuple[int, float]]]:
     """Per-step series for MLflow's charts: loss, step time and its phases, peak memory so far."""
-    keys = ["loss", "step_time_s", "grad_norm", "learning_rate", *(f"{p}_s" for p in PHASES)]
+    keys = ["loss", "step_time_s", "grad_norm", "learning_rate", "compile_s", *(f"{p}_s" for p in PHASES)]
     out = {key: [(s.step, getattr(s, key)) for s in result.steps if getattr(s, key) is not None] for key in keys}
     out["step_peak_gib"] = [(s.step, s.peak_bytes / GIB) for s in result.steps]
     return out
 
 
-def end_job(tracker: Tracker, run_id: str, spec: JobSpec, result: JobResult, summary: JobSummary) -> None:
-    """Write a finished job in one go and end its run with the status its result says."""
+PROFILE_METRICS = (
+    "launches_per_step",
+    "kernels_per_step",
+    "device_ms",
+    "host_ms",
+    "device_busy_fraction",
+    "syncs_per_step",
+    "casts_per_step",
+    "ops_per_step",
+)
+
+
+def end_job(
+    tracker: Tracker,
+    run_id: str,
+    spec: JobSpec,
+    result: JobResult,
+    summary: JobSummary,
+    files: list[Path],
+) -> None:
+    """Write a finished job in one go (`files`: more artifacts, under profile/) and end its run with the status its
+    result says."""
     tracker.params(run_id, derived_params(spec, result))
-    tracker.metrics(run_id, summary.metrics(), series(result))
+    metrics = summary.metrics()
+    if result.profile:
+        metrics.update(
+            {f"profile.{k}": result.profile[k] for k in PROFILE_METRICS if result.profile.get(k) is not None}
+        )
+    tracker.metrics(run_id, metrics, series(result))
+    for path in files:
+        tracker.artifact_file(run_id, path, folder="profile")
     tags: dict[str, object] = {STATUS: result.status, VERDICT: summary.verdict}
     note = result.stopped or result.error
     if note:

@@ -1,0 +1,86 @@
+"""The speed knobs checked up front, each against what the installed stack and the device can do: a knob that
+cannot run is refused with one line before any model loads, not found out after minutes of compilation."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from omegaconf import DictConfig
+
+from pipeline.config.errors import ConfigError, choice
+from pipeline.config.hardware import cuda_device_count
+
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+ADAPTER_DTYPES = ("fp32", "compute")
+ATTENTION = {  # implementation -> the package it needs (None: built into torch and transformers)
+    "eager": None,
+    "sdpa": None,
+    "flex_attention": None,
+    "flash_attention_2": "flash_attn",
+    "flash_attention_3": "flash_attn_interface",
+}
+
+
+def on_cuda(gpu: DictConfig) -> bool:
+    """Whether the job will run on a CUDA device."""
+    return gpu.name != "cpu" and cuda_device_count() > 0
+
+
+def compute_dtype(t: DictConfig, gpu: DictConfig) -> str | None:
+    """The dtype the job will compute in, where it can be told before a device is opened (None: auto on an
+    unknown card)."""
+    if t.dtype != "auto":
+        return t.dtype
+    if not on_cuda(gpu):
+        return "fp32"
+    return {True: "bf16", False: "fp16", None: None}[gpu.bf16]
+
+
+def check_knobs(t: DictConfig, gpu: DictConfig, model: DictConfig, accumulation: int) -> None:
+    cuda = on_cuda(gpu)
+    if t.liger_kernel and importlib.util.find_spec("liger_kernel") is None:
+        raise ConfigError(
+            "train.liger_kernel", "true needs the liger-kernel package (pip install liger-kernel); accepted: false"
+        )
+    if t.liger_kernel and not cuda:
+        raise ConfigError(
+            "train.liger_kernel", f"Liger kernels need a CUDA device; accepted with gpu={gpu.name} here: false"
+        )
+    choice("train.compile_mode", t.compile_mode, COMPILE_MODES)
+    if t.torch_compile and t.compile_mode in CUDA_GRAPH_MODES:
+        if not cuda:
+            raise ConfigError(
+                "train.compile_mode",
+                f"{t.compile_mode} records CUDA graphs; accepted on the CPU: default, max-autotune-no-cudagraphs",
+            )
+        if accumulation > 1:
+            raise ConfigError(
+                "train.compile_mode",
+                f"{t.compile_mode} with gradient accumulation replays over the accumulated "
+                "gradients (CUDA graphs own their outputs); accepted: a split Mx1, or default, "
+                "max-autotune-no-cudagraphs",
+            )
+        if t.padding != "max_length":
+            raise ConfigError(
+                "train.compile_mode",
+                f"{t.compile_mode} records one CUDA graph per batch shape; accepted with it: train.padding=max_length",
+            )
+    choice("train.adapter_dtype", t.adapter_dtype, ADAPTER_DTYPES)
+    if t.adapter_dtype == "compute" and compute_dtype(t, gpu) == "fp16":
+        raise ConfigError(
+            "train.adapter_dtype",
+            "compute with fp16 cannot train: the gradient scaler of fp16 training refuses fp16 "
+            "weights, and AdamW's epsilon is 0 in fp16; accepted with fp16: fp32 (or train.dtype=bf16)",
+        )
+    choice("model.attn_implementation", model.attn_implementation, tuple(ATTENTION))
+    package = ATTENTION[model.attn_implementation]
+    if package and importlib.util.find_spec(package) is None:
+        installed = [name for name, needs in ATTENTION.items() if needs is None or importlib.util.find_spec(needs)]
+        raise ConfigError(
+            "model.attn_implementation",
+            f"{model.attn_implementation} needs the {package} package, which is not "
+            f"installed; accepted here: {', '.join(installed)}",
+        )
+    if model.attn_implementation.startswith("flash_attention") and not cuda:
+        raise ConfigError("model.attn_implementation", f"{model.attn_implementation} needs a CUDA device")
