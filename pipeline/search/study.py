@@ -9,6 +9,11 @@ far times `prune_factor` (mid-step, once a step has run twice that); only conten
 Objective: steady step time (median); constraint: peak memory minus cap, in GiB, given with `trial.set_constraint`,
 so infeasible trials still teach the sampler.
 
+How a trial is stored (read right by optuna-dashboard and `optuna best-trial`, README "Finding the fastest config"):
+measured under the cap: COMPLETE with its step time; over the cap (measured or predicted), out of memory, or pruned
+as slow: PRUNED, no value; a crash, or a config another worker took: FAIL. The constraint is written both as Optuna
+5 writes it (`constraints:memory_gib`) and in the list form optuna-dashboard reads (`constraints`).
+
 The base config as the command line gives it is the baseline (`optimize.baseline`): measured in full, never pruned,
 so the answer is a measured ratio against it, and a config whose losses deviate from the baseline's by more than
 `optimize.max_loss_dev` is not eligible. After the search, the finalists whose intervals overlap the best's are
@@ -45,8 +50,6 @@ from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.space import SPLIT_KEY, Candidate, candidates, knob_space, suggest
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
-
-NOT_MEASURED = 1e6  # objective value of a trial decided without a measurement (skipped by prediction)
 
 
 def study_name(cfg: DictConfig, cap_bytes: int) -> str:
@@ -192,8 +195,8 @@ class StudyDriver:
                 trial,
                 {trials.STATUS: Status.SKIPPED, trials.NOTE: reason, trials.RUN_ID: run_id, trials.FEASIBLE: False},
             )
-            trial.set_constraint("memory_gib", (predicted - self.cap) / GIB)
-            self.study.tell(trial, NOT_MEASURED)
+            self._constrain(trial, (predicted - self.cap) / GIB)
+            self.study.tell(trial, state=TrialState.PRUNED)
             return
         best = trials.best(self.study, self.o.max_loss_dev)
         stop = StopRule(cap_bytes=self.cap)
@@ -223,18 +226,25 @@ class StudyDriver:
                 trials.SFT: result.sft_kwargs,
             },
         )
-        if result.status is Status.PRUNED:
-            self.study.tell(trial, state=TrialState.PRUNED)
-        elif result.status in (Status.OK, Status.OVER_CAP, Status.OOM):
-            over = (peak * GIB - self.cap) / GIB if peak else 0.0
-            if result.status is not Status.OK:
-                over = max(over, 1e-3)
-            trials.write(trial, {trials.FEASIBLE: over <= 0})
-            trial.set_constraint("memory_gib", over)
-            ok = result.status is Status.OK and summary.median is not None
-            self.study.tell(trial, summary.median if ok else NOT_MEASURED)
-        else:
+        if result.status not in (Status.OK, Status.OVER_CAP, Status.OOM, Status.PRUNED):
             self.study.tell(trial, state=TrialState.FAIL)
+            return
+        over = (peak * GIB - self.cap) / GIB if peak else 0.0
+        if result.status in (Status.OVER_CAP, Status.OOM):
+            over = max(over, 1e-3)
+        if result.status is not Status.PRUNED or peak:
+            self._constrain(trial, over)
+        if result.status is Status.OK and over <= 0 and summary.median is not None:
+            trials.write(trial, {trials.FEASIBLE: True})
+            self.study.tell(trial, summary.median)
+        else:
+            trials.write(trial, {trials.FEASIBLE: False} if over > 0 else {})
+            self.study.tell(trial, state=TrialState.PRUNED)
+
+    def _constrain(self, trial: optuna.Trial, over_gib: float) -> None:
+        """Peak minus cap, as Optuna 5 stores a constraint and as optuna-dashboard reads one."""
+        trial.set_constraint("memory_gib", over_gib)
+        self.study._storage.set_trial_system_attr(trial._trial_id, "constraints", [over_gib])
 
     def _measurements(self) -> list[tuple[Knobs, float]]:
         """Peaks measured so far, by any worker: the probes and every trial that ran at least a step."""

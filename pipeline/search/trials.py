@@ -102,7 +102,8 @@ def write(trial: optuna.Trial, values: dict[str, Any]) -> None:
 
 def baseline(study: optuna.Study) -> TrialRecord | None:
     """The trial that measured the base config in full, if the study has one that finished."""
-    found = [r for r in records(study, (TrialState.COMPLETE,)) if r.role == "baseline" and r.status is Status.OK]
+    done = (TrialState.COMPLETE, TrialState.PRUNED)  # PRUNED: it ran every step, but over the cap
+    found = [r for r in records(study, done) if r.role == "baseline" and r.status is Status.OK]
     return found[0] if found else None
 
 
