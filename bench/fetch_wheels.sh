@@ -33,7 +33,8 @@ typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wra
 wanted=()
 while IFS= read -r line; do
   name="$(echo "${line%%==*}" | tr '_' '-' | tr 'A-Z' 'a-z')"
-  case "$name" in ""|\#*|antlr4-python3-runtime|torch|triton|nvidia-*|cuda-*|ruff) continue;; esac
+  # the browser and dashboard of the slow tests, the linter: not for the GPU runs
+  case "$name" in ""|\#*|antlr4-python3-runtime|torch|triton|nvidia-*|cuda-*|ruff|playwright|optuna-dashboard|greenlet|bottle|pyee) continue;; esac
   skip=0
   for kept in $image; do [ "$name" = "$kept" ] && skip=1 && break; done
   [ $skip = 1 ] || wanted+=("$line")

@@ -27,14 +27,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--confidence", type=float, default=0.95, help="of the intervals that rank configs")
     args = parser.parse_args(argv)
 
+    from pipeline.config.errors import ConfigError
+    from pipeline.config.stores import check_store
+    from pipeline.jobs.task import clean_up
     from pipeline.reporting.document import ReportError, write_report
     from pipeline.reporting.table import Criteria
     from pipeline.tracking.runs import FilterValueError
     from pipeline.tracking.store import ExperimentNotFound, Tracker
 
     try:
+        check_store("--tracking-uri", args.tracking_uri)
         tracker = Tracker(args.tracking_uri, args.experiment, str(args.out.parent / "artifacts"), create=False)
+        clean_up(tracker)  # runs a killed command left RUNNING are ended before they are reported
         out = write_report(tracker, args.sweep, args.out, study=args.study, criteria=Criteria(args.confidence))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(exits.BAD_INPUT)
     except (ReportError, ExperimentNotFound) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(exits.BAD_INPUT)

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 import datasets
@@ -284,10 +285,23 @@ def write_json(path: Path, record: dict) -> None:
     os.replace(tmp.name, path)
 
 
+def quiet(progress_bar: bool) -> None:
+    """Without train.progress_bar the job prints nothing but errors: no progress bars of the dataset preparation,
+    no library notices, no warnings about argument names the user did not choose."""
+    if progress_bar:
+        return
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    transformers.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="torch")
+
+
 def main(spec: JobSpec, workdir: str) -> None:
     """Entry of the job process (forkserver target, or each rank under torchrun: only rank 0 writes files)."""
     watchdog.follow(spec.owner_pid)
     os.environ.update(spec.env)
+    quiet(spec.config["train"]["progress_bar"])
     rank = int(os.environ.get("RANK", "0"))
     if "LOCAL_RANK" in os.environ and torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))

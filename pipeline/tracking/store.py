@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -24,6 +25,8 @@ from mlflow.tracking import MlflowClient
 from pipeline.liveness import HEARTBEAT_S, Owner
 
 OWNER_TAG, HEARTBEAT_TAG = "owner", "heartbeat"
+for _name in ("mlflow", "alembic"):  # their INFO lines ("Creating initial MLflow database tables") say nothing to act on
+    logging.getLogger(_name).setLevel(logging.WARNING)
 _OPEN: dict[str, tuple[Tracker, dict[str, object]]] = {}  # run id -> (its tracker, tags to write if abandoned)
 MAX_PARAMS, MAX_METRICS, MAX_PARAM_CHARS = 100, 1000, 6000
 
@@ -90,6 +93,8 @@ class Tracker:
     """One MLflow experiment in one store. `create=False` (read-only commands) never creates the experiment."""
 
     def __init__(self, uri: str, experiment: str, artifact_root: str, create: bool = True) -> None:
+        if not create and uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+            raise ExperimentNotFound(f"no MLflow store at {uri[len('sqlite:///') :]}; record a sweep or study first")
         self.uri = absolute_uri(uri)
         with store_lock(self.uri):
             self.client = MlflowClient(tracking_uri=self.uri)
