@@ -22,7 +22,7 @@ PROFILE = ["measure.profile=true", "measure.profile_steps=3", "train.steps=20", 
 def main() -> None:
     root, base = Path(sys.argv[1]).resolve(), sys.argv[2:]
     client = MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-    (experiment,) = client.search_experiments()
+    experiment = client.get_experiment_by_name("batch-split")
     (study,) = client.search_runs([experiment.experiment_id], "tags.kind = 'study'")
     answer = shlex.split(study.data.tags["answer"])[3:]
     for name, overrides in (("baseline", base), ("answer", answer)):
@@ -30,7 +30,7 @@ def main() -> None:
         print(f"[profile] {name}: {shlex.join(command[3:])}", flush=True)
         subprocess.run(command, check=False)
     profiled = MlflowClient(f"sqlite:///{root / 'profiled' / 'mlflow.db'}")
-    (experiment,) = profiled.search_experiments()
+    experiment = profiled.get_experiment_by_name("batch-split")
     for run in profiled.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"]):
         m = run.data.metrics
         print(

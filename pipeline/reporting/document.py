@@ -1,16 +1,20 @@
 """A report over one recorded sweep or study, read back from MLflow: Markdown and HTML with PNG plots.
 
-The files are written to a folder and logged as artifacts (under `report/`) on the sweep's or study's parent run.
+It covers every config: measured, pruned, over the cap, skipped by prediction, failed; says the device, the date and
+the cap; names the best config that fits, or says that nothing fits and what the smallest need was. The files are
+written to a folder and logged as artifacts (under `report/`) on the sweep's or study's parent run.
 """
 
 from __future__ import annotations
 
+import datetime
 import html
 from pathlib import Path
 
-from pipeline.records import RunKind
+from pipeline.measure.stats import Rank
+from pipeline.records import RecordedJob, RunKind
 from pipeline.reporting import plots
-from pipeline.reporting.table import Criteria, Row, comparison_rows, format_table, interval_text, num
+from pipeline.reporting.table import Criteria, Row, comparison_rows, interval_text, markdown_table, num
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -39,22 +43,45 @@ def find_parent(tracker: Tracker, sweep_id: str | None = None, study: str | None
     return max(found, key=lambda run: run.info.start_time)
 
 
-def _html_table(rows: list[Row], confidence: float) -> str:
-    head = ["config", "status", f"step s (median [{100 * confidence:g}% CI])", "tokens/s", "peak GiB", "cap", "rank"]
-    body = []
-    for r in sorted(rows, key=lambda r: (r.median is None, r.median or 0.0)):
-        cells = [
-            r.name,
-            r.status,
-            "-" if r.median is None else interval_text(r.median, r.ci, confidence),
-            num(r.tokens_per_s, ",.0f"),
-            num(r.peak_gib, ".2f"),
-            str(r.verdict or "-"),
-            str(r.rank or "-"),
-        ]
-        body.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    header = "<tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in head) + "</tr>"
-    return f"<table>{header}{''.join(body)}</table>"
+COLUMNS = ["config", "status", "step s (median [CI])", "tokens/s", "peak GiB", "predicted GiB", "cap", "rank", "notes"]
+
+
+def _cells(r: Row, confidence: float) -> list[str]:
+    return [
+        r.name,
+        r.status,
+        "-" if r.median is None else interval_text(r.median, r.ci, confidence),
+        num(r.tokens_per_s, ",.0f"),
+        num(r.peak_gib, ".3f"),
+        num(r.predicted_gib, ".3f"),
+        str(r.verdict or "-"),
+        str(r.rank or "-"),
+        ", ".join(r.flags + ([r.jobs[0].note[:80]] if r.jobs[0].note else [])),
+    ]
+
+
+def _order(rows: list[Row]) -> list[Row]:
+    return sorted(rows, key=lambda r: (r.median is None, r.median or 0.0, r.name))
+
+
+def verdict_line(rows: list[Row], cap_gib: float | None) -> str:
+    """The best config that fits (and those tied with it), or why nothing fits."""
+    contenders = [r for r in rows if r.rank is not None]
+    if contenders:
+        best = min(contenders, key=lambda r: r.median)
+        ties = [r.name for r in contenders if r.rank is Rank.TIE and r is not best]
+        line = f"Fastest that fits: **{best.name}**, {best.median:.4f} s/step"
+        if best.rank is Rank.UNSURE:
+            line += " (its interval is too short to name a winner)"
+        return line + (f"; tied with {', '.join(ties)}" if ties else "")
+    needs = [(r.peak_gib, "measured") for r in rows if r.peak_gib] + [
+        (r.predicted_gib, "predicted") for r in rows if r.predicted_gib and not r.peak_gib
+    ]
+    if not needs:
+        return "Nothing finished: no config has a step time or a peak to show."
+    need, how = min(needs)
+    cap = f" under the cap of {cap_gib:.2f} GiB" if cap_gib else ""
+    return f"**Nothing fits{cap}**: the smallest need is {need:.2f} GiB ({how}); raise mem_cap or widen the space."
 
 
 def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: str | None, criteria: Criteria) -> Path:
@@ -63,34 +90,64 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
     tags = parent.data.tags
     name = tags.get(runs.SWEEP) or tags[runs.STUDY]
     jobs = runs.read_jobs(tracker, parent.info.run_id)
-    rows = comparison_rows(jobs, criteria)
-    caps = [j.summary.memory_gib["cap"] for j in jobs if "cap" in j.summary.memory_gib]
+    rows = _order(comparison_rows(jobs, criteria))
+    context = _context(tracker, parent, name, jobs)
     out = out_root / name
     out.mkdir(parents=True, exist_ok=True)
     images = {
-        "Step time per config": plots.step_times(rows, out / "step_time.png"),
-        "Where a step goes": plots.phases(rows, out / "phases.png"),
-        "Peak memory per config": plots.memory(rows, max(caps) if caps else None, out / "memory.png"),
-        "Loss per step": plots.losses({j.name: list(enumerate(j.losses, 1)) for j in jobs}, out / "loss.png"),
+        "Step time per config": plots.step_times(rows, context, criteria.confidence, out / "step_time.png"),
+        "Where a step goes": plots.phases(rows, context, out / "phases.png"),
+        "Peak memory per config": plots.memory(rows, context, out / "memory.png"),
+        "Loss per step": plots.losses({j.name: list(enumerate(j.losses, 1)) for j in jobs}, context, out / "loss.png"),
     }
-    table = format_table(rows, criteria)
-    kind = "Study" if tags.get(runs.KIND) == RunKind.STUDY else "Sweep"
-    command = f"python -m pipeline.train -m {tags.get('overrides', '')}" if kind == "Sweep" else parent.info.run_name
-    md = [f"# {kind} {name}", "", f"`{command}`", "", table, ""]
+    command = (
+        f"python -m pipeline.train -m {tags.get('overrides', '')}"
+        if context.kind == "Sweep"
+        else (f"python -m pipeline.optimize {tags.get('overrides', '')}")
+    )
+    facts = [
+        f"Device: {context.device}",
+        f"Date: {context.date}",
+        f"Cap: {context.cap_gib:.2f} GiB" if context.cap_gib else "Cap: none",
+        f"Intervals: {100 * criteria.confidence:g}% unless a row says less",
+    ]
+    headline = verdict_line(rows, context.cap_gib)
+    table = markdown_table([COLUMNS, *(_cells(r, criteria.confidence) for r in rows)])
+    md = [f"# {context.kind} {name}", "", f"`{command}`", "", " · ".join(facts), "", headline, "", table, ""]
     md += [f"![{title}]({path.name})" for title, path in images.items()]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
+    (out / "report.html").write_text(_html(context, name, command, facts, headline, rows, images, criteria), "utf-8")
+    for path in sorted(out.iterdir()):
+        tracker.artifact_file(parent.info.run_id, path, folder="report")
+    return out
+
+
+def _context(tracker: Tracker, parent, name: str, jobs: list[RecordedJob]) -> plots.Context:
+    kind = "Study" if parent.data.tags.get(runs.KIND) == RunKind.STUDY else "Sweep"
+    caps = [j.summary.memory_gib["cap"] for j in jobs if "cap" in j.summary.memory_gib]
+    cap = max(caps) if caps else (float(parent.data.params["cap_gib"]) if "cap_gib" in parent.data.params else None)
+    devices = [tracker.run(j.run_id).data.params.get("device_name") for j in jobs[:5]]
+    device = next((d for d in devices if d), "device not recorded")
+    date = datetime.datetime.fromtimestamp(parent.info.start_time / 1000).strftime("%Y-%m-%d %H:%M")
+    on_cpu = not any(tracker.run(j.run_id).data.params.get("device") == "cuda" for j in jobs[:5])
+    return plots.Context(kind, name, device, date, cap, on_cpu)
+
+
+def _html(context, name, command, facts, headline, rows, images, criteria) -> str:
+    header = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r, criteria.confidence)) + "</tr>" for r in rows
+    )
     figures = "".join(
         f'<figure><img src="{p.name}" alt="{html.escape(t)}"><figcaption>{html.escape(t)}</figcaption></figure>'
         for t, p in images.items()
     )
-    (out / "report.html").write_text(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{kind} {html.escape(name)}</title><style>"
+    strong = html.escape(headline).replace("**", "")
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{context.kind} {html.escape(name)}</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:4px 8px}th{background:#eee}figure{display:inline-block;margin:1em}</style></head><body>"
-        f"<h1>{kind} {html.escape(name)}</h1><p><code>{html.escape(command)}</code></p>"
-        f"{_html_table(rows, criteria.confidence)}{figures}</body></html>",
-        encoding="utf-8",
+        f"<h1>{context.kind} {html.escape(name)}</h1><p><code>{html.escape(command)}</code></p>"
+        f"<p>{' · '.join(html.escape(f) for f in facts)}</p><p><strong>{strong}</strong></p>"
+        f"<table><tr>{header}</tr>{body}</table>{figures}</body></html>"
     )
-    for path in sorted(out.iterdir()):
-        tracker.artifact_file(parent.info.run_id, path, folder="report")
-    return out

@@ -1,70 +1,171 @@
-"""The report's four plots, drawn with matplotlib's Agg backend (no display needed)."""
+"""The report's four plots, drawn with matplotlib's Agg backend (no display needed).
+
+Every config of the sweep or study has its place on the step-time and memory plots, whatever became of it: measured
+(coloured by its rank), pruned (its first steps only), over the cap or out of memory (its measured peak, marked),
+skipped (its predicted peak, hatched as a prediction) or failed. Each plot is titled with the sweep or study, the
+device and the date, so a plot pasted elsewhere still says what it shows.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
-from pipeline.records import PHASES
-from pipeline.reporting.table import Row
+from pipeline.measure.stats import Rank  # noqa: E402
+from pipeline.records import PHASES, Status  # noqa: E402
+from pipeline.reporting.table import Row  # noqa: E402
+
+RANK_COLOURS = {Rank.WINNER: "#2a9d5c", Rank.TIE: "#e9a23b", Rank.SLOWER: "#4c72b0", Rank.UNSURE: "#8da0cb"}
+PHASE_COLOURS = dict(zip(PHASES, ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"), strict=True))
+FITS, OVER, PREDICTED, NEUTRAL = "#55a868", "#c44e52", "#bbbbbb", "#999999"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every plot says of itself: `kind` ('Sweep'/'Study'), its name, the device, the date; the cap."""
+
+    kind: str
+    name: str
+    device: str
+    date: str
+    cap_gib: float | None
+    on_cpu: bool
+
+    def title(self, what: str) -> str:
+        return f"{what}\n{self.kind} {self.name} · {self.device} · {self.date}"
 
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
-def step_times(rows: list[Row], path: Path) -> Path:
-    rows = [r for r in rows if r.median is not None]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    names = [r.name for r in rows]
-    medians = [r.median for r in rows]
-    errors = [[r.median - r.ci.low for r in rows], [r.ci.high - r.median for r in rows]]
-    ax.bar(names, medians, yerr=errors, capsize=6, color="#4c72b0")
-    ax.set_ylabel("step time (s), median and 95% CI")
-    ax.set_title("Step time per config")
+def _figure(rows: list[Row]):
+    return plt.subplots(figsize=(max(6.0, 1.1 * len(rows) + 2), 4.0))
+
+
+def _names(ax, rows: list[Row]) -> None:
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels(
+        [r.name for r in rows],
+        rotation=20 if len(rows) > 3 else 0,
+        ha="right" if len(rows) > 3 else "center",
+        fontsize=8,
+    )
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10, wrap=True)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def step_times(rows: list[Row], context: Context, confidence: float, path: Path) -> Path:
+    fig, ax = _figure(rows)
+    ax.set_title(context.title("Step time per config"), fontsize=9)
+    if not rows:
+        _empty(ax, "no config was recorded")
+        return _save(fig, path)
+    top = max((r.ci.high for r in rows if r.ci is not None), default=1.0)
+    for x, row in enumerate(rows):
+        if row.median is not None and row.ci is not None:
+            colour = RANK_COLOURS.get(row.rank, NEUTRAL)
+            ax.bar(x, row.median, color=colour, yerr=[[row.median - row.ci.low], [row.ci.high - row.median]], capsize=5)
+            if row.ci.level < confidence - 1e-12:
+                ax.text(x, row.ci.high, f"{100 * row.ci.level:.0f}% CI", ha="center", va="bottom", fontsize=7)
+        else:
+            ax.text(x, 0.02 * top, _why_no_time(row), ha="center", va="bottom", fontsize=8, rotation=90, color=OVER)
+    _names(ax, rows)
+    ax.set_ylabel(f"seconds per optimizer step\n(median, {100 * confidence:g}% interval)")
+    handles = [Patch(color=c, label=str(r)) for r, c in RANK_COLOURS.items() if any(row.rank is r for row in rows)]
+    if any(row.median is None for row in rows):
+        handles.append(Patch(color="white", label="no step time: see its label"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
-def phases(rows: list[Row], path: Path) -> Path:
+def _why_no_time(row: Row) -> str:
+    statuses = {j.status for j in row.jobs}
+    for status, text in (
+        (Status.SKIPPED, "skipped: predicted over the cap"),
+        (Status.OVER_CAP, "over the cap"),
+        (Status.OOM, "out of memory"),
+        (Status.PRUNED, "pruned as slow"),
+        (Status.FAILED, "failed"),
+        (Status.KILLED, "killed"),
+    ):
+        if status in statuses:
+            return text
+    return "no steady steps"
+
+
+def phases(rows: list[Row], context: Context, path: Path) -> Path:
     rows = [r for r in rows if r.phases]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = _figure(rows)
+    ax.set_title(context.title("Where a step goes (medians of the steady steps)"), fontsize=9)
+    if not rows:
+        _empty(ax, "no config finished steady steps")
+        return _save(fig, path)
     bottoms = [0.0] * len(rows)
     for phase in PHASES:
         values = [max(0.0, r.phases.get(phase, 0.0)) for r in rows]
-        ax.bar([r.name for r in rows], values, bottom=bottoms, label=phase)
+        ax.bar(range(len(rows)), values, bottom=bottoms, label=phase, color=PHASE_COLOURS[phase])
         bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
-    ax.set_ylabel("seconds per optimizer step (medians)")
-    ax.set_title("Where a step goes")
-    ax.legend(fontsize=8)
+    _names(ax, rows)
+    ax.set_ylabel("seconds per optimizer step")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     return _save(fig, path)
 
 
-def memory(rows: list[Row], cap_gib: float | None, path: Path) -> Path:
-    rows = [r for r in rows if r.peak_gib is not None]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar([r.name for r in rows], [r.peak_gib for r in rows], color="#55a868")
-    if cap_gib:
-        ax.axhline(cap_gib, color="#c44e52", linestyle="--", label=f"cap {cap_gib:.2f} GiB")
-        ax.legend(fontsize=8)
-    ax.set_ylabel("peak memory (GiB)")
-    ax.set_title("Peak memory per config")
+def memory(rows: list[Row], context: Context, path: Path) -> Path:
+    fig, ax = _figure(rows)
+    ax.set_title(context.title("Peak memory per config"), fontsize=9)
+    if not rows:
+        _empty(ax, "no config was recorded")
+        return _save(fig, path)
+    cap = context.cap_gib
+    for x, row in enumerate(rows):
+        if row.peak_gib is not None:
+            over = cap is not None and row.peak_gib > cap
+            ax.bar(x, row.peak_gib, color=OVER if over else FITS)
+        elif row.predicted_gib is not None:
+            ax.bar(x, row.predicted_gib, color="white", edgecolor=PREDICTED, hatch="///")
+        else:
+            ax.text(x, 0, "no peak", ha="center", va="bottom", fontsize=8, rotation=90)
+    if cap:
+        ax.axhline(cap, color=OVER, linestyle="--")
+    _names(ax, rows)
+    what = "peak resident memory of the job (CPU)" if context.on_cpu else "peak reserved + CUDA context"
+    ax.set_ylabel(f"GiB: {what}")
+    handles = [
+        Patch(color=FITS, label="measured, fits"),
+        Patch(color=OVER, label="measured, over the cap"),
+        Patch(facecolor="white", edgecolor=PREDICTED, hatch="///", label="predicted (not launched)"),
+    ]
+    if cap:
+        handles.append(plt.Line2D([], [], color=OVER, linestyle="--", label=f"cap {cap:.2f} GiB"))
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
-def losses(curves: dict[str, list[tuple[int, float]]], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for name, points in curves.items():
-        if points:
-            ax.plot([p[0] for p in points], [p[1] for p in points], label=name, alpha=0.8)
+def losses(curves: dict[str, list[tuple[int, float]]], context: Context, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(7, 4.0))
+    ax.set_title(context.title("Loss per step (the same seed and data: curves should overlap)"), fontsize=9)
+    drawn = {name: points for name, points in curves.items() if points}
+    if not drawn:
+        _empty(ax, "no job logged a loss")
+        return _save(fig, path)
+    for name, points in drawn.items():
+        ax.plot([p[0] for p in points], [p[1] for p in points], label=name, alpha=0.8)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
-    ax.set_title("Loss per step (curves should overlap)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)

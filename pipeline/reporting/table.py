@@ -49,6 +49,7 @@ class Row:
     tokens_per_s: float | None = None
     mfu: float | None = None
     peak_gib: float | None = None
+    predicted_gib: float | None = None  # a study's prediction (the only figure of a config skipped by it)
     verdict: Verdict | None = None
     phases: dict[str, float] = field(default_factory=dict)
     loss_dev: float | None = None
@@ -97,6 +98,8 @@ def comparison_rows(jobs: list[RecordedJob], criteria: Criteria) -> list[Row]:
         row.flags = list(dict.fromkeys(f for j in members for f in flags(j, criteria)))
         peaks = [j.summary.peak_gib for j in members if j.summary.peak_gib is not None]
         row.peak_gib = max(peaks) if peaks else None
+        predicted = [j.predicted_gib for j in members if j.predicted_gib is not None]
+        row.predicted_gib = max(predicted) if predicted else None
         verdicts = {j.summary.verdict for j in members}
         row.verdict = next(
             (v for v in (Verdict.OVER_CAP, Verdict.OOM, Verdict.FITS, Verdict.NO_CAP) if v in verdicts),
