@@ -8,7 +8,7 @@ import statistics
 import pytest
 
 from pipeline.config.compose import compose_job
-from pipeline.jobs.child import Job
+from pipeline.jobs import runner
 from pipeline.jobs.summary import summarize_job
 from pipeline.jobs.task import job_spec
 from pipeline.records import GIB, Status, Verdict
@@ -27,9 +27,9 @@ SETUP = [
 
 
 def run_job(tmp_path, *overrides: str):
+    """One job in its own process, as the tool runs it: a cap set in a process stays for the process's life."""
     spec = job_spec(compose_job("config", [*SETUP, *overrides]))
-    (tmp_path / "job").mkdir(parents=True, exist_ok=True)
-    return spec, Job(spec, tmp_path / "job").run()
+    return spec, runner.run_job("subprocess", spec, tmp_path / "job")
 
 
 def test_the_allocator_cap_stops_a_job_at_the_cap(tmp_path):
