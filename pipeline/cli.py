@@ -5,6 +5,7 @@ Bad input ends here with one line on stderr and exit code 2, before Hydra create
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 from collections.abc import Callable
@@ -81,7 +82,13 @@ def run_entry(
     signal.signal(signal.SIGTERM, _terminate)
     sys.argv = [sys.argv[0], *argv]
     exits.Outcome.reset()
-    main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(task)
+
+    @functools.wraps(task)
+    def guarded(cfg: Any) -> Any:
+        with exits.guard_stores("a store"):
+            return task(cfg)
+
+    main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(guarded)
     try:
         main()
     except KeyboardInterrupt:

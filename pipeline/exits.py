@@ -9,6 +9,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import sys
 from collections import Counter
 from collections.abc import Iterable
 
@@ -48,3 +52,33 @@ class Outcome:
     @classmethod
     def reset(cls) -> None:
         cls.code, cls.line = OK, None
+
+
+STORE_MODULES = ("mlflow", "sqlalchemy", "sqlite3", "optuna.storages", "optuna.exceptions", "alembic", "psycopg")
+DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+
+
+def store_failure(err: BaseException) -> str | None:
+    """What an exception says, in one line, when it is the failure of a store the run writes to (MLflow, Optuna, the
+    disk under them); None for anything else."""
+    module = type(err).__module__ or ""
+    if isinstance(err, OSError) and err.errno in DISK_ERRNOS:
+        return f"the disk is full or read-only ({os.strerror(err.errno)}): {err.filename or ''}".rstrip(": ")
+    if module.startswith(STORE_MODULES):
+        text = str(getattr(err, "orig", None) or err).strip().splitlines()
+        return f"{type(err).__name__}: {text[0] if text else ''}"
+    return None
+
+
+@contextlib.contextmanager
+def guard_stores(what: str = "the MLflow store"):
+    """A store failing at run time ends the command with one line and exit code 1; runs still open are ended by
+    the store's exit handler, as far as the store still takes writes; nothing recorded before is touched."""
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001 - classified, and re-raised when it is no store's failure
+        reason = store_failure(err)
+        if reason is None:
+            raise
+        print(f"error: {what} failed: {reason}", file=sys.stderr, flush=True)
+        raise SystemExit(FAILED) from None

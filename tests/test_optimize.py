@@ -242,3 +242,35 @@ def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
     assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
     (parent,) = [r for r in runs if r.data.tags.get("kind") == "study"]
     assert parent.info.status == "KILLED"
+
+
+def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path):
+    """A cap below what any config needs: the probes measure, every candidate is skipped by prediction, the answer
+    names the smallest need, the exit code is 3, and the storage has no best trial for Optuna or its dashboard."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.optimize",
+        "mem_cap=0.1GiB",
+        "optimize.trials=3",
+        "train.steps=4",
+        "measure.warmup_steps=1",
+        "optimize.probe_steps=2",
+    ]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=300)
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert re.search(r"nothing fits under 0\.10 GiB: the smallest need is 0\.\d\d GiB", proc.stdout), proc.stdout
+    study = _study(tmp_path)
+    trials = [t for t in study.trials if "label" in t.user_attrs]
+    assert len(trials) == 3
+    assert all(t.state == optuna.trial.TrialState.PRUNED and t.system_attrs["constraints"][0] > 0 for t in trials)
+    with pytest.raises(ValueError):
+        study.best_trial  # noqa: B018 - Optuna's own reading: no feasible trial, so no best
+    report = subprocess.run(
+        [sys.executable, "-m", "pipeline.report"], cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=300
+    )
+    assert report.returncode == 0, report.stderr[-2000:]
+    (md,) = (tmp_path / "mlruns" / "reports").glob("*/report.md")
+    text = md.read_text()
+    assert "**Nothing fits under the cap of 0.10 GiB**: the smallest need is" in text and "(predicted)" in text
+    assert text.count("| skipped") == 3

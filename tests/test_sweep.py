@@ -72,6 +72,7 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
         "pipeline.train",
         "-m",
         "train.steps=100000,6",
+        "data.num_samples=64",  # the samples repeat: no 400,000-sample dataset to build first
         "measure.warmup_steps=1",
         "train.progress_bar=false",
     ]
@@ -121,7 +122,14 @@ def test_a_job_dies_with_its_killed_parent(tmp_path, kind):
     job_tmp.mkdir()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(job_tmp)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    cmd = [sys.executable, "-m", "pipeline.train", "train.steps=100000", "train.progress_bar=false"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.train",
+        "train.steps=100000",
+        "data.num_samples=64",
+        "train.progress_bar=false",
+    ]
     parent = subprocess.Popen(
         [*cmd, f"launcher.kind={kind}"],
         cwd=tmp_path,
@@ -289,3 +297,20 @@ def test_a_failed_job_makes_the_exit_status_1_and_the_sweep_goes_on(tmp_path):
     runs = {r.data.tags["display_name"]: r for r in all_runs(client_for(tmp_path)) if r.data.tags["kind"] == "job"}
     assert runs["tiny 4x1 data=capybara"].info.status == "FAILED"
     assert runs["tiny 4x1 data=synthetic"].info.status == "FINISHED"
+
+
+def test_a_hub_dataset_out_of_reach_fails_its_job_in_seconds(tmp_path):
+    """The hub does not answer (a closed port here) and the dataset is not cached: one line, the job recorded
+    FAILED, exit status 1, in seconds rather than minutes of retries."""
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
+    started = time.time()
+    proc = run_cli("data=capybara", *FAST, cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (
+        "failed: data.name: the hub (http://127.0.0.1:9) cannot be reached, and 'trl-lib/Capybara' is not in the "
+        "local cache" in proc.stdout
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert time.time() - started < 90  # imports included; the hub check itself is a refused connection
+    (run,) = [r for r in all_runs(client_for(tmp_path)) if r.data.tags["kind"] == "job"]
+    assert run.info.status == "FAILED"

@@ -43,6 +43,14 @@ class SweepCallback(Callback):
         self.started = 0.0
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        with exits.guard_stores("the MLflow store"):
+            self._start(config)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        with exits.guard_stores("the MLflow store"):
+            self._end(config)
+
+    def _start(self, config: DictConfig) -> None:
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         overrides = list(config.hydra.overrides.task)
         jobs = expand_jobs(overrides, multirun=True)
@@ -71,7 +79,7 @@ class SweepCallback(Callback):
         eta = elapsed / self.done * (self.total - self.done) if self.total >= self.done else 0.0
         print(f"[sweep] {self.done}/{self.total} jobs done | elapsed {_clock(elapsed)} | ETA {_clock(eta)}", flush=True)
 
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+    def _end(self, config: DictConfig) -> None:
         if self.tracker is None or self.context is None:
             return
         parent_id = self.context.parent_run_id

@@ -1,0 +1,135 @@
+"""Faults past the command line: a sweep killed outright, two sweeps on one machine, a store that fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import wait_for_steps
+
+FAST = ["measure.warmup_steps=1", "train.progress_bar=false"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def _runs(folder):
+    client = MlflowClient(f"sqlite:///{folder / 'mlruns' / 'mlflow.db'}")
+    return client.search_runs([client.get_experiment_by_name("batch-split").experiment_id])
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
+    """SIGKILL the sweep process (no handler runs): its job dies with it, but its MLflow runs stay RUNNING and its
+    job folder stays behind, until the next command on the store ends them truthfully and removes the folder."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    env = _env(TMPDIR=str(jobs))
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.train", "-m", "train.steps=100000,6", "data.num_samples=64", *FAST],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    steps = wait_for_steps(jobs, 2, alive=lambda: sweep.poll() is None)
+    job = json.loads((steps.parent / "process.json").read_text())["pid"]
+    sweep.kill()
+    sweep.wait(30)
+    deadline = time.time() + 15
+    while not _gone(job):
+        assert time.time() < deadline, "the job outlived its sweep"
+        time.sleep(0.2)
+    left = {r.data.tags["kind"]: r for r in _runs(tmp_path) if r.info.status == "RUNNING"}
+    assert set(left) == {"sweep", "job"}  # what a kill leaves: nothing could end them
+    assert steps.parent.exists()
+
+    report = subprocess.run(
+        [sys.executable, "-m", "pipeline.report"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "[clean-up] ended 2 run(s) left RUNNING and removed 1 job folder(s)" in report.stdout
+    runs = {r.data.tags["kind"]: r for r in _runs(tmp_path)}
+    assert runs["sweep"].info.status == "KILLED" and runs["sweep"].data.tags["status"] == "killed"
+    assert runs["job"].info.status == "FAILED" and runs["job"].data.tags["status"] == "failed"
+    for run in runs.values():
+        assert "ended without closing it" in run.data.tags["note"]
+    assert not steps.parent.exists()
+
+
+@pytest.mark.slow
+def test_two_sweeps_on_one_machine_take_turns_on_the_device(tmp_path):
+    """Two sweeps started together on one machine (one device lock folder, as for any two commands of a machine):
+    their jobs queue for the CPU, so no two jobs ever train at the same time, and the one that waits says so."""
+    locks = tmp_path / "locks"
+    procs = []
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        folder.mkdir()
+        procs.append(
+            (
+                folder,
+                subprocess.Popen(
+                    [sys.executable, "-m", "pipeline.train", "-m", "batch.split=2x2,4x1", "train.steps=8", *FAST],
+                    cwd=folder,
+                    env=_env(BATCH_SPLIT_LOCK_DIR=str(locks)),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                ),
+            )
+        )
+    outputs = [proc.communicate(timeout=600)[0] for _, proc in procs]
+    assert all(proc.returncode == 0 for _, proc in procs), [o[-2000:] for o in outputs]
+    assert any("waiting for cpu, in use by job tiny" in o for o in outputs), outputs
+    spans = sorted(
+        (run.info.start_time, run.info.end_time)
+        for folder, _ in procs
+        for run in _runs(folder)
+        if run.data.tags["kind"] == "job"
+    )
+    assert len(spans) == 4
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert end <= start, spans  # a job's run opens after the device is its own, and ends before it lets go
+
+
+def test_a_corrupt_store_at_run_time_is_one_line_and_exit_1(tmp_path):
+    """The store breaks after the checks passed (here: the database replaced by garbage while the sweep waits for
+    its first job): one line naming the store, exit code 1, no traceback."""
+    db = tmp_path / "mlruns" / "mlflow.db"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.train", "-m", "train.steps=3,4", *FAST],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 120
+    while not (db.exists() and db.stat().st_size > 0):
+        assert time.time() < deadline and sweep.poll() is None
+        time.sleep(0.2)
+    time.sleep(1)  # the parent run exists; jobs have not started
+    db.write_bytes(b"this is not a database any more" * 100)
+    out, err = sweep.communicate(timeout=300)
+    assert sweep.returncode == 1, out[-2000:] + err[-2000:]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: the MLflow store failed"), err[-2000:]
+    assert "Traceback" not in err
