@@ -9,7 +9,7 @@ ARGS     ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow optimize report ui dashboard screenshots lint format
+.PHONY: help install demo test test-slow test-gpu optimize report ui dashboard screenshots lint format
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -31,8 +31,11 @@ demo: install ## Sweep splits 1x4,2x2,4x1 on the tiny CPU model and record them 
 test: install ## Run the default test suite (CPU, under 5 minutes)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-test-slow: install ## Run the slow tests: several processes per job, cluster launcher, shared studies
+test-slow: install ## Run the slow tests: shared studies, real PostgreSQL/SLURM/MLflow servers, a browser
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+test-gpu: install ## Run the GPU tests (a CUDA device: the allocator cap, CUDA-event phases, NVML)
+	$(BIN)/python -m pytest -m gpu $(PYTEST_ARGS)
 
 screenshots: install ## Redraw docs/mlflow-ui.png and docs/report.png (the browser test; needs chromium)
 	BATCH_SPLIT_SCREENSHOTS=docs $(BIN)/python -m pytest -m slow tests/test_ui.py $(PYTEST_ARGS)
