@@ -134,7 +134,7 @@ class OptimizeConfig:
     max_loss_dev: float = 0.05  # a config whose losses deviate more from the baseline's is no answer
     confirm: str = "auto"  # auto: re-measure the finalists when their intervals overlap; always; never
     confirm_k: int = 3  # finalists at most, the best included
-    confirm_steps: int = 12  # steps of each confirmation run (measure.warmup_steps of them left out)
+    confirm_steps: int = 12  # steady steps of each confirmation run (after measure.warmup_steps)
     confirm_rounds: int = 8  # rounds at most (each runs every finalist once, in a rotated order)
     confirm_budget_s: float = 900.0  # device seconds the round may spend
     tie_tolerance: float = 0.03  # finalists closer than this are reported equal

@@ -28,6 +28,7 @@ SOURCES = ("config", "pretrained")
 LAUNCHERS = ("forkserver", "subprocess", "torchrun")
 LORA_BIAS = ("none", "all", "lora_only")
 SAMPLERS = ("tpe", "random", "bruteforce")
+CONFIRM_MODES = ("auto", "always", "never")
 ARCH_FIELDS = (
     "hidden_size",
     "intermediate_size",
@@ -229,6 +230,13 @@ def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
     if o.prune_factor < 1.0:
         raise ConfigError("optimize.prune_factor", f"got {o.prune_factor}; accepted: a number >= 1")
     at_least("optimize.skip_margin", o.skip_margin, 0, "a number")
+    choice("optimize.confirm", o.confirm, CONFIRM_MODES)
+    at_least("optimize.confirm_k", o.confirm_k, 2)
+    at_least("optimize.confirm_steps", o.confirm_steps, 3)
+    at_least("optimize.confirm_rounds", o.confirm_rounds, 3)
+    at_least("optimize.confirm_budget_s", o.confirm_budget_s, 0, "a number")
+    in_range("optimize.tie_tolerance", o.tie_tolerance, 0.0, 0.5)
+    at_least("optimize.max_loss_dev", o.max_loss_dev, 0, "a number")
     for key, values in o.space.items():
         if key == "batch.split":
             raise ConfigError("optimize.space", "batch.split is always searched; accepted: other config keys")

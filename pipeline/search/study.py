@@ -45,7 +45,7 @@ from pipeline.records import GIB, RunKind, Status, StopRule
 from pipeline.search import trials, workers
 from pipeline.search.answer import Answer, decide, log_answer
 from pipeline.search.calibration import Calibration, knobs_of, probe_points, run_probes
-from pipeline.search.confirm import Round
+from pipeline.search.finals import confirm
 from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.space import SPLIT_KEY, Candidate, candidates, knob_space, suggest
 from pipeline.tracking import runs
@@ -100,34 +100,16 @@ class StudyDriver:
 
     # ---- bookkeeping ----------------------------------------------------------------------------------------------
     def _parent_run(self) -> str:
-        found = self.tracker.search(
-            f"tags.{runs.KIND} = 'study' and tags.{runs.STUDY} = {runs.quoted(self.name)}", limit=1
-        )
-        if found:
-            return self.tracker.reopen(found[0].info.run_id, runs.ABANDONED)
-        run_id = self.tracker.start(
-            f"study {self.name}",
-            tags={
-                runs.KIND: RunKind.STUDY,
-                runs.STUDY: self.name,
-                runs.STATUS: Status.RUNNING,
-                "overrides": " ".join(self.command),
-            },
-            abandon_tags=runs.ABANDONED,
-        )
         base = flatten(OmegaConf.to_container(self.cfg, resolve=True))
-        self.tracker.params(
-            run_id,
-            {
-                "study": self.name,
-                "cap_gib": self.cap / GIB,
-                "space": json.dumps(self.space),
-                "trials": self.o.trials,
-                "sampler": self.o.sampler,
-                **{f"base.{k}": v for k, v in base.items() if not k.startswith("optimize.")},
-            },
-        )
-        return run_id
+        params = {
+            "study": self.name,
+            "cap_gib": self.cap / GIB,
+            "space": json.dumps(self.space),
+            "trials": self.o.trials,
+            "sampler": self.o.sampler,
+            **{f"base.{k}": v for k, v in base.items() if not k.startswith("optimize.")},
+        }
+        return runs.open_study(self.tracker, self.name, " ".join(self.command), params)
 
     def _space_keys(self) -> list[str]:
         return list(self.space)
@@ -271,7 +253,7 @@ class StudyDriver:
             runner.warm_up(self.cfg.launcher.kind)
             self.calibrate(parent)
             self._loop(parent)
-            self.confirm(parent)
+            confirm(self, parent)
             status = "FINISHED"
         finally:
             workers.release_own(self.study)  # interrupted mid-trial: not decided, may run again
@@ -316,70 +298,3 @@ class StudyDriver:
                 bar.update(1)
         finally:
             bar.close()
-
-    # ---- confirmation ---------------------------------------------------------------------------------------------
-    def finalists(self) -> list[trials.TrialRecord]:
-        """The best eligible trial and the eligible trials whose intervals overlap its (at most confirm_k)."""
-        best = trials.best(self.study, self.o.max_loss_dev)
-        if best is None or self.o.confirm == "never":
-            return []
-        others = sorted(
-            (r for r in trials.eligible(self.study, self.o.max_loss_dev) if r.number != best.number),
-            key=lambda r: r.median,
-        )
-        if self.o.confirm == "auto":
-            others = [r for r in others if r.ci and best.ci and r.ci.overlaps(best.ci)]
-        chosen = [best, *others][: self.o.confirm_k]
-        return chosen if len(chosen) > 1 else []
-
-    def confirm(self, parent: str) -> None:
-        """The confirmation round, once per study (by whichever worker gets there first), stored on the study."""
-        finalists = self.finalists()
-        if not finalists or "confirmation" in self.study.user_attrs:
-            return
-        with workers.claim(self.study, self.storage, "confirmation") as mine:
-            if not mine:
-                return
-            by_label = {r.label: r for r in finalists}
-            labels = [r.label for r in finalists]
-            print(f"[study] confirmation round: {', '.join(labels)}", flush=True)
-            state = Round(labels, self.cfg.measure.confidence, self.o.tie_tolerance)
-
-            def measure(label: str, number: int) -> tuple[float | None, float]:
-                config = OmegaConf.create(OmegaConf.to_container(self.by_id[by_label[label].config_id].config))
-                config.train.steps = max(self.o.confirm_steps, config.measure.warmup_steps + 3)
-                spec = task.job_spec(config, name=label)
-                outcome = task.run(
-                    config,
-                    spec=spec,
-                    kind=RunKind.CONFIRM,
-                    parent_id=parent,
-                    run_name=f"confirm {number}: {label}",
-                    tags={runs.STUDY: self.name, "round": number},
-                )
-                ok = outcome.status is Status.OK
-                return (outcome.summary.median if ok else None), outcome.summary.seconds.get("wall", 0.0)
-
-            state.run(measure, self.o.confirm_rounds, self.o.confirm_budget_s)
-            self.gpu_seconds += state.seconds
-            self.study.set_user_attr(
-                "confirmation",
-                {
-                    "finalists": labels,
-                    "medians": state.medians,
-                    "seconds": state.seconds,
-                    "winner": state.winner(),
-                    "comparisons": [
-                        {
-                            "challenger": c.challenger,
-                            "best": c.best,
-                            "speedup": c.speedup,
-                            "low": c.low,
-                            "high": c.high,
-                            "decision": c.decision,
-                            "rounds": len(c.ratios),
-                        }
-                        for c in state.comparisons()
-                    ],
-                },
-            )

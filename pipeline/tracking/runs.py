@@ -204,6 +204,17 @@ def end_orphans(tracker: Tracker) -> int:
     return ended
 
 
+def open_study(tracker: Tracker, name: str, command: str, params: dict[str, object]) -> str:
+    """The study's parent run: reopened when the study resumes, else created with its settings as params."""
+    found = tracker.search(f"tags.{KIND} = 'study' and tags.{STUDY} = {quoted(name)}", limit=1)
+    if found:
+        return tracker.reopen(found[0].info.run_id, ABANDONED)
+    tags = {KIND: RunKind.STUDY, STUDY: name, STATUS: Status.RUNNING, "overrides": command}
+    run_id = tracker.start(f"study {name}", tags=tags, abandon_tags=ABANDONED)
+    tracker.params(run_id, params)
+    return run_id
+
+
 def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = (RunKind.JOB, RunKind.TRIAL)) -> list:
     """The runs nested under a sweep or study, as RecordedJob, oldest first (probes left out by default)."""
     jobs = []
