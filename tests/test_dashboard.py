@@ -224,3 +224,55 @@ def test_optuna_best_trial_agrees(storage):
     assert answer["user_attrs"]["status"] == "ok" and answer["state"] == "COMPLETE"
     nothing = subprocess.run([*cli, "none-fits"], capture_output=True, text=True, timeout=120)
     assert nothing.returncode == 1 and "ValueError" in nothing.stderr
+
+
+def test_the_dashboard_reads_a_real_study_as_it_printed_itself(tmp_path):
+    """A study of the pipeline itself (tiny model, every split fits): the dashboard shows every decided trial's
+    constraint as the storage holds it, and its best trial is the one the study printed as its answer."""
+    import re
+
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.optimize",
+        "mem_cap=16GiB",
+        "optimize.trials=3",
+        "train.steps=5",
+        "measure.warmup_steps=1",
+        "optimize.probe_steps=2",
+        "optimize.confirm=never",
+    ]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    printed = re.search(r"best feasible: (tiny \d+x\d+) ", proc.stdout).group(1)
+    url = f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"
+    (summary,) = [s for s in optuna.get_all_study_summaries(url) if ":" not in s.study_name]
+    stored = {t.number: t for t in optuna.load_study(study_name=summary.study_name, storage=url).trials}
+    port = _free_port()
+    server = subprocess.Popen(
+        [_script("optuna-dashboard"), url, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.time() + STARTUP_S
+        while True:
+            try:
+                shown = _study(base, summary.study_name)
+                break
+            except OSError:
+                assert server.poll() is None and time.time() < deadline, "optuna-dashboard did not answer"
+                time.sleep(0.5)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    decided = [t for t in shown["trials"] if t["state"] in ("Complete", "Pruned")]
+    assert len(decided) == 3
+    for trial in decided:
+        assert trial["constraints"] == [pytest.approx(stored[trial["number"]].system_attrs["constraints:memory_gib"])]
+    (best,) = shown["best_trials"]
+    assert stored[best["number"]].user_attrs["label"] == printed

@@ -267,3 +267,32 @@ def test_an_over_cap_step_stops_at_once():
     assert _meter_with_steps([1.0, 1.0], StopRule(cap_bytes=1)) == [None, None]  # at the cap fits
     meter = StepMeter(cuda=False, stop=StopRule(cap_bytes=1))
     assert meter._should_stop(1.0, 2, 1) is Status.OVER_CAP
+
+
+def test_predictor_takes_a_lone_points_slope_from_the_nearest_measured_setting():
+    """H200 peaks (GiB) of the knob study: compiled, bf16 adapters, no checkpointing measured once, at 1x4 (5.16);
+    its 4x1 (8.70) is predicted with the slope of the nearest setting measured twice (compiled, fp32 adapters:
+    5.38 at 1x4, 6.51 at 2x2), not with the formula's slope, which was calibrated with checkpointing (11.2 GiB)."""
+    from pipeline.measure.flops import Shape
+    from pipeline.records import GIB
+    from pipeline.search.predictor import Knobs, Predictor
+
+    shape = Shape(
+        hidden=2048, intermediate=6144, layers=28, heads=16, kv_heads=8, head_dim=128, vocab=151936, tied=True
+    )
+    predictor = Predictor(shape, 16, ["all-linear"])
+    ckpt = [(Knobs(1, 512, "fp16", True), 4.326 * GIB), (Knobs(4, 512, "fp16", True), 4.771 * GIB)]
+    predictor.calibrate(ckpt)
+
+    def knobs(micro: int, adapters: str, compile_: str) -> Knobs:
+        return Knobs(micro, 512, "bf16", False, (("train.adapter_dtype", adapters), ("train.torch_compile", compile_)))
+
+    predictor.measured = [
+        *ckpt,
+        (knobs(1, "fp32", "True"), 5.38 * GIB),
+        (knobs(2, "fp32", "True"), 6.51 * GIB),
+        (knobs(1, "compute", "True"), 5.16 * GIB),
+    ]
+    assert predictor.predict(knobs(4, "compute", "True")) / GIB == pytest.approx(8.70, rel=0.03)
+    # a setting never measured takes the nearest measured line whole (here the compiled fp32 one's)
+    assert predictor.predict(knobs(2, "fp32", "False")) / GIB == pytest.approx(6.51, rel=1e-9)

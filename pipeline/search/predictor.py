@@ -90,23 +90,27 @@ class Predictor:
         return static + self.scale * dynamic + self.offset
 
     def predict(self, knobs: Knobs) -> float:
-        """From measurements of the same setting when there are some; else from those that differ only in knobs the
-        formula has no term for (Liger, compile, adapter dtype: each moves the peak by a few percent, far less than
-        the formula's error for a setting never measured); else the calibrated formula."""
-        same = [(k.micro, peak) for k, peak in self.measured if k.same_setting(knobs)]
-        if not same:
-            same = [(k.micro, peak) for k, peak in self.measured if k.same_formula(knobs)]
-        micros = {m for m, _ in same}
-        if len(micros) >= 2:
-            slope, _ = statistics.linear_regression([float(m) for m, _ in same], [p for _, p in same])
-            mean_m = statistics.fmean(m for m, _ in same)
-            mean_p = statistics.fmean(p for _, p in same)
-            # memory never shrinks with a larger micro-batch; noise (resident memory on CPU) must not make it seem to
-            return mean_p + max(slope, 0.0) * (knobs.micro - mean_m)
-        if same:
-            micro, peak = same[0]
-            per_micro = self.scale * self.analytic(knobs)[1] / knobs.micro
-            return peak + per_micro * (knobs.micro - micro)
+        """Peak memory is linear in the micro-batch for a fixed setting, so measurements take over from the formula:
+        - its own setting measured at two micro-batches or more: the line through them (least squares);
+        - measured at one: that point, with the slope of the nearest setting measured at two (the same formula
+          knobs, the most other knobs alike: Liger, compile and the adapter dtype move the peak, but far less its
+          growth per sequence than the formula errs), else the formula's slope;
+        - never measured: the nearest measured setting's line, else the calibrated formula."""
+        same_formula = [(k, peak) for k, peak in self.measured if k.same_formula(knobs)]
+        own = [(k.micro, peak) for k, peak in same_formula if k.same_setting(knobs)]
+        if len({m for m, _ in own}) >= 2:
+            return _line(own, knobs.micro)
+        nearest = _nearest_lines(same_formula, knobs)
+        if own:
+            micro, peak = own[0]
+            slope = _slope(nearest[0]) if nearest else self.scale * self.analytic(knobs)[1] / knobs.micro
+            return peak + slope * (knobs.micro - micro)
+        if nearest:
+            return _line(nearest[0], knobs.micro)
+        points = [(k.micro, peak) for k, peak in same_formula]
+        if points:  # measured only at single micro-batches, in other settings: the nearest point, formula's slope
+            micro, peak = points[0]
+            return peak + self.scale * self.analytic(knobs)[1] / knobs.micro * (knobs.micro - micro)
         return self.formula(knobs)
 
     def calibrate(self, probes: list[tuple[Knobs, float]]) -> None:
@@ -119,3 +123,29 @@ class Predictor:
         if points:
             (s0, d0), p0 = points[0]
             self.offset = p0 - s0 - self.scale * d0
+
+
+def _slope(points: list[tuple[int, float]]) -> float:
+    """Bytes per extra sequence of a line through (micro, peak) points; never negative (resident memory on CPU is
+    noisy, and memory never shrinks with a larger micro-batch)."""
+    slope, _ = statistics.linear_regression([float(m) for m, _ in points], [p for _, p in points])
+    return max(slope, 0.0)
+
+
+def _line(points: list[tuple[int, float]], micro: int) -> float:
+    mean_m = statistics.fmean(m for m, _ in points)
+    mean_p = statistics.fmean(p for _, p in points)
+    return mean_p + _slope(points) * (micro - mean_m)
+
+
+def _nearest_lines(measured: list[tuple[Knobs, float]], knobs: Knobs) -> list[list[tuple[int, float]]]:
+    """The (micro, peak) points of every other setting measured at two micro-batches or more, nearest first (the
+    most `other` knobs alike)."""
+    settings: dict[tuple, list[tuple[int, float]]] = {}
+    for k, peak in measured:
+        if k.other != knobs.other:
+            settings.setdefault(k.other, []).append((k.micro, peak))
+    lines = [(other, points) for other, points in settings.items() if len({m for m, _ in points}) >= 2]
+    alike = dict(knobs.other)
+    lines.sort(key=lambda item: -sum(alike.get(key) == value for key, value in item[0]))
+    return [points for _, points in lines]

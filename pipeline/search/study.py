@@ -44,7 +44,7 @@ from pipeline.measure.flops import Shape
 from pipeline.records import GIB, RunKind, Status, StopRule
 from pipeline.search import trials, workers
 from pipeline.search.answer import Answer, decide, log_answer
-from pipeline.search.calibration import Calibration, knobs_of, probe_points, run_probes
+from pipeline.search.calibration import Calibration, Prober, knobs_of, probe_points
 from pipeline.search.finals import confirm
 from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.space import SPLIT_KEY, Candidate, candidates, knob_space, suggest
@@ -120,17 +120,11 @@ class StudyDriver:
         then the baseline and the probes' fastest candidate queued as the first trials."""
         with workers.claim(self.study, self.storage, "calibration") as mine:
             if mine:
-                found = run_probes(
-                    self.cfg,
-                    self.space[SPLIT_KEY],
-                    self._space_keys(),
-                    self.cap,
-                    self.name,
-                    parent,
-                    self.o.probe_steps,
-                    self._base_in_space(),
+                prober = Prober(
+                    self.cfg, list(self.space), self.cap, self.name, parent, self.o.probe_steps, self._base_in_space()
                 )
-                self.predictor.calibrate(found.probes)
+                found = prober.run(self.space)
+                self.predictor.calibrate(found.base_probes)
                 self._queue_first_trials(found)
                 self.study.set_user_attr("calibration", found.to_attr(self.predictor.scale, self.predictor.offset))
         saved = self.study.user_attrs["calibration"]
