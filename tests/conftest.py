@@ -63,6 +63,15 @@ def wait_for_steps(job_tmp: Path, steps: int = 1, timeout: float = 180, alive=No
     raise AssertionError(f"no job under {job_tmp} logged {steps} steps within {timeout:g} s")
 
 
+def process_gone(pid: int) -> bool:
+    """Exited (or a zombie waiting for a reaper that is not us)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests need a CUDA device: skipped, with the reason, where there is none."""
     from pipeline.config.hardware import cuda_device_count

@@ -36,6 +36,7 @@ fits; `optuna best-trial` answers the same trial, or exits 1 when nothing fits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -144,9 +145,9 @@ def storage(tmp_path_factory) -> str:
     return url
 
 
-@pytest.fixture(scope="module")
-def dashboard(storage):
-    """The real optuna-dashboard over the storage, as `make dashboard` starts it; its API's base address."""
+@contextlib.contextmanager
+def serving(storage: str):
+    """The real optuna-dashboard over `storage`, as `make dashboard` starts it; yields its API's base address."""
     port = _free_port()
     proc = subprocess.Popen(
         [_script("optuna-dashboard"), storage, "--host", "127.0.0.1", "--port", str(port)],
@@ -170,6 +171,12 @@ def dashboard(storage):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def dashboard(storage):
+    with serving(storage) as base:
+        yield base
 
 
 def _study(base: str, name: str) -> dict:
@@ -250,26 +257,8 @@ def test_the_dashboard_reads_a_real_study_as_it_printed_itself(tmp_path):
     url = f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"
     (summary,) = [s for s in optuna.get_all_study_summaries(url) if ":" not in s.study_name]
     stored = {t.number: t for t in optuna.load_study(study_name=summary.study_name, storage=url).trials}
-    port = _free_port()
-    server = subprocess.Popen(
-        [_script("optuna-dashboard"), url, "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}/api"
-    try:
-        deadline = time.time() + STARTUP_S
-        while True:
-            try:
-                shown = _study(base, summary.study_name)
-                break
-            except OSError:
-                assert server.poll() is None and time.time() < deadline, "optuna-dashboard did not answer"
-                time.sleep(0.5)
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=30)
+    with serving(url) as base:
+        shown = _study(base, summary.study_name)
     decided = [t for t in shown["trials"] if t["state"] in ("Complete", "Pruned")]
     assert len(decided) == 3
     for trial in decided:

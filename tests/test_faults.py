@@ -11,7 +11,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import wait_for_steps
+from tests.conftest import process_gone, wait_for_steps
 
 FAST = ["measure.warmup_steps=1", "train.progress_bar=false"]
 
@@ -25,14 +25,6 @@ def _env(**extra: str) -> dict[str, str]:
 def _runs(folder):
     client = MlflowClient(f"sqlite:///{folder / 'mlruns' / 'mlflow.db'}")
     return client.search_runs([client.get_experiment_by_name("batch-split").experiment_id])
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
@@ -54,7 +46,7 @@ def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     sweep.kill()
     sweep.wait(30)
     deadline = time.time() + 15
-    while not _gone(job):
+    while not process_gone(job):
         assert time.time() < deadline, "the job outlived its sweep"
         time.sleep(0.2)
     left = {r.data.tags["kind"]: r for r in _runs(tmp_path) if r.info.status == "RUNNING"}

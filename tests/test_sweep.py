@@ -13,7 +13,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import run_cli, wait_for_steps
+from tests.conftest import process_gone, run_cli, wait_for_steps
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 
@@ -105,15 +105,6 @@ def _job_pid(workdir) -> int:
     return json.loads((workdir / "process.json").read_text())["pid"]
 
 
-def _gone(pid: int) -> bool:
-    """Exited (or a zombie waiting for a reaper that is not us)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.parametrize("kind", ["forkserver", pytest.param("subprocess", marks=pytest.mark.slow)])
 def test_a_job_dies_with_its_killed_parent(tmp_path, kind):
     """SIGKILL the `pipeline.train` process mid-training: its job must not train on as an orphan (on a GPU it would
@@ -140,11 +131,11 @@ def test_a_job_dies_with_its_killed_parent(tmp_path, kind):
     )
     steps = wait_for_steps(job_tmp, 2, alive=lambda: parent.poll() is None)
     job = _job_pid(steps.parent)
-    assert not _gone(job), "the job ended before its parent was killed"
+    assert not process_gone(job), "the job ended before its parent was killed"
     parent.kill()
     parent.wait(30)
     deadline = time.time() + 10
-    while not _gone(job):
+    while not process_gone(job):
         assert time.time() < deadline, f"job {job} still running 10 s after its parent was killed"
         time.sleep(0.2)
 
