@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
@@ -130,9 +131,10 @@ def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: DictConfig, labe
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def clean_up(tracker: Tracker) -> None:
-    """End the runs, and remove the job folders, that killed commands left behind; say so when there were any."""
-    runs_ended, folders = runs.end_orphans(tracker), runner.remove_orphan_workdirs()
+def clean_up(tracker: Tracker, dead: Iterable[str] = ()) -> None:
+    """End the runs, and remove the job folders, that killed commands left behind (`dead`: owners known to be gone);
+    say so when there were any."""
+    runs_ended, folders = runs.end_orphans(tracker, dead), runner.remove_orphan_workdirs()
     if runs_ended or folders:
         print(
             f"[clean-up] ended {runs_ended} run(s) left RUNNING and removed {folders} job folder(s) of killed commands"
