@@ -12,6 +12,7 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 
 from tests.services import (  # noqa: F401 - fixtures for every test
+    mlflow_server,
     postgres_server,
     postgres_url,
     slurm_cluster,

@@ -7,9 +7,11 @@ copied into the test's tmp_path first. A test that needs a service this machine 
 reason (what to install).
 
 Fixtures: `postgres_server` (a `PostgresServer`), `postgres_url` (a SQLAlchemy URL to a fresh database on it),
-`slurm_cluster` and `slurm_cluster_with_accounting` (a `SlurmCluster`; SLURM_CONF points at it for the test's
-duration, so sbatch/srun/submitit reach it).
-The context managers behind them, `running_postgres` and `running_slurm`, serve a script or a session-wide fixture.
+`mlflow_server` (an `MlflowServer` on a database of that PostgreSQL server), `slurm_cluster` and
+`slurm_cluster_with_accounting` (a `SlurmCluster`; SLURM_CONF points at it for the test's duration, so
+sbatch/srun/submitit reach it).
+The context managers behind them, `running_postgres`, `running_mlflow` and `running_slurm`, serve a script or a
+session-wide fixture.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,6 +189,78 @@ def postgres_url(postgres_server: PostgresServer) -> str:
     """A SQLAlchemy URL (driver psycopg 3) to a fresh database `test` on a throwaway server, for Optuna or MLflow."""
     pytest.importorskip("psycopg", reason="no PostgreSQL driver for SQLAlchemy: pip install 'psycopg[binary]'")
     return postgres_server.url("test")
+
+
+# ---- MLflow tracking server ------------------------------------------------------------------------------------
+
+
+@dataclass
+class MlflowServer:
+    """A running `mlflow server`: the tracking URI `url` (http://127.0.0.1:port) serves runs from its backend store
+    and artifacts from the folder `artifacts`, so clients need nothing but the URL."""
+
+    url: str
+    backend: str
+    artifacts: Path
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def running_mlflow(
+    backend_uri: str, parent: Path | None = None, keep_logs_in: Path | None = None, timeout: float = 120
+) -> Iterator[MlflowServer]:
+    """Start `mlflow server` (this interpreter's MLflow) on a free loopback port, on `backend_uri`, with the
+    artifacts it serves in a new folder under `parent`; one web worker and no job runner. Yield it once /health
+    answers, then stop it (its own process group: the server and the web worker it starts) and remove the folder."""
+    root = Path(tempfile.mkdtemp(prefix="mlflow-", dir=parent))
+    log = root / "mlflow-server.log"
+    port = free_port()
+    command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri]
+    command += ["--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--workers", "1"]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    with open(log, "wb") as out:
+        server = subprocess.Popen(
+            command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        while not _answers(f"{url}/health"):
+            if server.poll() is not None or time.monotonic() > deadline:
+                reason = (
+                    f"exited with {server.returncode}" if server.poll() is not None else f"no answer in {timeout} s"
+                )
+                raise RuntimeError(f"mlflow server {reason}:\n{_tail(log)}")
+            time.sleep(0.5)
+        yield MlflowServer(url=url, backend=backend_uri, artifacts=root / "artifacts")
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        _keep_logs([log], keep_logs_in)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def mlflow_server(postgres_server: PostgresServer, tmp_path: Path) -> Iterator[MlflowServer]:
+    """An MLflow tracking server for one test, its runs in the database `mlflow` of a throwaway PostgreSQL server
+    (skipped, with the reason, where none can run); its log ends up in tmp_path."""
+    pytest.importorskip("psycopg", reason="no PostgreSQL driver for SQLAlchemy: pip install 'psycopg[binary]'")
+    with running_mlflow(postgres_server.url("mlflow"), keep_logs_in=tmp_path) as server:
+        yield server
 
 
 # ---- SLURM --------------------------------------------------------------------------------------------------------

@@ -104,6 +104,11 @@ OPTIMIZE_CASES = [
     ),
     (["mem_cap=1GiB", "optimize.sampler=grid"], "optimize.sampler: got 'grid'", "tpe, random, bruteforce"),
     (["mem_cap=1GiB", "tracking.uri=bogus://x"], "tracking.uri: got 'bogus://x'", "sqlite:///"),
+    (  # a database driver that is not installed (the cluster extra brings psycopg, not pg8000)
+        ["mem_cap=1GiB", "optimize.storage=postgresql+pg8000://u@127.0.0.1/x"],
+        "optimize.storage: 'postgresql+pg8000://u@127.0.0.1/x' needs the Python driver 'pg8000'",
+        "pip install '.[cluster]'",
+    ),
 ]
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import gzip
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,9 +154,10 @@ def profile_files(workdir: Path) -> list[Path]:
     return sorted(folder.glob("*")) if folder.is_dir() else []
 
 
-def clean_up(tracker: Tracker) -> None:
-    """End the runs, and remove the job folders, that killed commands left behind; say so when there were any."""
-    runs_ended, folders = runs.end_orphans(tracker), runner.remove_orphan_workdirs()
+def clean_up(tracker: Tracker, dead: Iterable[str] = ()) -> None:
+    """End the runs, and remove the job folders, that killed commands left behind (`dead`: owners known to be gone);
+    say so when there were any."""
+    runs_ended, folders = runs.end_orphans(tracker, dead), runner.remove_orphan_workdirs()
     if runs_ended or folders:
         print(
             f"[clean-up] ended {runs_ended} run(s) left RUNNING and removed {folders} job folder(s) of killed commands"

@@ -233,15 +233,16 @@ class StudyDriver:
 
     # ---- the loop -----------------------------------------------------------------------------------------------------
     def run(self) -> Answer:
-        stale = workers.fail_stale(self.study)
-        task.clean_up(self.tracker)
-        parent = self._parent_run()
+        dead = workers.fail_stale(self.study)
+        task.clean_up(self.tracker, dead)
+        with store_lock(self.storage):  # workers that start together find or open one parent run
+            parent = self._parent_run()
         status = "KILLED"
         try:
             print(
                 f"[study] {self.name}: {len(self.valid)} valid configs, budget {self.o.trials} trials, cap "
                 f"{self.cap / GIB:.2f} GiB; storage {self.o.storage}"
-                + (f"; {stale} stale trial(s) marked FAIL" if stale else ""),
+                + (f"; {len(dead)} stale trial(s) marked FAIL" if dead else ""),
                 flush=True,
             )
             runner.warm_up(self.cfg.launcher.kind)
@@ -262,7 +263,7 @@ class StudyDriver:
         bar = tqdm(total=budget, initial=min(len(decided), budget), desc="trials", unit="trial", dynamic_ncols=True)
         try:
             while len(workers.decided(self.study)) < budget:
-                workers.fail_stale(self.study)  # a worker that died meanwhile frees its config
+                self._fail_stale()
                 trial = self.study.ask()
                 workers.own(trial)
                 values = suggest(trial, self.space)
@@ -292,3 +293,12 @@ class StudyDriver:
                 bar.update(1)
         finally:
             bar.close()
+        self._fail_stale()  # a dead worker's config may have been measured here just now: its trial ends too
+
+    def _fail_stale(self) -> None:
+        """Between trials: mark FAIL the trials of workers sharing the study that died since (their heartbeat lapsed),
+        and end their MLflow runs."""
+        dead = workers.fail_stale(self.study)
+        if dead:
+            print(f"[study] {len(dead)} trial(s) of a dead worker marked FAIL", flush=True)
+            task.clean_up(self.tracker, dead)

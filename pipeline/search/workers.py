@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 
 import optuna
-from optuna.exceptions import DuplicatedStudyError
+from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from pipeline.liveness import HEARTBEAT_S, Owner
@@ -58,14 +58,16 @@ def claimed_earlier(study: optuna.Study, number: int, config_id: str) -> bool:
     )
 
 
-def fail_stale(study: optuna.Study) -> int:
-    """Mark FAIL the trials a dead worker left RUNNING; return how many."""
-    stale = 0
+def fail_stale(study: optuna.Study) -> list[str]:
+    """Mark FAIL the trials a dead worker left RUNNING; return their owners, one per trial (another worker may
+    have failed one first)."""
+    owners = []
     for trial in _running(study):
         if not live(trial.user_attrs):
-            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-            stale += 1
-    return stale
+            with contextlib.suppress(UpdateFinishedTrialError):
+                study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+                owners.append(trial.user_attrs.get(OWNER, ""))
+    return owners
 
 
 def release_own(study: optuna.Study) -> None:

@@ -9,6 +9,7 @@ status.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -185,15 +186,18 @@ def log_skip(
     return run_id
 
 
-def end_orphans(tracker: Tracker) -> int:
+def end_orphans(tracker: Tracker, dead: Iterable[str] = ()) -> int:
     """End the RUNNING runs of this experiment whose owner is gone (killed outright: no handler ran), with the
-    reason; return how many. A sweep or study is ended KILLED, a job FAILED. Runs of live owners are left alone."""
+    reason; return how many. A sweep or study is ended KILLED, a job FAILED. Runs of live owners are left alone;
+    `dead` names owners already known to be gone (their study trials were found stale), whatever their runs'
+    heartbeats say."""
+    dead = set(dead)
     ended = 0
     for run in tracker.search("attributes.status = 'RUNNING'"):
         tags = run.data.tags
         owner = Owner.parse(tags.get(OWNER_TAG, ""))
         heartbeat = float(tags[HEARTBEAT_TAG]) if HEARTBEAT_TAG in tags else None
-        if owner is None or owner.alive(heartbeat):
+        if owner is None or (str(owner) not in dead and owner.alive(heartbeat)):
             continue
         reason = f"its process ({owner}) ended without closing it"
         if tags.get(KIND) in (RunKind.SWEEP, RunKind.STUDY):

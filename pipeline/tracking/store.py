@@ -17,9 +17,13 @@ import os
 import tempfile
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 
+import sqlalchemy
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 from mlflow.tracking import MlflowClient
 
 from pipeline.liveness import HEARTBEAT_S, Owner
@@ -32,6 +36,7 @@ for _name in (
     logging.getLogger(_name).setLevel(logging.WARNING)
 _OPEN: dict[str, tuple[Tracker, dict[str, object]]] = {}  # run id -> (its tracker, tags to write if abandoned)
 MAX_PARAMS, MAX_METRICS, MAX_PARAM_CHARS = 100, 1000, 6000
+CREATION_LOCK = 0x62617463685F7370  # the PostgreSQL advisory lock key that serialises store creation ("batch_sp")
 
 
 def absolute_uri(uri: str) -> str:
@@ -47,20 +52,37 @@ def absolute_uri(uri: str) -> str:
     return uri
 
 
+def _scheme(uri: str) -> str:
+    return urllib.parse.urlparse(uri).scheme.split("+")[0]
+
+
 @contextlib.contextmanager
 def store_lock(uri: str):
-    """Serialise the creation of a sqlite store (its schema migrations) across processes sharing it; other stores
-    need no lock."""
-    if not uri.startswith("sqlite:///"):
-        yield
-        return
-    lock_path = Path(uri[len("sqlite://") :] + ".lock")
-    with open(lock_path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    """Serialise the creation of a store (its schema migrations, a first experiment or study) across the processes
+    sharing it, on one machine or many: a file lock next to a sqlite file, an advisory lock in a PostgreSQL database
+    (held by a connection of its own, so it goes with its holder however that ends). Several processes opening a
+    fresh database at once otherwise collide on its schema. Other stores: no lock."""
+    if uri.startswith("sqlite:///"):
+        lock_path = Path(uri[len("sqlite://") :] + ".lock")
+        with open(lock_path, "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    elif _scheme(uri) in ("postgresql", "postgres"):
+        engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
         try:
-            yield
+            with engine.connect() as connection:
+                connection.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": CREATION_LOCK})
+                try:
+                    yield
+                finally:
+                    connection.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:key)"), {"key": CREATION_LOCK})
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            engine.dispose()
+    else:
+        yield
 
 
 def _end_open_runs() -> None:
@@ -105,14 +127,24 @@ class Tracker:
             if found is None and not create:
                 raise ExperimentNotFound(f"no experiment '{experiment}' in {self.uri}")
             if found is None:
-                location = None
-                if self.uri.startswith("sqlite:"):
-                    root = Path(artifact_root).resolve()
-                    root.mkdir(parents=True, exist_ok=True)
-                    location = root.as_uri()
-                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
-            else:
-                self.experiment_id = found.experiment_id
+                found = self._create_experiment(experiment, artifact_root)
+            self.experiment_id = found.experiment_id
+
+    def _create_experiment(self, name: str, artifact_root: str):
+        """A new experiment. With a database store its artifacts go under `artifact_root` (made absolute: MLflow would
+        otherwise pick ./mlruns of whichever process created it); a tracking server keeps its own. Another process
+        may create it first (a server has no lock for it): then that one is used."""
+        location = None
+        if _scheme(self.uri) not in ("http", "https"):
+            root = Path(artifact_root).resolve()
+            root.mkdir(parents=True, exist_ok=True)
+            location = root.as_uri()
+        try:
+            self.client.create_experiment(name, artifact_location=location)
+        except MlflowException as err:
+            if err.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
+        return self.client.get_experiment_by_name(name)
 
     def start(
         self,
