@@ -29,7 +29,7 @@ def clean_state(tmp_path, monkeypatch):
     for key in ("MLFLOW_TRACKING_URI", "BATCH_SPLIT_SWEEP", "BATCH_SPLIT_HOST"):
         monkeypatch.delenv(key, raising=False)
     # device locks of this test only: tests run one at a time, but other sessions on the machine must not queue them
-    monkeypatch.setenv("BATCH_SPLIT_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("BATCH_SPLIT_LOCK_DIR", str(tmp_path.parent / f"{tmp_path.name}-locks"))
     GlobalHydra.instance().clear()
     yield
     GlobalHydra.instance().clear()

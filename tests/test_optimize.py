@@ -125,9 +125,12 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     }
     assert f"tiny {answer}" == min(measured, key=measured.get), measured
     assert grid_median[answer] <= 2.0 * grid_best, (answer, grid_median)
-    # over the cap, measured or predicted: PRUNED with a positive constraint, as optuna-dashboard reads it
+    # over the cap, measured or predicted: PRUNED with a positive constraint, as optuna-dashboard reads it (a config
+    # over the cap may also be pruned as slow first, before its peak passes the cap: it is never COMPLETE either)
     infeasible = {t.user_attrs["label"] for t in decided if t.user_attrs.get("feasible") is False}
-    assert infeasible == {"tiny 4x2", "tiny 8x1"}, infeasible
+    assert infeasible and infeasible <= {"tiny 4x2", "tiny 8x1"}, infeasible
+    over = [t for t in decided if t.user_attrs["label"] in ("tiny 4x2", "tiny 8x1")]
+    assert all(t.state == optuna.trial.TrialState.PRUNED for t in over), [(t.number, t.state) for t in over]
     for t in decided:
         if t.user_attrs["label"] in infeasible:
             assert t.state == optuna.trial.TrialState.PRUNED and t.value is None

@@ -89,8 +89,9 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     rest, _ = proc.communicate(timeout=240)
     output.append(rest)
     text = "".join(output)
-    assert proc.returncode == 0, text[-3000:]
+    assert proc.returncode == 1, text[-3000:]  # a job failed: the sweep ran the rest, and its exit status says so
     assert "2/2 jobs done" in text
+    assert text.rstrip().splitlines()[-1] == "[sweep] 1 of 2 jobs did not finish under their cap (1 failed)"
 
     runs = all_runs(client_for(tmp_path))
     jobs = {r.data.params["train.steps"]: r for r in runs if r.data.tags.get("kind") != "sweep"}
