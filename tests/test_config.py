@@ -138,3 +138,54 @@ def test_a_long_cpu_job_is_announced_with_its_estimate():
     assert 6 * 1.4e9 * 15360 * 0.8 < cpu_job_flops(big) < 6 * 1.4e9 * 15360 * 1.3
     warning = long_cpu_job_warning(compose_job("config", ["model=qwen3-1.7b", "train.steps=1000"]))
     assert warning.startswith("warning: qwen3-1.7b on the CPU: at least ") and "GFLOP/s this CPU reaches" in warning
+
+
+def test_identity_ignores_bookkeeping_and_sees_every_real_change():
+    from pipeline.config.identity import config_id
+
+    base = config_id(compose_job("config", []))
+    same = [
+        "repeat=2",
+        "repeats=3",
+        "paths.root=elsewhere",
+        "tracking.experiment=other",
+        "launcher.kind=subprocess",
+        "train.progress_bar=true",
+        "optimize.trials=99",
+    ]
+    for override in same:
+        assert config_id(compose_job("config", [override])) == base, override
+    changed = [
+        "lora.r=8",
+        "train.gradient_checkpointing=true",
+        "train.learning_rate=1e-4",
+        "batch.split=2x2",
+        "data.length=64",
+        "measure.warmup_steps=2",
+        "mem_cap=1GiB",
+    ]
+    ids = {config_id(compose_job("config", [override])) for override in changed}
+    assert len(ids) == len(changed) and base not in ids
+
+
+def test_names_say_what_varies_across_a_sweep():
+    from pipeline.config.compose import expand_jobs
+    from pipeline.config.identity import display_name, parse_override, varying_keys
+
+    jobs = expand_jobs(
+        [
+            "repeat=0,1",
+            "batch.split=4x1",
+            "train.gradient_checkpointing=true,false",
+            "train.torch_compile=false,true",
+            "lora.r=16",
+        ],
+        multirun=True,
+    )
+    keys = varying_keys(jobs)
+    assert keys == ["train.gradient_checkpointing", "train.torch_compile"]  # not the repeat, split or fixed keys
+    names = {
+        display_name("qwen3-1.7b", "4x1", [parse_override(o) for o in job if parse_override(o)[0] in keys])
+        for job in jobs
+    }
+    assert names == {f"qwen3-1.7b 4x1 ckpt={c} compile={p}" for c in ("on", "off") for p in ("on", "off")}

@@ -59,6 +59,7 @@ def _trials_so_far(cwd) -> list:
         return []
 
 
+@pytest.mark.slow
 def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     # 1. the exhaustive answer: every split through pipeline.train, then a cap between the 2x4 and 4x2 peaks
     grid = tmp_path / "grid"

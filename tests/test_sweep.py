@@ -60,6 +60,7 @@ def test_sweep_records_a_parent_run_with_three_nested_jobs(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlruns"]
 
 
+@pytest.mark.slow
 def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     """SIGKILL the first job's process mid-training: its run ends FAILED, the next job still runs and succeeds."""
     job_tmp = tmp_path / "jobs"
@@ -91,7 +92,7 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     text = "".join(output)
     assert proc.returncode == 1, text[-3000:]  # a job failed: the sweep ran the rest, and its exit status says so
     assert "2/2 jobs done" in text
-    assert text.rstrip().splitlines()[-1] == "[sweep] 1 of 2 jobs did not finish under their cap (1 failed)"
+    assert "[sweep] 1 of 2 jobs did not finish under their cap (1 failed)" in text.splitlines()
 
     runs = all_runs(client_for(tmp_path))
     jobs = {r.data.params["train.steps"]: r for r in runs if r.data.tags.get("kind") != "sweep"}
@@ -106,7 +107,8 @@ def _job_pid(workdir) -> int:
     return json.loads((workdir / "process.json").read_text())["pid"]
 
 
-@pytest.mark.parametrize("kind", ["forkserver", pytest.param("subprocess", marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["forkserver", "subprocess"])
 def test_a_job_dies_with_its_killed_parent(tmp_path, kind):
     """SIGKILL the `pipeline.train` process mid-training: its job must not train on as an orphan (on a GPU it would
     hold memory and time next to whatever runs after)."""
@@ -159,6 +161,7 @@ def _get(url: str, payload: dict | None = None) -> dict:
         return json.loads(response.read())
 
 
+@pytest.mark.slow
 def test_report_and_mlflow_server_read_back_a_sweep(tmp_path):
     """A real sweep, a report over it, then a real `mlflow server` on loopback serving its runs, metrics, artifacts."""
     proc = run_cli("-m", "batch.split=1x2,2x1", "batch.effective=2", *FAST, cwd=tmp_path)
@@ -230,6 +233,7 @@ def test_report_and_mlflow_server_read_back_a_sweep(tmp_path):
     assert server.returncode is not None
 
 
+@pytest.mark.slow
 def test_subprocess_launcher_runs_a_job_in_a_fresh_interpreter(tmp_path):
     """`launcher.kind=subprocess`: the job is `python -m pipeline.jobs.child SPEC WORKDIR`, and its record comes back."""
     from pipeline.config.compose import compose_job
@@ -245,6 +249,7 @@ def test_subprocess_launcher_runs_a_job_in_a_fresh_interpreter(tmp_path):
     assert (tmp_path / "job" / "spec.json").exists() and (tmp_path / "job" / "result.json").exists()
 
 
+@pytest.mark.slow
 def test_a_sweep_over_two_keys_names_and_ranks_every_combination(tmp_path):
     """Split x LoRA rank: four configs, four rows with names that say what differs, four identities in MLflow."""
     proc = run_cli("-m", "batch.split=2x2,4x1", "lora.r=4,8", "train.steps=4", *FAST[1:], cwd=tmp_path)
@@ -258,6 +263,7 @@ def test_a_sweep_over_two_keys_names_and_ranks_every_combination(tmp_path):
     assert all(r.data.params["config_id"] == r.data.tags["config_id"] for r in jobs)
 
 
+@pytest.mark.slow
 def test_repeats_pool_exactly_the_runs_of_one_identity(tmp_path):
     proc = run_cli("-m", "batch.split=1x4,4x1", "repeats=3", "train.steps=4", *FAST[1:], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -276,33 +282,17 @@ def test_repeats_pool_exactly_the_runs_of_one_identity(tmp_path):
 
 
 def test_a_failed_job_makes_the_exit_status_1_and_the_sweep_goes_on(tmp_path):
-    """A hub dataset offline fails its job at once with one line; the synthetic job still runs; exit status 1."""
-    proc = run_cli(
-        "-m", "data=capybara,synthetic", "train.steps=3", *FAST[1:], cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"}
-    )
+    """A hub dataset out of reach (a closed port here) and not cached fails its job at once, with one line and no
+    retries; the synthetic job still runs; the exit status is 1 and the last line says why."""
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
+    proc = run_cli("-m", "data=capybara,synthetic", "train.steps=3", *FAST[1:], cwd=tmp_path, env=env)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (
-        "[job] tiny 4x1 data=capybara: failed: data.name: 'trl-lib/Capybara' is not in the local cache" in proc.stdout
+        "[job] tiny 4x1 data=capybara: failed: data.name: the hub (http://127.0.0.1:9) cannot be reached, and "
+        "'trl-lib/Capybara' is not in the local cache" in proc.stdout
     )
     assert "Traceback" not in proc.stdout + proc.stderr
     assert proc.stdout.rstrip().splitlines()[-1] == "[sweep] 1 of 2 jobs did not finish under their cap (1 failed)"
     runs = {r.data.tags["display_name"]: r for r in all_runs(client_for(tmp_path)) if r.data.tags["kind"] == "job"}
     assert runs["tiny 4x1 data=capybara"].info.status == "FAILED"
     assert runs["tiny 4x1 data=synthetic"].info.status == "FINISHED"
-
-
-def test_a_hub_dataset_out_of_reach_fails_its_job_in_seconds(tmp_path):
-    """The hub does not answer (a closed port here) and the dataset is not cached: one line, the job recorded
-    FAILED, exit status 1, in seconds rather than minutes of retries."""
-    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0"}
-    started = time.time()
-    proc = run_cli("data=capybara", *FAST, cwd=tmp_path, env=env)
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert (
-        "failed: data.name: the hub (http://127.0.0.1:9) cannot be reached, and 'trl-lib/Capybara' is not in the "
-        "local cache" in proc.stdout
-    )
-    assert "Traceback" not in proc.stdout + proc.stderr
-    assert time.time() - started < 90  # imports included; the hub check itself is a refused connection
-    (run,) = [r for r in all_runs(client_for(tmp_path)) if r.data.tags["kind"] == "job"]
-    assert run.info.status == "FAILED"

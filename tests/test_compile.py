@@ -1,0 +1,42 @@
+"""torch.compile under the meter, on the CPU (Inductor with the system's C++ compiler): every micro-batch is timed,
+the compilation is recorded apart, and no compiling step enters the statistics. Slow: a cold compilation of the tiny
+model takes one to three minutes on two cores."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config.compose import compose_job
+from pipeline.jobs import runner
+from pipeline.jobs.summary import steady_steps, summarize_job
+from pipeline.jobs.task import job_spec
+from pipeline.records import Status
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_compiled_job_is_measured_like_any_other(tmp_path):
+    cfg = compose_job(
+        "config",
+        [
+            "batch.split=2x2",
+            "train.torch_compile=true",
+            "train.steps=8",
+            "measure.warmup_steps=2",
+            f"paths.root={tmp_path / 'mlruns'}",
+        ],
+    )
+    spec = job_spec(cfg)
+    assert spec.env["TORCHINDUCTOR_CACHE_DIR"] == str((tmp_path / "mlruns" / "compile-cache").resolve())
+    result = runner.run_job("forkserver", spec, tmp_path / "job")
+    assert result.status is Status.OK, result.error
+    compiling = [s.step for s in result.steps if s.compile_s > 0]
+    assert compiling and compiling[0] == 1  # the first forward and backward compile
+    assert result.timings["compile_s"] == pytest.approx(sum(s.compile_s for s in result.steps))
+    steady = steady_steps(result, 2)
+    assert steady and all(s.compile_s == 0 for s in steady)
+    # the meter's hooks ran eagerly on every micro-batch: two per step, each with its forward and backward timed
+    assert all(s.micro_batches == 2 and s.forward_s > 0 and s.backward_s > 0 for s in result.steps)
+    summary = summarize_job(result, 2, 0.95)
+    assert summary.seconds["compile"] > 10 * summary.median  # compilation is a fixed cost apart, not a step
+    assert any((tmp_path / "mlruns" / "compile-cache").iterdir())  # the shared cache was written
