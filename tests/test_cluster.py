@@ -175,7 +175,7 @@ def test_two_hosts_share_a_study_and_the_survivor_finishes_what_a_killed_one_lef
     assert all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
     (parent,) = [r for r in runs if r.data.tags.get("kind") == "study"]
     assert parent.info.status == "FINISHED"
-    jobs = [r for r in runs if r.data.tags.get("kind") in ("trial", "probe")]
+    jobs = [r for r in runs if r.data.tags.get("kind") in ("trial", "probe", "confirm")]
     assert len(jobs) == len(runs) - 1 and all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id for r in jobs)
     assert {r.data.tags["owner"].split(":")[0] for r in jobs} == {"host-a", "host-b"}
     by_id = {r.info.run_id: r for r in runs}
@@ -235,7 +235,6 @@ def test_a_sweep_on_slurm_records_every_job_under_one_parent(slurm_cluster, tmp_
         timeout=500,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "Submitit 'slurm' sweep" in proc.stdout + proc.stderr
     runs = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}").search_runs(["1"])
     (parent,) = [r for r in runs if r.data.tags.get("kind") == "sweep"]
     assert parent.info.status == "FINISHED"

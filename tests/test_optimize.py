@@ -202,11 +202,12 @@ def test_two_workers_share_one_study_without_duplicating_or_losing_a_config(tmp_
     assert all(w.returncode == 0 for w in workers), [o[-2000:] for o in outputs]
     study = _study(tmp_path)
     decided = [
-        t.user_attrs["label"]
+        t.user_attrs
         for t in study.get_trials()
         if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
     ]
-    assert sorted(decided) == ["batch.split=1x4", "batch.split=2x2", "batch.split=4x1"], decided
+    assert sorted(a["label"] for a in decided) == ["tiny 1x4", "tiny 2x2", "tiny 4x1"], decided
+    assert len({a["config_id"] for a in decided}) == 3, decided
     assert all("best feasible: tiny " in o for o in outputs)
 
 

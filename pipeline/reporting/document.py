@@ -14,7 +14,7 @@ from pathlib import Path
 from pipeline.measure.stats import Rank
 from pipeline.records import RecordedJob, RunKind
 from pipeline.reporting import plots
-from pipeline.reporting.table import Criteria, Row, comparison_rows, interval_text, markdown_table, num
+from pipeline.reporting.table import Criteria, Row, comparison_rows, interval_text, markdown_table, num, step_header
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -43,7 +43,18 @@ def find_parent(tracker: Tracker, sweep_id: str | None = None, study: str | None
     return max(found, key=lambda run: run.info.start_time)
 
 
-COLUMNS = ["config", "status", "step s (median [CI])", "tokens/s", "peak GiB", "predicted GiB", "cap", "rank", "notes"]
+def _columns(confidence: float) -> list[str]:
+    return [
+        "config",
+        "status",
+        step_header(confidence),
+        "tokens/s",
+        "peak GiB",
+        "predicted GiB",
+        "cap",
+        "rank",
+        "notes",
+    ]
 
 
 def _cells(r: Row, confidence: float) -> list[str]:
@@ -112,7 +123,7 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
         f"Intervals: {100 * criteria.confidence:g}% unless a row says less",
     ]
     headline = verdict_line(rows, context.cap_gib)
-    table = markdown_table([COLUMNS, *(_cells(r, criteria.confidence) for r in rows)])
+    table = markdown_table([_columns(criteria.confidence), *(_cells(r, criteria.confidence) for r in rows)])
     md = [f"# {context.kind} {name}", "", f"`{command}`", "", " · ".join(facts), "", headline, "", table, ""]
     md += [f"![{title}]({path.name})" for title, path in images.items()]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
@@ -134,7 +145,7 @@ def _context(tracker: Tracker, parent, name: str, jobs: list[RecordedJob]) -> pl
 
 
 def _html(context, name, command, facts, headline, rows, images, criteria) -> str:
-    header = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
+    header = "".join(f"<th>{html.escape(c)}</th>" for c in _columns(criteria.confidence))
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r, criteria.confidence)) + "</tr>" for r in rows
     )

@@ -131,12 +131,16 @@ def interval_text(median: float, ci: Interval, confidence: float) -> str:
     return text
 
 
+def step_header(confidence: float) -> str:
+    return f"step s (median [{100 * confidence:g}% CI])"
+
+
 def format_table(rows: list[Row], criteria: Criteria) -> str:
     confidence = criteria.confidence
     header = [
         "config",
         "status",
-        f"step s (median [{100 * confidence:g}% CI])",
+        step_header(confidence),
         "tokens/s",
         "MFU",
         "peak GiB",

@@ -15,7 +15,15 @@ from optuna.trial import TrialState
 from pipeline import exits
 from pipeline.config.identity import parse_override
 from pipeline.records import GIB, RunKind, Status
-from pipeline.reporting.table import Criteria, comparison_rows, format_table, interval_text, markdown_table, num
+from pipeline.reporting.table import (
+    Criteria,
+    comparison_rows,
+    format_table,
+    interval_text,
+    markdown_table,
+    num,
+    step_header,
+)
 from pipeline.search import trials
 from pipeline.search.confirm import Comparison, Decision
 from pipeline.search.trials import TrialRecord
@@ -79,7 +87,7 @@ def format_trials(records: list[TrialRecord], confidence: float, baseline: Trial
         "#",
         "config",
         "status",
-        f"step s (median [{100 * confidence:g}% CI])",
+        step_header(confidence),
         "peak GiB",
         "predicted GiB",
         "fits",
