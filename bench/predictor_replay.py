@@ -37,7 +37,9 @@ def main() -> None:
     study = optuna.load_study(study_name=name, storage=storage)
     cfg = compose_job("config", overrides)
     calibration = study.user_attrs["calibration"]
-    predictor = Predictor(Shape.from_model(OmegaConf.to_container(cfg.model)), cfg.lora.r, list(cfg.lora.target_modules))
+    predictor = Predictor(
+        Shape.from_model(OmegaConf.to_container(cfg.model)), cfg.lora.r, list(cfg.lora.target_modules)
+    )
     predictor.scale, predictor.offset = calibration["scale"], calibration["offset"]
     measured = probe_points(calibration)
     errors = []
@@ -51,8 +53,10 @@ def main() -> None:
         error = (predicted - record.peak_gib) / record.peak_gib
         errors.append(abs(error))
         stored = record.predicted_gib
-        print(f"{record.label:70s} measured {record.peak_gib:6.2f}  now {predicted:6.2f} ({100 * error:+5.1f}%)"
-              f"  as run {stored:6.2f} ({100 * (stored - record.peak_gib) / record.peak_gib:+5.1f}%)")
+        print(
+            f"{record.label:70s} measured {record.peak_gib:6.2f}  now {predicted:6.2f} ({100 * error:+5.1f}%)"
+            f"  as run {stored:6.2f} ({100 * (stored - record.peak_gib) / record.peak_gib:+5.1f}%)"
+        )
         measured.append((k, record.peak_gib * GIB))
     print(f"{len(errors)} trials: mean {100 * sum(errors) / len(errors):.1f}%, max {100 * max(errors):.1f}%")
 
