@@ -65,3 +65,28 @@ def test_the_interval_of_the_gain_covers_it_as_often_as_it_says(rounds):
         covered += c.low <= 1.1 <= c.high
     error = 4 * (0.95 * 0.05 / trials) ** 0.5
     assert abs(covered / trials - 0.95) <= error, covered / trials
+
+
+@pytest.mark.parametrize("order", [["A", "B"], ["B", "A"]])
+def test_the_answers_ratio_to_the_baseline_is_the_paired_one_when_both_were_finalists(order):
+    """The search measured the answer A and the baseline B once each, on a machine that happened to be 25% slower
+    for B; the round pairs them (A is truly 1.08x faster) and the answer's ratio is the round's, whichever of the two
+    the round started from, not the one-job-each ratio of 1.35x."""
+    from optuna.trial import TrialState
+
+    from pipeline.search.answer import confirmed_speedup, speedup
+    from pipeline.search.finals import record
+    from pipeline.search.trials import TrialRecord
+
+    state = Round(order, confidence=0.95, tolerance=0.03)
+    state.run(machine(random.Random(3), {"A": 1.0, "B": 1.08}, drift=0.3, noise=0.01), rounds=12, budget_s=1e9)
+    assert state.winner() == "A"
+    best = TrialRecord(0, TrialState.COMPLETE, label="A", median=1.0, step_times=(0.99, 1.0, 1.01) * 4)
+    baseline = TrialRecord(1, TrialState.COMPLETE, label="B", median=1.35, step_times=(1.34, 1.35, 1.36) * 4)
+    assert speedup(best, baseline, 0.95).low > 1.3  # what one job each would claim
+
+    gain = confirmed_speedup(best, baseline, record(state, order))
+    assert gain is not None and gain.low < 1.08 < gain.high and abs(gain.ratio / 1.08 - 1) < 0.03, gain
+    assert gain.text(0.95).startswith(f"{gain.ratio:.2f}x the baseline's tokens/s") and "paired over" in gain.text(0.95)
+    other = TrialRecord(2, TrialState.COMPLETE, label="C", median=1.2, step_times=(1.2,) * 12)
+    assert confirmed_speedup(best, other, record(state, order)) is None

@@ -38,18 +38,20 @@ BOOTSTRAP = 2000
 
 @dataclass(frozen=True)
 class Speedup:
-    """The answer's tokens/s over the baseline's: the baseline's median step time over the answer's, with a
-    bootstrap interval over both jobs' steady steps."""
+    """The answer's tokens/s over the baseline's, with an interval and where it comes from: the paired rounds of
+    the confirmation round when both were finalists (drift between processes cancels), else a bootstrap over the
+    steady steps of one job each (step-to-step noise only)."""
 
     ratio: float
     low: float
     high: float
     baseline: TrialRecord
+    source: str
 
     def text(self, confidence: float) -> str:
         return (
-            f"{self.ratio:.2f}x the baseline's tokens/s [{self.low:.2f}, {self.high:.2f}] ({100 * confidence:g}%; "
-            f"baseline {self.baseline.label}: {self.baseline.median:.4f} s/step)"
+            f"{self.ratio:.2f}x the baseline's tokens/s [{self.low:.2f}, {self.high:.2f}] ({100 * confidence:g}%, "
+            f"{self.source}; baseline {self.baseline.label}: {self.baseline.median:.4f} s/step)"
         )
 
 
@@ -61,7 +63,20 @@ def speedup(best: TrialRecord, baseline: TrialRecord, confidence: float, seed: i
         for _ in range(BOOTSTRAP)
     )
     tail = int((1 - confidence) / 2 * BOOTSTRAP)
-    return Speedup(baseline.median / best.median, ratios[tail], ratios[-tail - 1], baseline)
+    return Speedup(baseline.median / best.median, ratios[tail], ratios[-tail - 1], baseline, "one job each")
+
+
+def confirmed_speedup(best: TrialRecord, baseline: TrialRecord, confirmation: dict | None) -> Speedup | None:
+    """The best's speedup over the baseline from the confirmation round's paired comparison of the two, if it has
+    one (a comparison is always of a challenger with the round's first finalist, in either role here)."""
+    for c in (confirmation or {}).get("comparisons", []):
+        pair = (c["challenger"], c["best"])
+        source = f"paired over {c['rounds']} confirmation rounds"
+        if pair == (best.label, baseline.label):
+            return Speedup(c["speedup"], c["low"], c["high"], baseline, source)
+        if pair == (baseline.label, best.label):
+            return Speedup(1 / c["speedup"], 1 / c["high"], 1 / c["low"], baseline, source)
+    return None
 
 
 @dataclass(frozen=True)
@@ -183,9 +198,14 @@ def decide(driver: StudyDriver) -> Answer:
             f"  {command}",
             f"  {sft_call(best.sft_kwargs)}",
         ]
-        if baseline is not None and baseline.step_times and best.step_times:
-            gain = speedup(best, baseline, confidence)
-            lines.append(f"  {gain.text(confidence)}")
+        if baseline is not None and baseline.label == best.label:
+            lines.append("  the baseline itself (the command line's config) is the fastest that fits")
+        elif baseline is not None:
+            gain = confirmed_speedup(best, baseline, confirmation)
+            if gain is None and baseline.step_times and best.step_times:
+                gain = speedup(best, baseline, confidence)
+            if gain is not None:
+                lines.append(f"  {gain.text(confidence)}")
         code = exits.OK
     else:
         needs = [r.predicted_gib for r in records if r.predicted_gib is not None]

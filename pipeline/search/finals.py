@@ -62,24 +62,26 @@ def confirm(driver: StudyDriver, parent: str) -> None:
 
         state.run(measure, driver.o.confirm_rounds, driver.o.confirm_budget_s)
         driver.gpu_seconds += state.seconds
-        driver.study.set_user_attr(
-            "confirmation",
+        driver.study.set_user_attr("confirmation", record(state, labels))
+
+
+def record(state: Round, labels: list[str]) -> dict:
+    """The round as the study keeps it (a JSON user attribute), for the answer of whichever worker reads it."""
+    return {
+        "finalists": labels,
+        "medians": state.medians,
+        "seconds": state.seconds,
+        "winner": state.winner(),
+        "comparisons": [
             {
-                "finalists": labels,
-                "medians": state.medians,
-                "seconds": state.seconds,
-                "winner": state.winner(),
-                "comparisons": [
-                    {
-                        "challenger": c.challenger,
-                        "best": c.best,
-                        "speedup": c.speedup,
-                        "low": c.low,
-                        "high": c.high,
-                        "decision": c.decision,
-                        "rounds": len(c.ratios),
-                    }
-                    for c in state.comparisons()
-                ],
-            },
-        )
+                "challenger": c.challenger,
+                "best": c.best,
+                "speedup": c.speedup,
+                "low": c.low,
+                "high": c.high,
+                "decision": c.decision,
+                "rounds": len(c.ratios),
+            }
+            for c in state.comparisons()
+        ],
+    }

@@ -27,8 +27,11 @@ parent run for the study.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import random
+import sys
 import time
 
 import optuna
@@ -85,6 +88,7 @@ class StudyDriver:
         self.command = [o for o in command if o.partition("=")[0].lstrip("+~") not in searched]
         self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
         self.storage = storage = absolute_uri(self.o.storage)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the study's own lines say what it opened
         with store_lock(storage):
             self.study = optuna.create_study(
                 study_name=self.name,
@@ -260,40 +264,52 @@ class StudyDriver:
     def _loop(self, parent: str) -> None:
         budget = min(self.o.trials, len(self.valid))
         decided = workers.decided(self.study)
-        bar = tqdm(total=budget, initial=min(len(decided), budget), desc="trials", unit="trial", dynamic_ncols=True)
-        try:
-            while len(workers.decided(self.study)) < budget:
-                self._fail_stale()
-                trial = self.study.ask()
-                workers.own(trial)
-                values = suggest(trial, self.space)
-                candidate = next((c for c in self.valid if c.values == values), None)
-                taken = workers.taken(self.study, trial.number)
-                if candidate is None or candidate.config_id in taken:
-                    # already decided (or not a valid combination): close it, and steer the next ask to a new config
-                    trial.set_user_attr("duplicate_of", " ".join(f"{k}={v}" for k, v in values))
-                    self.study.tell(trial, state=TrialState.FAIL)
-                    remaining = [c for c in self.valid if c.config_id not in taken]
-                    if not remaining:
-                        break  # everything is decided or being measured by another worker
-                    # the sampler keeps proposing what is known once the space is nearly decided: hand it an
-                    # undecided config (drawn, so no order of the space is favoured)
-                    pick = random.Random(self.o.seed * 100_003 + trial.number).choice(remaining)
-                    self.study.enqueue_trial(pick.params, skip_if_exists=False)
-                    continue
-                # the claim: workers sharing the study see the config taken from here on
-                trials.write(trial, {trials.LABEL: candidate.label, trials.CONFIG_ID: candidate.config_id})
-                if workers.claimed_earlier(self.study, trial.number, candidate.config_id):
-                    self.study.tell(trial, state=TrialState.FAIL)  # another worker asked for it first
-                    continue
-                started = time.time()
-                with workers.trial_heartbeat(self.study, trial):
-                    self.evaluate(trial, candidate, parent)
-                bar.set_postfix_str(f"{candidate.label}: {time.time() - started:.0f} s")
-                bar.update(1)
-        finally:
-            bar.close()
+        # on a terminal only (disable=None): a log or a pipe gets the lines without the bar's redraws
+        bar = tqdm(
+            total=budget,
+            initial=min(len(decided), budget),
+            desc="trials",
+            unit="trial",
+            dynamic_ncols=True,
+            disable=None,
+        )
+        above = contextlib.nullcontext() if bar.disable else contextlib.redirect_stdout(_AboveBar(sys.stdout))
+        with above, bar:
+            while len(workers.decided(self.study)) < budget and self._next_trial(parent, bar):
+                pass
         self._fail_stale()  # a dead worker's config may have been measured here just now: its trial ends too
+
+    def _next_trial(self, parent: str, bar: tqdm) -> bool:
+        """Ask the sampler for a config and decide it; False once every config is decided or taken by a worker."""
+        self._fail_stale()
+        trial = self.study.ask()
+        workers.own(trial)
+        values = suggest(trial, self.space)
+        candidate = next((c for c in self.valid if c.values == values), None)
+        taken = workers.taken(self.study, trial.number)
+        if candidate is None or candidate.config_id in taken:
+            # already decided (or not a valid combination): close it, and steer the next ask to a new config
+            trial.set_user_attr("duplicate_of", " ".join(f"{k}={v}" for k, v in values))
+            self.study.tell(trial, state=TrialState.FAIL)
+            remaining = [c for c in self.valid if c.config_id not in taken]
+            if not remaining:
+                return False  # everything is decided or being measured by another worker
+            # the sampler keeps proposing what is known once the space is nearly decided: hand it an
+            # undecided config (drawn, so no order of the space is favoured)
+            pick = random.Random(self.o.seed * 100_003 + trial.number).choice(remaining)
+            self.study.enqueue_trial(pick.params, skip_if_exists=False)
+            return True
+        # the claim: workers sharing the study see the config taken from here on
+        trials.write(trial, {trials.LABEL: candidate.label, trials.CONFIG_ID: candidate.config_id})
+        if workers.claimed_earlier(self.study, trial.number, candidate.config_id):
+            self.study.tell(trial, state=TrialState.FAIL)  # another worker asked for it first
+            return True
+        started = time.time()
+        with workers.trial_heartbeat(self.study, trial):
+            self.evaluate(trial, candidate, parent)
+        bar.set_postfix_str(f"{candidate.label}: {time.time() - started:.0f} s")
+        bar.update(1)
+        return True
 
     def _fail_stale(self) -> None:
         """Between trials: mark FAIL the trials of workers sharing the study that died since (their heartbeat lapsed),
@@ -302,3 +318,20 @@ class StudyDriver:
         if dead:
             print(f"[study] {len(dead)} trial(s) of a dead worker marked FAIL", flush=True)
             task.clean_up(self.tracker, dead)
+
+
+class _AboveBar(io.TextIOBase):
+    """stdout while the trials' bar is on a terminal: each whole line is written above the bar (tqdm.write), so
+    the job lines and the bar do not share a line."""
+
+    def __init__(self, out) -> None:
+        self.out, self.pending = out, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            tqdm.write(line, file=self.out)
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
