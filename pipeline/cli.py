@@ -47,20 +47,29 @@ def run_entry(
     argv: list[str] | None = None,
     extra_check: Callable[[Any], None] | None = None,
     base_overrides: list[str] | None = None,
+    sweeps: bool = True,
 ) -> None:
     """Precheck `argv` (default sys.argv[1:]) for `config_name` (and `extra_check` on every job's config), then run
     `task` through hydra.main, as `python -m prog`. `base_overrides` go first unless the command line sets the same key. `doc` (the entry
-    module's docstring: a summary, a blank line, example commands) is the start of `--help`."""
+    module's docstring: a summary, a blank line, example commands) is the start of `--help`. `sweeps`: whether the
+    entry takes -m (a study searches its own space: it does not)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     register_configs()
     args, _ = get_args_parser().parse_known_args(argv)
     if args.help:
-        print(help_text(prog, doc))
+        print(help_text(prog, doc, sweeps))
         sys.exit(exits.OK)
     informational = args.hydra_help or args.cfg or args.info or args.shell_completion
     given = {o.split("=", 1)[0].lstrip("+~") for o in args.overrides}
     base = [o for o in base_overrides or [] if o.split("=", 1)[0] not in given]
     overrides, multirun = _with_repeats([*base, *args.overrides], bool(args.multirun))
+    if multirun and not sweeps:
+        print(
+            f"error: -m: {prog} runs one study, which searches optimize.space itself; accepted: the command without "
+            "-m and without repeats, once per study",
+            file=sys.stderr,
+        )
+        sys.exit(exits.BAD_INPUT)
     if informational:
         argv = [*[a for a in argv if a not in args.overrides], *overrides]
     else:

@@ -45,6 +45,7 @@ def main() -> None:
         __doc__,
         extra_check=check_study,
         base_overrides=["batch.split='1x${div:${batch.effective},${world_size}}'"],
+        sweeps=False,
     )
 
 

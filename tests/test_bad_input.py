@@ -73,6 +73,7 @@ CASES = [
     (["train.foo=1"], "train.foo: unknown key", "steps, max_length"),
     (["+train.foo=1"], "train.foo: unknown key", "steps"),
     (["+colour=red"], "colour: unknown key", "batch, data"),
+    (["~model"], "model: required but not set", "accepted: model=pretrained or model=qwen3-0.6b"),
     (["measure.warmup_steps=30"], "measure.warmup_steps: 30 leaves no steady step", "accepted: 0 to 29"),
     (["repeats=0"], "repeats: got 0", "a whole number >= 1"),
     (["launcher.kind=ssh"], "launcher.kind: got 'ssh'", "forkserver, subprocess"),
@@ -103,6 +104,13 @@ OPTIMIZE_CASES = [
         "fp32",
     ),
     (["mem_cap=1GiB", "optimize.sampler=grid"], "optimize.sampler: got 'grid'", "tpe, random, bruteforce"),
+    (["-m", "mem_cap=1GiB"], "-m: pipeline.optimize runs one study", "without -m"),
+    (["mem_cap=1GiB", "repeats=3"], "-m: pipeline.optimize runs one study", "without repeats"),
+    (
+        ["mem_cap=1GiB", "optimize.space={train.dtype: [fp32]}"],
+        "optimize.space: Hydra adds no key",
+        "'++optimize.space=",
+    ),
     (["mem_cap=1GiB", "tracking.uri=bogus://x"], "tracking.uri: got 'bogus://x'", "sqlite:///"),
     (  # a database driver that is not installed (the cluster extra brings psycopg, not pg8000)
         ["mem_cap=1GiB", "optimize.storage=postgresql+pg8000://u@127.0.0.1/x"],
@@ -181,7 +189,11 @@ def test_help_says_what_the_tool_does_and_lists_real_options(tmp_path):
     assert "usage: python -m pipeline.train" in out and "_schema" not in out
     assert "  gpu         a10, a100-40gb, a100-80gb, auto, cpu, h100, h200, l4, t4;" in out
     assert "python -m pipeline.train -m batch.split=1x4,2x2,4x1" in out and "Exit status: 0" in out
+    assert "  measure     keys: warmup_steps, confidence," in out  # the sections' keys too
+    assert "sweep_id" not in out and "repeat," not in out  # bookkeeping the tool sets itself
     assert list(tmp_path.iterdir()) == []
+    study = run_cli("--help", cwd=tmp_path, module="pipeline.optimize").stdout
+    assert "usage: python -m pipeline.optimize [group=option ...]" in study and "-m runs a sweep" not in study
 
 
 def test_cfg_job_prints_the_composed_config(tmp_path):

@@ -279,3 +279,13 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     text = md.read_text()
     assert "**Nothing fits under the cap of 0.10 GiB**: the smallest need is" in text and "(predicted)" in text
     assert text.count("| skipped") == 3
+    assert "Device: device not recorded" not in text and "Device: " in text  # the probes ran on it
+    missing = subprocess.run(
+        [sys.executable, "-m", "pipeline.report", "--study", "nope"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=300,
+    )
+    assert missing.returncode == 2 and "run one first: python -m pipeline.optimize" in missing.stderr, missing.stderr

@@ -27,7 +27,7 @@ from omegaconf.errors import (
 )
 
 from pipeline.config.errors import ConfigError
-from pipeline.config.schema import GROUPS, Config, register_configs
+from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, register_configs
 from pipeline.config.validate import validate
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -38,6 +38,11 @@ _TYPE_WORDS = {
     "Boolean": "true or false",
     "String": "a string",
 }
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group: its files in conf/."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
 def expand_jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -61,15 +66,18 @@ def compose_job(config_name: str, overrides: list[str]) -> DictConfig:
         raise translate(err) from None
     finally:
         GlobalHydra.instance().clear()
-    _check_known_keys(cfg)
+    try:
+        _check_known_keys(cfg)
+    except OmegaConfBaseException as err:  # a group deleted with ~group
+        raise translate(err) from None
     return cfg
 
 
 def _check_known_keys(cfg: DictConfig) -> None:
     """`+key=value` can add keys the schema lacks; refuse them like any unknown key."""
-    allowed = {f.name for f in dataclasses.fields(Config)}
+    allowed = {f.name for f in dataclasses.fields(Config)} - set(INTERNAL_KEYS)
     for key in cfg:
-        if key not in allowed:
+        if key not in allowed and key not in INTERNAL_KEYS:
             raise ConfigError(str(key), f"unknown key; accepted keys here: {', '.join(sorted(allowed))}")
     for group, schema in GROUPS.items():
         fields = {f.name for f in dataclasses.fields(schema)}
@@ -107,8 +115,16 @@ def translate(err: BaseException) -> ConfigError:
     if isinstance(cause, OmegaConfBaseException):
         key = getattr(cause, "full_key", None) or _key_from_message(str(err)) or "config"
         if isinstance(cause, MissingMandatoryValue):
-            return ConfigError(key, "required but not set; give it on the command line, e.g. " + f"{key}=...")
+            options = group_options(key) if key in GROUPS else []
+            accepted = " or ".join(f"{key}={o}" for o in options) if options else f"{key}=..."
+            return ConfigError(key, f"required but not set; accepted: {accepted}")
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and re.search(r"not in (struct|')", str(cause)):
+            if key.startswith("optimize.space."):
+                return ConfigError(
+                    "optimize.space",
+                    "Hydra adds no key to it with '='; accepted: '++optimize.space={train.dtype:[fp16,bf16],...}' "
+                    "(the whole space, config keys with their candidate values)",
+                )
             return ConfigError(key, f"unknown key; accepted keys here: {', '.join(_keys_near(key))}")
         if isinstance(cause, ValidationError):
             return ConfigError(key, _type_message(str(cause)))
@@ -133,7 +149,7 @@ def _keys_near(full_key: str) -> list[str]:
     schema = GROUPS.get(parent.split(".")[0]) if parent else Config
     if schema is None:
         return ["see conf/"]
-    return [f.name for f in dataclasses.fields(schema)]
+    return [f.name for f in dataclasses.fields(schema) if schema is not Config or f.name not in INTERNAL_KEYS]
 
 
 def _type_message(message: str) -> str:

@@ -5,33 +5,35 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeline.config.compose import CONF_DIR
-from pipeline.config.schema import GROUPS, Config
+from pipeline.config.compose import group_options
+from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config
 
 GROUP_ORDER = ("model", "lora", "gpu", "batch", "data", "train", "optimize", "experiment")
 
 
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
-
-
-def help_text(prog: str, doc: str) -> str:
-    """The help of `python -m prog`, its module docstring `doc` first."""
+def help_text(prog: str, doc: str, sweeps: bool = True) -> str:
+    """The help of `python -m prog`, its module docstring `doc` first; `sweeps`: whether it takes -m."""
     summary, _, examples = doc.strip().partition("\n\n")
-    lines = [summary.strip(), "", f"usage: python -m {prog} [-m] [group=option ...] [key=value ...]", ""]
+    usage = f"usage: python -m {prog} {'[-m] ' if sweeps else ''}[group=option ...] [key=value ...]"
+    lines = [summary.strip(), "", usage, ""]
     lines.append("Config groups (group=option):")
     for group in GROUP_ORDER:
         fields = ""
         if group in GROUPS:
             fields = "; keys: " + ", ".join(f.name for f in dataclasses.fields(GROUPS[group]))
         lines.append(f"  {group:<11} {', '.join(group_options(group))}{fields}")
-    top = [f.name for f in dataclasses.fields(Config) if f.name not in GROUPS and f.name not in ("repeat", "sweep_id")]
-    lines += ["", "Top-level keys: " + ", ".join(top), "", "Examples:"]
+    top = [f for f in dataclasses.fields(Config) if f.name not in GROUPS and f.name not in INTERNAL_KEYS]
+    nested = [f for f in top if dataclasses.is_dataclass(f.default_factory)]
+    lines += ["", "Other sections (section.key=value):"]
+    lines += [
+        f"  {f.name:<11} keys: {', '.join(k.name for k in dataclasses.fields(f.default_factory))}" for f in nested
+    ]
+    lines += ["", "Top-level keys: " + ", ".join(f.name for f in top if f not in nested), "", "Examples:"]
     lines += [f"  {line.strip()}" for line in examples.strip().splitlines() if line.strip()]
     lines += [
         "",
-        "-m runs a sweep (one isolated job per combination); --cfg job prints the composed config; "
-        "--hydra-help shows Hydra's own options.",
+        ("-m runs a sweep (one isolated job per combination); " if sweeps else "")
+        + "--cfg job prints the composed config; --hydra-help shows Hydra's own options.",
         "Exit status: 0 all jobs finished under their cap, 1 a job failed or went over it, 2 bad input, "
         "3 nothing fits (optimize), 130 interrupted.",
     ]

@@ -181,6 +181,8 @@ class Config:
     sweep_id: str | None = None
 
 
+INTERNAL_KEYS = ("repeat", "sweep_id")  # set by the tool itself (repeats, the sweep callback), never by a user
+
 GROUPS: dict[str, type] = {
     "model": ModelConfig,
     "lora": LoraConfig,

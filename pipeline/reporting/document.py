@@ -39,7 +39,8 @@ def find_parent(tracker: Tracker, sweep_id: str | None = None, study: str | None
         found += tracker.search(query, newest_first=True, limit=1)
     if not found:
         what = f"sweep '{sweep_id}'" if sweep_id else f"study '{study}'" if study else "any sweep or study"
-        raise ReportError(f"no record of {what} in {tracker.uri}; run one first: python -m pipeline.train -m ...")
+        first = "python -m pipeline.optimize ..." if study and not sweep_id else "python -m pipeline.train -m ..."
+        raise ReportError(f"no record of {what} in {tracker.uri}; run one first: {first}")
     return max(found, key=lambda run: run.info.start_time)
 
 
@@ -137,10 +138,12 @@ def _context(tracker: Tracker, parent, name: str, jobs: list[RecordedJob]) -> pl
     kind = "Study" if parent.data.tags.get(runs.KIND) == RunKind.STUDY else "Sweep"
     caps = [j.summary.memory_gib["cap"] for j in jobs if "cap" in j.summary.memory_gib]
     cap = max(caps) if caps else (float(parent.data.params["cap_gib"]) if "cap_gib" in parent.data.params else None)
-    devices = [tracker.run(j.run_id).data.params.get("device_name") for j in jobs[:5]]
-    device = next((d for d in devices if d), "device not recorded")
+    # every run under the parent, probes and confirmation jobs too: a study whose trials were all skipped by
+    # prediction still ran its probes on the device
+    params = [r.data.params for r in tracker.search(f"tags.mlflow.parentRunId = {runs.quoted(parent.info.run_id)}")]
+    device = next((p["device_name"] for p in params if p.get("device_name")), "device not recorded")
     date = datetime.datetime.fromtimestamp(parent.info.start_time / 1000).strftime("%Y-%m-%d %H:%M")
-    on_cpu = not any(tracker.run(j.run_id).data.params.get("device") == "cuda" for j in jobs[:5])
+    on_cpu = not any(p.get("device") == "cuda" for p in params)
     return plots.Context(kind, name, device, date, cap, on_cpu)
 
 

@@ -110,7 +110,8 @@ def format_trials(records: list[TrialRecord], confidence: float, baseline: Trial
         "note",
     ]
     lines: list[list[object]] = [header]
-    for r in sorted(records, key=lambda r: (r.median is None, r.median or 0.0)):
+    # measured in full first, by step time; then pruned, over the cap, skipped, failed
+    for r in sorted(records, key=lambda r: (r.status is not Status.OK, r.median is None, r.median or 0.0)):
         if r.median is None or r.ci is None:
             step = "-"
         elif r.status is Status.OK:
@@ -120,7 +121,7 @@ def format_trials(records: list[TrialRecord], confidence: float, baseline: Trial
         fits = {True: "yes", False: "no", None: "-"}[r.feasible]
         if r.status is Status.SKIPPED:
             fits = "no (predicted)"
-        note = "baseline" if r.role == "baseline" else r.note[:60]
+        note = "; ".join(n for n in ("baseline" if r.role == "baseline" else "", r.note[:60]) if n)
         deviation = trials.loss_deviation(r, baseline)
         lines.append(
             [
