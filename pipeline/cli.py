@@ -9,7 +9,7 @@ import functools
 import signal
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 from hydra._internal.utils import get_args_parser
@@ -33,6 +33,12 @@ def _with_repeats(overrides: list[str], multirun: bool) -> tuple[list[str], bool
     if not value.isdigit() or int(value) <= 1:
         return overrides, multirun
     return [f"repeat={','.join(str(i) for i in range(int(value)))}", *overrides], True
+
+
+def _refuse(err: ConfigError) -> NoReturn:
+    """Bad input: its one line, exit code 2."""
+    print(f"error: {err}", file=sys.stderr)
+    sys.exit(exits.BAD_INPUT)
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -64,12 +70,13 @@ def run_entry(
     base = [o for o in base_overrides or [] if o.split("=", 1)[0] not in given]
     overrides, multirun = _with_repeats([*base, *args.overrides], bool(args.multirun))
     if multirun and not sweeps:
-        print(
-            f"error: -m: {prog} runs one study, which searches optimize.space itself; accepted: the command without "
-            "-m and without repeats, once per study",
-            file=sys.stderr,
+        _refuse(
+            ConfigError(
+                "-m",
+                f"{prog} runs one study, which searches optimize.space itself; accepted: the command without -m "
+                "and without repeats, once per study",
+            )
         )
-        sys.exit(exits.BAD_INPUT)
     if informational:
         argv = [*[a for a in argv if a not in args.overrides], *overrides]
     else:
@@ -81,8 +88,7 @@ def run_entry(
                 if extra_check is not None:
                     extra_check(cfg)
         except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(exits.BAD_INPUT)
+            _refuse(err)
         warning = long_cpu_job_warning(max(configs, key=lambda c: c.train.steps * c.batch.effective))
         if warning:
             print(warning, file=sys.stderr, flush=True)

@@ -75,10 +75,11 @@ def compose_job(config_name: str, overrides: list[str]) -> DictConfig:
 
 def _check_known_keys(cfg: DictConfig) -> None:
     """`+key=value` can add keys the schema lacks; refuse them like any unknown key."""
-    allowed = {f.name for f in dataclasses.fields(Config)} - set(INTERNAL_KEYS)
+    known = {f.name for f in dataclasses.fields(Config)}
+    accepted = ", ".join(sorted(known - set(INTERNAL_KEYS)))
     for key in cfg:
-        if key not in allowed and key not in INTERNAL_KEYS:
-            raise ConfigError(str(key), f"unknown key; accepted keys here: {', '.join(sorted(allowed))}")
+        if key not in known:
+            raise ConfigError(str(key), f"unknown key; accepted keys here: {accepted}")
     for group, schema in GROUPS.items():
         fields = {f.name for f in dataclasses.fields(schema)}
         for key in cfg[group]:

@@ -25,7 +25,7 @@ from pipeline.reporting.table import (
     step_header,
 )
 from pipeline.search import trials
-from pipeline.search.confirm import Comparison, Decision
+from pipeline.search.confirm import Comparison
 from pipeline.search.trials import TrialRecord
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
@@ -69,13 +69,12 @@ def speedup(best: TrialRecord, baseline: TrialRecord, confidence: float, seed: i
 def confirmed_speedup(best: TrialRecord, baseline: TrialRecord, confirmation: dict | None) -> Speedup | None:
     """The best's speedup over the baseline from the confirmation round's paired comparison of the two, if it has
     one (a comparison is always of a challenger with the round's first finalist, in either role here)."""
-    for c in (confirmation or {}).get("comparisons", []):
-        pair = (c["challenger"], c["best"])
-        source = f"paired over {c['rounds']} confirmation rounds"
-        if pair == (best.label, baseline.label):
-            return Speedup(c["speedup"], c["low"], c["high"], baseline, source)
-        if pair == (baseline.label, best.label):
-            return Speedup(1 / c["speedup"], 1 / c["high"], 1 / c["low"], baseline, source)
+    for c in map(Comparison.of, (confirmation or {}).get("comparisons", [])):
+        source = f"paired over {len(c.ratios)} confirmation rounds"
+        if (c.challenger, c.best) == (best.label, baseline.label):
+            return Speedup(c.speedup, c.low, c.high, baseline, source)
+        if (c.challenger, c.best) == (baseline.label, best.label):
+            return Speedup(1 / c.speedup, 1 / c.high, 1 / c.low, baseline, source)
     return None
 
 
@@ -155,11 +154,8 @@ def confirmation_lines(confirmation: dict, tolerance: float) -> list[str]:
         f"confirmation round ({len(confirmation['medians'][confirmation['finalists'][0]])} rounds, "
         f"{confirmation['seconds']:.0f} s): {', '.join(confirmation['finalists'])}"
     ]
-    for c in confirmation["comparisons"]:
-        comparison = Comparison(
-            c["challenger"], c["best"], (), c["speedup"], c["low"], c["high"], Decision(c["decision"])
-        )
-        lines.append(f"  {comparison.sentence(tolerance)} ({c['rounds']} paired rounds)")
+    for c in map(Comparison.of, confirmation["comparisons"]):
+        lines.append(f"  {c.sentence(tolerance)} ({len(c.ratios)} paired rounds)")
     return lines
 
 

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.jobs import task
 from pipeline.records import GIB, RunKind, Status
 from pipeline.search.predictor import Knobs
+from pipeline.search.space import SPLIT_KEY
 from pipeline.tracking import runs
 
 FORMULA_KNOBS = ("batch.split", "train.dtype", "train.gradient_checkpointing")  # what the predictor's formula sees
@@ -85,7 +86,7 @@ class Prober:
         """The smallest and largest micro-batch of the space's splits on the base config, and on its other
         checkpointing setting when the space searches it."""
         found = Calibration()
-        splits, base_ckpt = space["batch.split"], bool(self.base.train.gradient_checkpointing)
+        splits, base_ckpt = space[SPLIT_KEY], bool(self.base.train.gradient_checkpointing)
         settings = [base_ckpt, *(bool(v) for v in space.get(CHECKPOINTING, []))]
         for checkpointing in dict.fromkeys(settings):
             for split in dict.fromkeys([splits[0], splits[-1]]):

@@ -12,6 +12,7 @@ rounds are spent.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable
@@ -53,6 +54,14 @@ class Comparison:
 
     def _numbers(self) -> str:
         return f"{self.speedup:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+    def record(self) -> dict:
+        """As the study keeps it (JSON)."""
+        return {**dataclasses.asdict(self), "ratios": list(self.ratios)}
+
+    @classmethod
+    def of(cls, record: dict) -> Comparison:
+        return cls(**{**record, "ratios": tuple(record["ratios"]), "decision": Decision(record["decision"])})
 
 
 def compare(challenger: str, best: str, ratios: list[float], confidence: float, tolerance: float) -> Comparison:

@@ -72,16 +72,5 @@ def record(state: Round, labels: list[str]) -> dict:
         "medians": state.medians,
         "seconds": state.seconds,
         "winner": state.winner(),
-        "comparisons": [
-            {
-                "challenger": c.challenger,
-                "best": c.best,
-                "speedup": c.speedup,
-                "low": c.low,
-                "high": c.high,
-                "decision": c.decision,
-                "rounds": len(c.ratios),
-            }
-            for c in state.comparisons()
-        ],
+        "comparisons": [c.record() for c in state.comparisons()],
     }

@@ -103,15 +103,19 @@ class Predictor:
         nearest = _nearest_lines(same_formula, knobs)
         if own:
             micro, peak = own[0]
-            slope = _slope(nearest[0]) if nearest else self.scale * self.analytic(knobs)[1] / knobs.micro
+            slope = _slope(nearest[0]) if nearest else self._formula_slope(knobs)
             return peak + slope * (knobs.micro - micro)
         if nearest:
             return _line(nearest[0], knobs.micro)
         points = [(k.micro, peak) for k, peak in same_formula]
         if points:  # measured only at single micro-batches, in other settings: the nearest point, formula's slope
             micro, peak = points[0]
-            return peak + self.scale * self.analytic(knobs)[1] / knobs.micro * (knobs.micro - micro)
+            return peak + self._formula_slope(knobs) * (knobs.micro - micro)
         return self.formula(knobs)
+
+    def _formula_slope(self, knobs: Knobs) -> float:
+        """The calibrated formula's bytes per extra sequence at this setting."""
+        return self.scale * self.analytic(knobs)[1] / knobs.micro
 
     def calibrate(self, probes: list[tuple[Knobs, float]]) -> None:
         """Fit scale and offset to measured peaks (bytes) of one or two probe jobs."""

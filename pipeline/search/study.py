@@ -125,7 +125,7 @@ class StudyDriver:
         with workers.claim(self.study, self.storage, "calibration") as mine:
             if mine:
                 prober = Prober(
-                    self.cfg, list(self.space), self.cap, self.name, parent, self.o.probe_steps, self._base_in_space()
+                    self.cfg, self._space_keys(), self.cap, self.name, parent, self.o.probe_steps, self._base_in_space()
                 )
                 found = prober.run(self.space)
                 self.predictor.calibrate(found.base_probes)

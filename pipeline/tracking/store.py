@@ -29,10 +29,8 @@ from mlflow.tracking import MlflowClient
 from pipeline.liveness import HEARTBEAT_S, Owner
 
 OWNER_TAG, HEARTBEAT_TAG = "owner", "heartbeat"
-for _name in (
-    "mlflow",
-    "alembic",
-):  # their INFO lines ("Creating initial MLflow database tables") say nothing to act on
+# their INFO lines ("Creating initial MLflow database tables") say nothing to act on
+for _name in ("mlflow", "alembic"):
     logging.getLogger(_name).setLevel(logging.WARNING)
 _OPEN: dict[str, tuple[Tracker, dict[str, object]]] = {}  # run id -> (its tracker, tags to write if abandoned)
 MAX_PARAMS, MAX_METRICS, MAX_PARAM_CHARS = 100, 1000, 6000
