@@ -49,8 +49,8 @@ report: install ## Markdown + HTML report with plots for the latest sweep or stu
 ui: install ## MLflow UI over the project's store on http://127.0.0.1:$(PORT) (prints the link to the runs)
 	$(BIN)/python -m pipeline.ui --store $(STORE) --host 127.0.0.1 --port $(PORT)
 
-dashboard: install ## optuna-dashboard over the project's studies on http://127.0.0.1:$(DASHBOARD_PORT)
-	$(BIN)/optuna-dashboard sqlite:///$(STORE)/optuna.db --host 127.0.0.1 --port $(DASHBOARD_PORT)
+dashboard: install ## optuna-dashboard over the studies (best = fastest that fits) on http://127.0.0.1:$(DASHBOARD_PORT)
+	$(BIN)/python -m pipeline.dashboard --storage sqlite:///$(STORE)/optuna.db --host 127.0.0.1 --port $(DASHBOARD_PORT)
 
 lint: install ## ruff lint and format check
 	$(BIN)/ruff check pipeline tests bench

@@ -1,37 +1,24 @@
-"""optuna-dashboard (0.21) and `optuna best-trial` (Optuna 5) over a study recorded the way it must be for them to show
-the memory constraint and to call only a config that fits "best".
+"""optuna-dashboard (0.21) and `optuna best-trial` (Optuna 5) over a study recorded the way the study records it, so
+that what a person sees in the dashboard is what the study decided.
 
-What each trial of the study has to be (the test builds its studies with the real Optuna API in this layout):
+| outcome                                     | state    | value                     | constraint `memory_gib` (GiB)    |
+|---------------------------------------------|----------|---------------------------|----------------------------------|
+| measured, fits (peak <= cap)                | COMPLETE | step time, s              | peak - cap (<= 0)                |
+| measured (to the end or to a stop) over cap | COMPLETE | its step time, s          | peak - cap, at least 1e-3 (> 0)  |
+| skipped: predicted over the cap             | COMPLETE | the probes' step estimate | predicted - cap (> 0)            |
+| pruned as slow                              | PRUNED   | none                      | peak - cap if a peak was measured |
+| proposed again once decided                 | as the decided trial, labelled `repeat_of`                     |
+| claimed elsewhere, crashed                  | FAIL     | none                      | none                             |
 
-| outcome                                     | state    | value          | constraint `memory_gib` (GiB)     |
-|---------------------------------------------|----------|----------------|-----------------------------------|
-| measured, fits (peak <= cap)                | COMPLETE | step time, s   | peak - cap (<= 0)                 |
-| measured to the end, but peak over the cap  | PRUNED   | none           | peak - cap (> 0)                  |
-| stopped over the cap, or out of memory      | PRUNED   | none           | peak - cap, at least 1e-3 (> 0)   |
-| skipped: predicted over the cap             | PRUNED   | none           | predicted - cap (> 0)             |
-| pruned as slow                              | PRUNED   | none           | peak - cap if a peak was measured |
-| duplicate, claimed elsewhere, crashed       | FAIL     | none           | none                              |
-
-- COMPLETE only for a config measured to fit. optuna-dashboard's best trial is the storage's lowest COMPLETE value,
-  constraints ignored (optuna_dashboard/_app.py:267-271), so an infeasible COMPLETE trial with its real, often
-  faster, step time would be called best; with a stand-in value (1e6) it is not, but the history plot's axis runs to
-  1e6 and flattens every real point. PRUNED trials have no value: not plotted, never best. Optuna's TPE still learns
-  from them: a trial with a positive constraint is ranked infeasible whatever its state (optuna/samplers/_tpe/
-  sampler.py:754-755).
-- Each constraint is written twice, with the same value, before `study.tell`:
-      trial.set_constraint("memory_gib", over)                                   # Optuna 5: "constraints:memory_gib"
-      trial.storage.set_trial_system_attr(trial._trial_id, "constraints", [over])  # what optuna-dashboard reads
-  Optuna 5's `set_constraint` stores the system attr `constraints:<name>` (optuna/trial/_trial.py:771-781);
-  optuna-dashboard 0.21 reads only the older list under `constraints` (optuna_dashboard/_serializer.py:245), so with
-  `set_constraint` alone every trial shows `constraints: []`. Optuna reads both forms (optuna/study/
-  _constrained_optimization.py:38-55), as `{"0": over, "memory_gib": over}`.
-- No `trial.report` on a trial that ends PRUNED for memory: a PRUNED trial takes its last intermediate value as its
-  value (optuna/study/_tell.py:134-144).
-- User attrs carry the rest: `status` (ok, over-cap, oom, skipped, pruned), `feasible`, `reason`, and the measured
-  `step_time_median_s` / `peak_gib` (or `predicted_gib`) even when they are not the value.
-
-Then the dashboard shows each trial's constraint and the fastest feasible trial as best, or no best when nothing
-fits; `optuna best-trial` answers the same trial, or exits 1 when nothing fits.
+- optuna-dashboard marks a COMPLETE trial with a positive constraint "infeasible" (history, table), and plots it;
+  a PRUNED trial is not plotted. The value is named `step s` (`study.set_metric_names`).
+- optuna-dashboard 0.21 calls the lowest COMPLETE value best, constraints ignored (optuna_dashboard/_app.py,
+  `get_study_detail`): over-the-cap configs are often the fastest. `python -m pipeline.dashboard` (`make dashboard`)
+  serves the same app with the study detail's `best_trials` recomputed from the storage: the fastest feasible
+  trial, or none when nothing fits, as Optuna's own `study.best_trial` and `optuna best-trial` decide.
+- Each constraint is written twice, with the same value, before `study.tell`: `trial.set_constraint("memory_gib",
+  over)` (Optuna 5: system attr `constraints:memory_gib`) and the list `constraints` that optuna-dashboard 0.21 reads
+  (optuna_dashboard/_serializer.py); Optuna reads both (optuna/study/_constrained_optimization.py).
 """
 
 from __future__ import annotations
@@ -54,6 +41,7 @@ optuna = pytest.importorskip("optuna")
 pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed (pip install optuna-dashboard)")
 from optuna.trial import TrialState  # noqa: E402
 
+from tests.helpers.env import child_env  # noqa: E402
 from tests.helpers.net import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -65,7 +53,7 @@ STARTUP_S = 60
 @dataclass(frozen=True)
 class Outcome:
     split: str
-    status: str  # ok, over-cap, oom, skipped, pruned, duplicate
+    status: str  # ok, over-cap, oom, skipped, pruned, repeat
     step_s: float | None = None
     over_gib: float | None = None  # peak (or predicted) minus cap
 
@@ -80,9 +68,9 @@ MIXED = [
     Outcome("2x4", "ok", 1.02, -0.12),
     Outcome("8x1", "ok", 0.74, 0.04),
     Outcome("4x2", "pruned", None, -0.07),
-    Outcome("2x4", "duplicate"),
+    Outcome("2x4", "repeat", 1.02, -0.12),
 ]
-NONE_FITS = [Outcome("1x8", "skipped", None, 0.15), Outcome("8x1", "skipped", None, 0.29), Outcome("4x2", "oom")]
+NONE_FITS = [Outcome("1x8", "skipped", 1.5, 0.15), Outcome("8x1", "skipped", 0.6, 0.29), Outcome("4x2", "oom", 0.9)]
 STUDIES = {"mixed": MIXED, "none-fits": NONE_FITS}
 
 
@@ -90,25 +78,22 @@ def record(study: optuna.Study, outcome: Outcome) -> None:
     """One trial, told the way the table in this module's docstring says."""
     trial = study.ask()
     trial.suggest_categorical("batch.split", SPACE)
-    if outcome.status == "duplicate":
-        trial.set_user_attr("duplicate_of", f"batch.split={outcome.split}")
-        study.tell(trial, state=TrialState.FAIL)
-        return
     over = outcome.over_gib
     if outcome.status == "oom" and over is None:
         over = 1e-3  # no peak measured: infeasible all the same
-    trial.set_user_attr("label", f"batch.split={outcome.split}")
-    trial.set_user_attr("status", outcome.status)
-    trial.set_user_attr("feasible", outcome.fits if outcome.status != "pruned" else None)
-    trial.set_user_attr("step_time_median_s", outcome.step_s)
+    if outcome.status == "repeat":
+        trial.set_user_attr("repeat_of", SPACE.index(outcome.split))
+    else:
+        trial.set_user_attr("label", f"batch.split={outcome.split}")
+        trial.set_user_attr("status", outcome.status)
+        trial.set_user_attr("step_time_median_s", outcome.step_s)
     if over is not None:
         trial.set_constraint("memory_gib", over)
         trial.storage.set_trial_system_attr(trial._trial_id, "constraints", [over])
-    if outcome.fits:
-        study.tell(trial, outcome.step_s)
-    else:
-        trial.set_user_attr("reason", "over the cap" if outcome.status != "pruned" else "slower than the best")
+    if outcome.status == "pruned":
         study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, outcome.step_s)
 
 
 def _script(name: str) -> str:
@@ -129,6 +114,7 @@ def storage(tmp_path_factory) -> str:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for name, outcomes in STUDIES.items():
         study = optuna.create_study(study_name=name, storage=url, sampler=optuna.samplers.RandomSampler(seed=0))
+        study.set_metric_names(["step s"])
         for outcome in outcomes:
             study.enqueue_trial({"batch.split": outcome.split}, skip_if_exists=False)
             record(study, outcome)
@@ -142,10 +128,10 @@ def storage(tmp_path_factory) -> str:
 
 @contextlib.contextmanager
 def serving(storage: str):
-    """The real optuna-dashboard over `storage`, as `make dashboard` starts it; yields its API's base address."""
+    """optuna-dashboard over `storage`, as `make dashboard` starts it; yields its API's base address."""
     port = free_port()
     proc = subprocess.Popen(
-        [_script("optuna-dashboard"), storage, "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "pipeline.dashboard", "--storage", storage, "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -184,19 +170,21 @@ def _over(outcome: Outcome) -> float | None:
 
 
 @pytest.mark.parametrize("name", list(STUDIES))
-def test_the_dashboard_shows_every_trials_memory_constraint(dashboard, name):
-    trials = sorted(_study(dashboard, name)["trials"], key=lambda t: t["number"])
+def test_the_dashboard_shows_every_trials_constraint_and_marks_what_is_over_the_cap(dashboard, name):
+    detail = _study(dashboard, name)
+    assert detail["objective_names"] == ["step s"]
+    trials = sorted(detail["trials"], key=lambda t: t["number"])
     assert len(trials) == len(STUDIES[name])
     for trial, outcome in zip(trials, STUDIES[name], strict=True):
         over = _over(outcome)
         assert trial["constraints"] == ([] if over is None else [pytest.approx(over)]), (trial["number"], outcome)
-        expected_state = "Complete" if outcome.fits else "Fail" if outcome.status == "duplicate" else "Pruned"
-        assert trial["state"] == expected_state
-        # only configs that fit have a value, so only they are plotted: nothing stretches the history's axis
-        assert trial.get("values") == ([outcome.step_s] if outcome.fits else None)
+        # over the cap, measured or predicted: complete, with a value (plotted) and a positive constraint
+        assert trial["state"] == ("Pruned" if outcome.status == "pruned" else "Complete")
+        assert trial.get("values") == (None if outcome.status == "pruned" else [outcome.step_s])
 
 
 def test_the_dashboards_best_trial_is_the_fastest_that_fits(dashboard):
+    """The trap: 8x1 ran faster than anything that fits, but its peak is over the cap."""
     best = _study(dashboard, "mixed")["best_trials"]
     fastest = min((o for o in MIXED if o.fits), key=lambda o: o.step_s)
     assert [t["number"] for t in best] == [MIXED.index(fastest)]
@@ -228,25 +216,26 @@ def test_optuna_best_trial_agrees(storage):
     assert nothing.returncode == 1 and "ValueError" in nothing.stderr
 
 
-def test_the_dashboard_reads_a_real_study_as_it_printed_itself(tmp_path):
-    """A study of the pipeline itself (tiny model, every split fits): the dashboard shows every decided trial's
-    constraint as the storage holds it, and its best trial is the one the study printed as its answer."""
+def test_the_dashboard_reads_a_real_mixed_study_as_it_printed_itself(tmp_path):
+    """A study of the pipeline itself (tiny model) under a cap that rules out the largest micro-batches, one by
+    prediction, one measured: the dashboard shows every decided trial's constraint as the storage holds it, the
+    over-the-cap ones complete with a positive constraint (infeasible), and as best the answer the study printed."""
     import re
 
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("MLFLOW_TRACKING_URI", None)
     cmd = [
         sys.executable,
         "-m",
         "pipeline.optimize",
-        "mem_cap=16GiB",
-        "optimize.trials=3",
-        "train.steps=5",
-        "measure.warmup_steps=1",
-        "optimize.probe_steps=2",
-        "optimize.confirm=never",
+        "mem_cap=0.5GiB",
+        "batch.effective=8",
+        "model.vocab_size=2048",
+        "train.max_length=256",
+        "optimize.trials=4",
+        "train.steps=8",
+        "measure.warmup_steps=2",
+        "optimize.probe_steps=3",
     ]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     printed = re.search(r"best feasible: (tiny \d+x\d+) ", proc.stdout).group(1)
     url = f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"
@@ -254,9 +243,13 @@ def test_the_dashboard_reads_a_real_study_as_it_printed_itself(tmp_path):
     stored = {t.number: t for t in optuna.load_study(study_name=summary.study_name, storage=url).trials}
     with serving(url) as base:
         shown = _study(base, summary.study_name)
-    decided = [t for t in shown["trials"] if t["state"] in ("Complete", "Pruned")]
-    assert len(decided) == 3
+    decided = [t for t in shown["trials"] if "label" in stored[t["number"]].user_attrs]
+    assert len(decided) == 4
+    over = [t for t in decided if stored[t["number"]].user_attrs["status"] in ("skipped", "over-cap", "oom")]
+    assert over, proc.stdout  # the cap ruled something out
     for trial in decided:
         assert trial["constraints"] == [pytest.approx(stored[trial["number"]].system_attrs["constraints:memory_gib"])]
+    for trial in over:
+        assert trial["state"] == "Complete" and trial["values"] and trial["constraints"][0] > 0
     (best,) = shown["best_trials"]
     assert stored[best["number"]].user_attrs["label"] == printed

@@ -50,11 +50,11 @@ def find_parent(tracker: Tracker, sweep_id: str | None = None, study: str | None
     return max(found, key=lambda run: run.info.start_time)
 
 
-def _columns(confidence: float) -> list[str]:
+def _columns(confidence: float, rows: list[Row]) -> list[str]:
     return [
         "config",
         "status",
-        step_header(confidence),
+        step_header(confidence, rows),
         paired_header(confidence),
         "tokens/s",
         "peak GiB",
@@ -87,10 +87,11 @@ def verdict_line(rows: list[Row], cap_gib: float | None) -> str:
     reference = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
     if reference is not None:
         line = f"{what}: **{reference.name}**, {reference.median:.4f} s/step"
+        compared = [r for r in rows if r.comparison is not None]
         if reference.judgement is Judgement.WINNER:
-            return line + " (every other config slower, paired)"
-        ties = [f"{r.name} ({rank_text(r)})" for r in rows if r.comparison and r.judgement is Judgement.EQUAL]
-        return line + f"; equal with {', '.join(ties)}"
+            return line + f" (faster than {', '.join(r.name for r in compared)}: paired rounds)"
+        ties = [f"{r.name} ({rank_text(r)})" for r in compared if r.judgement is Judgement.EQUAL]
+        return line + f"; equal with {', '.join(ties)} (paired rounds)"
     timed = [r for r in rows if r.median is not None and r.verdict.feasible and r.status == str(Status.OK)]
     if timed:
         best = min(timed, key=lambda r: r.median)
@@ -134,7 +135,7 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
     ]
     notes = footnotes(rows, criteria)
     headline = verdict_line(rows, context.cap_gib)
-    table = markdown_table([_columns(criteria.confidence), *(_cells(r, criteria.confidence) for r in rows)])
+    table = markdown_table([_columns(criteria.confidence, rows), *(_cells(r, criteria.confidence) for r in rows)])
     md = [f"# {context.kind} {name}", "", f"`{command}`", "", " · ".join(facts), "", headline, "", table, ""]
     md += [*(f"- {n}" for n in notes), ""] if notes else []
     md += [f"![{title}]({path.name})" for title, path in images.items()]
@@ -165,7 +166,7 @@ def _curves(rows: list[Row]) -> dict[str, list[tuple[int, float]]]:
 
 
 def _html(context, name, command, facts, headline, rows, images, criteria, notes) -> str:
-    header = "".join(f"<th>{html.escape(c)}</th>" for c in _columns(criteria.confidence))
+    header = "".join(f"<th>{html.escape(c)}</th>" for c in _columns(criteria.confidence, rows))
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r, criteria.confidence)) + "</tr>" for r in rows
     )

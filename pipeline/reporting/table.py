@@ -42,6 +42,7 @@ class Row:
     median: float | None = None
     ci: Interval | None = None  # one run: the interval of its steady steps; several: None
     runs: int = 0  # measured runs with a median
+    first_steps: float | None = None  # a run stopped early (pruned, over the cap): the median of what it ran
     tokens_per_s: float | None = None
     mfu: float | None = None
     peak_gib: float | None = None
@@ -72,6 +73,8 @@ def _figures(row: Row) -> None:
     ok = row.ok_runs
     row.runs = len(ok)
     if not ok:
+        stopped = [j.summary.median for j in row.measured if j.summary.median is not None]
+        row.first_steps = stopped[0] if stopped else None
         return
     if len(ok) == 1:
         row.median, row.ci = ok[0].summary.median, ok[0].summary.step_time.ci
@@ -171,14 +174,19 @@ def interval_text(median: float, ci: Interval, confidence: float) -> str:
 
 def step_text(row: Row, confidence: float) -> str:
     if row.median is None:
-        return "-"
+        return "-" if row.first_steps is None else f"{row.first_steps:.4f} (first steps)"
     if row.ci is not None:
         return interval_text(row.median, row.ci, confidence)
     return f"{row.median:.4f} ({row.runs} runs)"
 
 
-def step_header(confidence: float) -> str:
-    return f"step s (median [{100 * confidence:g}% CI of one run's steps])"
+def step_header(confidence: float, rows: list[Row] | None = None) -> str:
+    """What the step column holds: one run's median with the interval of its steps, or the median of runs."""
+    single = f"median [{100 * confidence:g}% CI of one run's steps]"
+    counts = {r.runs > 1 for r in rows or [] if r.median is not None}
+    if counts == {True}:
+        return "step s (median of runs)"
+    return f"step s ({single}{', or of runs' if True in counts else ''})"
 
 
 def paired_header(confidence: float) -> str:
@@ -213,7 +221,7 @@ def order(rows: list[Row]) -> list[Row]:
 
 def format_table(rows: list[Row], criteria: Criteria) -> str:
     confidence = criteria.confidence
-    header = ["config", "status", step_header(confidence), paired_header(confidence), "tokens/s", "MFU"]
+    header = ["config", "status", step_header(confidence, rows), paired_header(confidence), "tokens/s", "MFU"]
     header += ["peak GiB", "cap", "loss dev", "rank", "notes"]
     lines: list[list[object]] = [header]
     for r in order(rows):

@@ -48,6 +48,20 @@ class Calibration:
     device: str | None = None
     scale: float = 1.0  # the predictor's fit
     offset: float = 0.0
+    times: list[tuple[int, bool, float]] = field(default_factory=list)  # (micro, checkpointing, s per micro-batch)
+
+    def step_estimate(self, micro: int, accumulation: int, checkpointing: bool) -> float | None:
+        """A config's step time as the probes suggest it (the base config's other knobs): `accumulation` micro-batches
+        of `micro`, each timed by the line through the probes of its checkpointing setting (or of any)."""
+        points = sorted((m, t) for m, c, t in self.times if c == checkpointing) or sorted(
+            (m, t) for m, _, t in self.times
+        )
+        if not points:
+            return None
+        if len(points) == 1 or points[0][0] == points[-1][0]:
+            return accumulation * points[0][1] * micro / points[0][0]
+        (m0, t0), (m1, t1) = points[0], points[-1]
+        return accumulation * max(t0, t0 + (t1 - t0) * (micro - m0) / (m1 - m0))
 
     def to_attr(self) -> dict[str, Any]:
         return {
@@ -58,6 +72,7 @@ class Calibration:
             "gpu_seconds": self.gpu_seconds,
             "dtype": self.dtype,
             "device": self.device,
+            "times": [list(t) for t in self.times],
         }
 
     @classmethod
@@ -70,7 +85,10 @@ class Calibration:
             for p in attr["probes"]
         ]
         first = tuple(attr["first"]) if attr["first"] else None
-        return cls(probes, [], first, attr["gpu_seconds"], attr["dtype"], attr["device"], attr["scale"], attr["offset"])
+        times = [(int(m), bool(c), float(t)) for m, c, t in attr.get("times", [])]
+        return cls(
+            probes, [], first, attr["gpu_seconds"], attr["dtype"], attr["device"], attr["scale"], attr["offset"], times
+        )
 
 
 @dataclass(frozen=True)
@@ -119,6 +137,8 @@ class Prober:
         at_split.train.gradient_checkpointing = checkpointing
         point = (knobs_of(at_split, self.space_keys, placement.dtype), summary.peak_gib * GIB)
         found.probes.append(point)
+        if summary.median:
+            found.times.append((micro, checkpointing, summary.median))
         if not is_base:
             return
         found.base_probes.append(point)

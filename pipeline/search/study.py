@@ -29,11 +29,14 @@ parent run for the study.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import random
+import statistics
 import sys
 import time
+import warnings
 
 import optuna
 from omegaconf import DictConfig, OmegaConf
@@ -41,7 +44,7 @@ from optuna.trial import TrialState
 from tqdm import tqdm
 
 from pipeline.config.identity import digest, identity_tree
-from pipeline.config.validate import validate
+from pipeline.config.validate import parse_split, validate
 from pipeline.jobs import runner, task
 from pipeline.jobs.summary import steady_steps
 from pipeline.measure.flops import Shape
@@ -54,6 +57,8 @@ from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.space import SPLIT_KEY, Candidate, candidates, knob_space, suggest
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
+
+OBJECTIVE = "step s"
 
 
 def study_name(cfg: DictConfig, cap_bytes: int) -> str:
@@ -98,6 +103,10 @@ class StudyDriver:
                 direction="minimize",
                 load_if_exists=True,
             )
+            if self.study.metric_names is None:
+                with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and what the dashboard reads
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    self.study.set_metric_names([OBJECTIVE])
         self.predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
         self.placement_dtype: str | None = None
         self.device: str | None = None
@@ -178,13 +187,29 @@ class StudyDriver:
             self._measure(trial, candidate, parent, run_name, tags)
 
     def _skip(self, trial, candidate: Candidate, parent: str, run_name: str, tags: dict, predicted: float) -> None:
+        """Decided without a job: an infeasible trial, its value the step time the probes predict."""
         reason = f"predicted {predicted / GIB:.2f} GiB > cap {self.cap / GIB:.2f} GiB"
         spec = task.job_spec(candidate.config, name=candidate.label)
         run_id = runs.log_skip(self.tracker, parent, run_name, spec, reason, predicted, tags)
         trials.write(trial, {trials.STATUS: Status.SKIPPED, trials.NOTE: reason, trials.RUN_ID: run_id})
         trials.write(trial, {trials.FEASIBLE: False})
         self._constrain(trial, (predicted - self.cap) / GIB)
-        self.study.tell(trial, state=TrialState.PRUNED)
+        self._tell_infeasible(trial, self._predicted_step(candidate))
+
+    def _predicted_step(self, candidate: Candidate) -> float | None:
+        split = parse_split(candidate.config.batch.split)
+        calibration = Calibration.of(self.study.user_attrs[CALIBRATION])
+        checkpointing = bool(candidate.config.train.gradient_checkpointing)
+        return calibration.step_estimate(split.micro, split.accumulation, checkpointing)
+
+    def _tell_infeasible(self, trial: optuna.Trial, value: float | None) -> None:
+        """Over the cap, measured or predicted: COMPLETE with its step time and a positive constraint, so that
+        optuna-dashboard shows it as infeasible and plots it; without any step time, PRUNED."""
+        if value is None:
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            trials.write(trial, {trials.VALUE_NOTE: "infeasible: over the cap"})
+            self.study.tell(trial, value)
 
     def _stop_rule(self, trial: optuna.Trial) -> StopRule:
         """Over the cap always stops a trial; slowness, against the best so far, stops any but the baseline."""
@@ -219,11 +244,15 @@ class StudyDriver:
                 trials.SFT: result.sft_kwargs,
             },
         )
-        self._tell(trial, result.status, summary.peak_gib, summary.median)
+        ran = [s.step_time_s - s.compile_s for s in result.steps if s.step > 1]
+        value = summary.median if summary.median is not None else (statistics.median(ran) if ran else None)
+        self._tell(trial, result.status, summary.peak_gib, value if ran else self._predicted_step(candidate))
 
-    def _tell(self, trial: optuna.Trial, status: Status, peak: float | None, median: float | None) -> None:
-        """COMPLETE with its step time when it ran every step under the cap; PRUNED when over the cap or slow;
-        FAIL when it crashed. The constraint (peak minus cap) wherever a peak was measured."""
+    def _tell(self, trial: optuna.Trial, status: Status, peak: float | None, value: float | None) -> None:
+        """COMPLETE with its step time when it ran under the cap, or over it (infeasible: a positive constraint);
+        PRUNED when slow; FAIL when it crashed. The constraint (peak minus cap) wherever a peak was measured.
+        `value`: its steady median, or the median of the steps it ran before it was stopped (after the first), or
+        the probes' estimate when it stopped in its first step."""
         if status not in (Status.OK, Status.OVER_CAP, Status.OOM, Status.PRUNED):
             self.study.tell(trial, state=TrialState.FAIL)
             return
@@ -232,11 +261,12 @@ class StudyDriver:
             over = max(over, 1e-3)
         if status is not Status.PRUNED or peak:
             self._constrain(trial, over)
-        if status is Status.OK and over <= 0 and median is not None:
-            trials.write(trial, {trials.FEASIBLE: True})
-            self.study.tell(trial, median)
+        trials.write(trial, {trials.FEASIBLE: over <= 0} if peak or over > 0 else {})  # no peak: not known
+        if over > 0:
+            self._tell_infeasible(trial, value)
+        elif status is Status.OK and value is not None:
+            self.study.tell(trial, value)
         else:
-            trials.write(trial, {trials.FEASIBLE: False} if over > 0 else {})
             self.study.tell(trial, state=TrialState.PRUNED)
 
     def _constrain(self, trial: optuna.Trial, over_gib: float) -> None:
@@ -282,7 +312,10 @@ class StudyDriver:
         config = OmegaConf.create(OmegaConf.to_container(self.by_id[record.config_id].config))
         config.measure.warmup_steps = warmup
         config.train.steps = warmup + steps
-        spec = task.job_spec(config, name=record.label, uncapped=not record.feasible)
+        # the finalist's own identity: the same config, trained for fewer steps, so its runs pool with its trial
+        spec = dataclasses.replace(
+            task.job_spec(config, name=record.label, uncapped=not record.feasible), config_id=record.config_id
+        )
         outcome = task.run(
             config,
             spec=spec,
@@ -317,6 +350,8 @@ class StudyDriver:
             workers.release_own(self.study)  # interrupted mid-trial: not decided, may run again
             decided = Decided.of(self.study, self.o.max_loss_dev)
             answer = decide(decided, self.name, self.command, self.cap, self.cfg.measure.confidence)
+            if finished and answer.best is not None:
+                self.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
             print(answer.text, flush=True)
             log_answer(self.tracker, parent, answer, finished)
         return answer
@@ -349,8 +384,7 @@ class StudyDriver:
         taken = workers.taken(self.study, trial.number)
         if candidate is None or candidate.config_id in taken:
             # already decided (or not a valid combination): close it, and steer the next ask to a new config
-            trial.set_user_attr("duplicate_of", " ".join(f"{k}={v}" for k, v in values))
-            self.study.tell(trial, state=TrialState.FAIL)
+            self._repeat_of(trial, candidate, values)
             remaining = [c for c in self.valid if c.config_id not in taken]
             if not remaining:
                 return False  # everything is decided or being measured by another worker
@@ -370,6 +404,23 @@ class StudyDriver:
         bar.set_postfix_str(f"{candidate.label}: {time.time() - started:.0f} s")
         bar.update(1)
         return True
+
+    def _repeat_of(self, trial: optuna.Trial, candidate: Candidate | None, values) -> None:
+        """A proposal of a config already decided: told as its decision was (state, value, constraint), labelled
+        `repeat_of` with that trial's number, and never measured again; one another worker is measuring (or an
+        invalid combination) is FAIL, labelled the same way."""
+        decided = workers.decided(self.study).get(candidate.config_id) if candidate else None
+        trial.set_user_attr(trials.REPEAT_OF, decided.number if decided else " ".join(f"{k}={v}" for k, v in values))
+        if decided is None:
+            self.study.tell(trial, state=TrialState.FAIL)
+            return
+        for name, value in decided.system_attrs.items():
+            if name.startswith("constraints"):
+                self.study._storage.set_trial_system_attr(trial._trial_id, name, value)
+        if decided.state is TrialState.COMPLETE:
+            self.study.tell(trial, decided.value)
+        else:
+            self.study.tell(trial, state=decided.state)
 
     def _fail_stale(self) -> None:
         """Between trials: mark FAIL the trials of workers sharing the study that died since (their heartbeat lapsed),

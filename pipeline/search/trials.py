@@ -21,6 +21,9 @@ STATUS, NOTE, PREDICTED, PEAK, FEASIBLE = "status", "reason", "predicted_gib", "
 MEDIAN, CI, TOKENS, STEP_TIMES = "step_time_median_s", "ci", "tokens_per_s", "step_times"
 GPU_SECONDS, RUN_ID, SFT, KNOBS, ROLE, OWNER = "gpu_seconds", "run_id", "sft_kwargs", "knobs", "role", "owner"
 LOSSES, WARMUP_TIMES = "losses", "warmup_times"
+ANSWER = "answer_trial"  # the study's user attribute: the trial it answered with
+REPEAT_OF = "repeat_of"  # a proposal of a decided config: that trial's number
+VALUE_NOTE = "value_note"  # what a COMPLETE trial's value is, where it is not a measured fit
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)  # decided: measured, or ruled out
 
 
