@@ -269,7 +269,9 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     study = _study(tmp_path)
     trials = [t for t in study.trials if "label" in t.user_attrs]
     assert len(trials) == 3
-    assert all(t.state == optuna.trial.TrialState.PRUNED and t.system_attrs["constraints"][0] > 0 for t in trials)
+    # infeasible, with the probes' step estimate as their value (what optuna-dashboard plots and marks infeasible)
+    assert all(t.state == optuna.trial.TrialState.COMPLETE and t.system_attrs["constraints"][0] > 0 for t in trials)
+    assert all(t.value > 0 and t.user_attrs["status"] == "skipped" for t in trials)
     with pytest.raises(ValueError):
         study.best_trial  # noqa: B018 - Optuna's own reading: no feasible trial, so no best
     report = subprocess.run(
