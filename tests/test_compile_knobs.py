@@ -206,3 +206,20 @@ def test_a_cuda_graph_fallback_is_recorded_with_its_reason():
         "regional (28 layers): 0 graphs compiled; CUDA graphs skipped 2 times: skipping cudagraphs due to mutated "
         "inputs (2 instances)"
     )
+
+
+def test_recording_cuda_graphs_counts_as_compiling():
+    """Under reduce-overhead the step after the first records the graphs: Inductor times each recording with the
+    timer it keeps for them, and the meter counts it with compilation (not steady, not slow to the pruning clock)."""
+    import time
+
+    from torch._inductor.cudagraph_trees import dynamo_timed_cudagraph
+
+    from pipeline.measure.callback import compile_seconds
+
+    before = compile_seconds()
+    with dynamo_timed_cudagraph("CUDAGraphNode.record", None, None):
+        started = time.perf_counter()
+        sum(i * i for i in range(200_000))
+        inside = time.perf_counter() - started
+    assert compile_seconds() - before >= inside > 0
