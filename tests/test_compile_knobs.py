@@ -223,3 +223,14 @@ def test_recording_cuda_graphs_counts_as_compiling():
         sum(i * i for i in range(200_000))
         inside = time.perf_counter() - started
     assert compile_seconds() - before >= inside > 0
+
+
+@pytest.mark.gpu
+def test_the_compile_study_validates_on_a_cuda_device():
+    """The same space through the real candidate code where CUDA is: 26 configs, every value in one that runs."""
+    from pipeline.search.space import check_values
+
+    cfg = compose_job("config", [*SEED, "optimize=compile"])
+    check_values(cfg)
+    valid, _ = candidates(cfg)
+    assert len(valid) == 26
