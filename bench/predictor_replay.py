@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from pipeline.config.compose import compose_job
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB, Compile
-from pipeline.search.calibration import FORMULA_KNOBS, probe_points
+from pipeline.search.calibration import FORMULA_KNOBS, Calibration
 from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.trials import TrialRecord
 
@@ -49,7 +49,7 @@ def main() -> None:
         Shape.from_model(OmegaConf.to_container(cfg.model)), cfg.lora.r, list(cfg.lora.target_modules)
     )
     predictor.scale, predictor.offset = calibration["scale"], calibration["offset"]
-    measured = probe_points(calibration)
+    measured = list(Calibration.of(calibration).probes)
     errors = []
     for trial in sorted(study.trials, key=lambda t: t.datetime_start or t.datetime_complete):
         record = TrialRecord.of(trial)

@@ -100,7 +100,7 @@ def run_entry(
 
     @functools.wraps(task)
     def guarded(cfg: Any) -> Any:
-        with exits.guard_stores("a store"):
+        with exits.guard_stores(exits.store_uris(cfg)):
             return task(cfg)
 
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(guarded)

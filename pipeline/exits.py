@@ -13,6 +13,7 @@ import contextlib
 import errno
 import os
 import sys
+import traceback
 from collections import Counter
 from collections.abc import Iterable
 
@@ -56,6 +57,7 @@ class Outcome:
 
 STORE_MODULES = ("mlflow", "sqlalchemy", "sqlite3", "optuna.storages", "optuna.exceptions", "alembic", "psycopg")
 DISK_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT)
+MLFLOW, OPTUNA = "the MLflow store", "the Optuna storage"
 
 
 def store_failure(err: BaseException) -> str | None:
@@ -70,15 +72,37 @@ def store_failure(err: BaseException) -> str | None:
     return None
 
 
+def failed_store(err: BaseException) -> str | None:
+    """Which store a failure came from, by the code it was raised through: MLflow's client or Optuna's storage (both
+    talk SQL through SQLAlchemy, so the exception's own type cannot tell)."""
+    modules = [frame.f_globals.get("__name__", "") for frame, _ in traceback.walk_tb(err.__traceback__)]
+    for module in reversed(modules):  # the innermost library frame decides
+        if module.split(".")[0] == "mlflow":
+            return MLFLOW
+        if module.split(".")[0] == "optuna":
+            return OPTUNA
+    return None
+
+
+def store_uris(cfg) -> dict[str, str]:
+    """The stores a command writes to (a composed config), by the name its one-line failure gives them."""
+    return {MLFLOW: cfg.tracking.uri, OPTUNA: cfg.optimize.storage}
+
+
 @contextlib.contextmanager
-def guard_stores(what: str = "the MLflow store"):
-    """A store failing at run time ends the command with one line and exit code 1; runs still open are ended by
-    the store's exit handler, as far as the store still takes writes; nothing recorded before is touched."""
+def guard_stores(uris: dict[str, str]):
+    """A store failing at run time ends the command with one line naming it (`uris`: MLFLOW and OPTUNA to their
+    URIs) and exit code 1; runs still open are ended by the store's exit handler, as far as the store still takes
+    writes; nothing recorded before is touched."""
     try:
         yield
     except Exception as err:  # noqa: BLE001 - classified, and re-raised when it is no store's failure
         reason = store_failure(err)
         if reason is None:
             raise
-        print(f"error: {what} failed: {reason}", file=sys.stderr, flush=True)
+        store = failed_store(err)
+        if store is None or reason.startswith("the disk"):
+            print(f"error: {reason}", file=sys.stderr, flush=True)
+        else:
+            print(f"error: {store} at {uris.get(store, '?')} failed: {reason}", file=sys.stderr, flush=True)
         raise SystemExit(FAILED) from None

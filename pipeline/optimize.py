@@ -33,7 +33,7 @@ def optimize(cfg: DictConfig) -> float | None:
 
     answer = StudyDriver(cfg, list(HydraConfig.get().overrides.task)).run()
     exits.Outcome.set(answer.exit_code)
-    return answer.step_time_median_s
+    return answer.best.median if answer.best else None
 
 
 def main() -> None:

@@ -17,8 +17,17 @@ PHASES = ("forward", "backward", "optimizer", "data", "other")
 SECONDS = ("runtime", "wall", "spawn", "setup", "compile")  # a job's fixed costs and totals, in `JobSummary.seconds`
 
 
+class RunState(StrEnum):
+    """An MLflow run's status, as this tool writes and reads it."""
+
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+
 class Status(StrEnum):
-    """How a job (or a trial decided without one) ended."""
+    """How a job (or a trial decided without one, or a sweep or study as a whole) ended."""
 
     RUNNING = "running"
     OK = "ok"  # trained every step
@@ -35,11 +44,11 @@ class Status(StrEnum):
         return self in (Status.OK, Status.OOM, Status.OVER_CAP, Status.PRUNED, Status.SKIPPED)
 
     @property
-    def mlflow_status(self) -> str:
+    def run_state(self) -> RunState:
         """MLflow's run status for a job that ended so."""
         if self is Status.KILLED:
-            return "KILLED"
-        return "FINISHED" if self.decided else "FAILED"
+            return RunState.KILLED
+        return RunState.FINISHED if self.decided else RunState.FAILED
 
 
 class Compile(StrEnum):
@@ -280,6 +289,11 @@ class JobSummary:
     def peak_gib(self) -> float | None:
         return self.memory_gib.get("peak")
 
+    @property
+    def wall_s(self) -> float:
+        """The job's device time: from its fork to its end (0 for a job that never started)."""
+        return self.seconds.get("wall", 0.0)
+
     def per_second(self, per_step: float | None, step_s: float | None = None) -> float | None:
         """A per-step amount over the median step time (or `step_s`, e.g. a pooled median)."""
         step_s = step_s if step_s is not None else self.median
@@ -382,6 +396,7 @@ class RecordedJob:
     losses: tuple[float, ...] = ()
     predicted_gib: float | None = None  # a study's prediction of its peak
     note: str = ""  # why it stopped or failed, in a few words
+    round: int | None = None  # its paired round (a sweep's repeat, a confirmation round); None: measured alone
 
     @property
     def status(self) -> Status:

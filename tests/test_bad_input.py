@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from pipeline.config.hardware import cuda_device_count
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 CASES = [
     # (command-line arguments, exact start of the message, a fragment of the accepted form)

@@ -22,7 +22,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline.tracking.store import store_lock
-from tests.conftest import run_cli, wait_for_steps
+from tests.helpers.cli import run_cli
+from tests.helpers.wait import wait_for_steps
 
 GRACE_S = 5.0  # BATCH_SPLIT_GRACE_S of the workers: how long a silent remote worker's trial stays claimed
 DONE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)

@@ -41,7 +41,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -54,6 +53,8 @@ import pytest
 optuna = pytest.importorskip("optuna")
 pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed (pip install optuna-dashboard)")
 from optuna.trial import TrialState  # noqa: E402
+
+from tests.helpers.net import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -110,12 +111,6 @@ def record(study: optuna.Study, outcome: Outcome) -> None:
         study.tell(trial, state=TrialState.PRUNED)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _script(name: str) -> str:
     """A console script of this interpreter's environment (optuna, optuna-dashboard)."""
     beside = Path(sys.executable).with_name(name)
@@ -148,7 +143,7 @@ def storage(tmp_path_factory) -> str:
 @contextlib.contextmanager
 def serving(storage: str):
     """The real optuna-dashboard over `storage`, as `make dashboard` starts it; yields its API's base address."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [_script("optuna-dashboard"), storage, "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL,

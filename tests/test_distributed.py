@@ -34,7 +34,7 @@ def test_submitit_launcher_runs_isolated_recorded_jobs(tmp_path):
     process and its own nested MLflow run, and the sweep's table is read back from MLflow."""
     from mlflow.tracking import MlflowClient
 
-    from tests.conftest import run_cli
+    from tests.helpers.cli import run_cli
 
     proc = run_cli(
         "-m",

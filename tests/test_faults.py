@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 
 import pytest
-from mlflow.tracking import MlflowClient
 
-from tests.conftest import process_gone, wait_for_steps
+from tests.helpers.env import child_env
+from tests.helpers.runs import mlflow_runs
+from tests.helpers.wait import process_gone, wait_for_steps
 
 FAST = ["measure.warmup_steps=1", "train.progress_bar=false"]
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return env
-
-
-def _runs(folder):
-    client = MlflowClient(f"sqlite:///{folder / 'mlruns' / 'mlflow.db'}")
-    return client.search_runs([client.get_experiment_by_name("batch-split").experiment_id])
 
 
 def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
@@ -32,7 +21,7 @@ def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     job folder stays behind, until the next command on the store ends them truthfully and removes the folder."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    env = _env(TMPDIR=str(jobs))
+    env = child_env(TMPDIR=str(jobs))
     sweep = subprocess.Popen(
         [sys.executable, "-m", "pipeline.train", "-m", "train.steps=100000,6", "data.num_samples=64", *FAST],
         cwd=tmp_path,
@@ -49,7 +38,7 @@ def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     while not process_gone(job):
         assert time.time() < deadline, "the job outlived its sweep"
         time.sleep(0.2)
-    left = {r.data.tags["kind"]: r for r in _runs(tmp_path) if r.info.status == "RUNNING"}
+    left = {r.data.tags["kind"]: r for r in mlflow_runs(tmp_path) if r.info.status == "RUNNING"}
     assert set(left) == {"sweep", "job"}  # what a kill leaves: nothing could end them
     assert steps.parent.exists()
 
@@ -58,7 +47,7 @@ def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     )
     assert report.returncode == 0, report.stderr[-2000:]
     assert "[clean-up] ended 2 run(s) left RUNNING and removed 1 job folder(s)" in report.stdout
-    runs = {r.data.tags["kind"]: r for r in _runs(tmp_path)}
+    runs = {r.data.tags["kind"]: r for r in mlflow_runs(tmp_path)}
     assert runs["sweep"].info.status == "KILLED" and runs["sweep"].data.tags["status"] == "killed"
     assert runs["job"].info.status == "FAILED" and runs["job"].data.tags["status"] == "failed"
     for run in runs.values():
@@ -81,7 +70,7 @@ def test_two_sweeps_on_one_machine_take_turns_on_the_device(tmp_path):
                 subprocess.Popen(
                     [sys.executable, "-m", "pipeline.train", "-m", "batch.split=2x2,4x1", "train.steps=8", *FAST],
                     cwd=folder,
-                    env=_env(BATCH_SPLIT_LOCK_DIR=str(locks)),
+                    env=child_env(BATCH_SPLIT_LOCK_DIR=str(locks)),
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     text=True,
@@ -94,7 +83,7 @@ def test_two_sweeps_on_one_machine_take_turns_on_the_device(tmp_path):
     spans = sorted(
         (run.info.start_time, run.info.end_time)
         for folder, _ in procs
-        for run in _runs(folder)
+        for run in mlflow_runs(folder)
         if run.data.tags["kind"] == "job"
     )
     assert len(spans) == 4
@@ -102,26 +91,24 @@ def test_two_sweeps_on_one_machine_take_turns_on_the_device(tmp_path):
         assert end <= start, spans  # a job's run opens after the device is its own, and ends before it lets go
 
 
-def test_a_corrupt_store_at_run_time_is_one_line_and_exit_1(tmp_path):
-    """The store breaks after the checks passed (here: the database replaced by garbage while the sweep waits for
-    its first job): one line naming the store, exit code 1, no traceback."""
+def test_a_corrupt_store_at_run_time_is_one_line_naming_it_and_exit_1(tmp_path):
+    """The store breaks after the checks passed (here: the database replaced by garbage once the sweep has opened
+    its parent run): one line naming the store and where it is, exit code 1, no traceback. Whichever write meets the
+    garbage first (the sweep's or a job's), the line is the same."""
     db = tmp_path / "mlruns" / "mlflow.db"
     sweep = subprocess.Popen(
         [sys.executable, "-m", "pipeline.train", "-m", "train.steps=3,4", *FAST],
         cwd=tmp_path,
-        env=_env(),
+        env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.time() + 120
-    while not (db.exists() and db.stat().st_size > 0):
-        assert time.time() < deadline and sweep.poll() is None
-        time.sleep(0.2)
-    time.sleep(1)  # the parent run exists; jobs have not started
+    first = sweep.stdout.readline()  # the sweep's first line: its parent run is open
+    assert first.startswith("[sweep] "), first + sweep.stderr.read()[-2000:]
     db.write_bytes(b"this is not a database any more" * 100)
     out, err = sweep.communicate(timeout=300)
     assert sweep.returncode == 1, out[-2000:] + err[-2000:]
     lines = [line for line in err.splitlines() if line.strip()]
-    assert lines[-1].startswith("error: the MLflow store failed"), err[-2000:]
+    assert lines[-1].startswith("error: the MLflow store at sqlite:///mlruns/mlflow.db failed: "), err[-2000:]
     assert "Traceback" not in err

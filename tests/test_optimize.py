@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -15,7 +14,8 @@ from mlflow.tracking import MlflowClient
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.search.trials import TrialRecord
-from tests.conftest import wait_for_steps
+from tests.helpers.env import child_env
+from tests.helpers.wait import wait_for_steps
 
 # A workload whose memory grows clearly with the micro-batch (a 2048-token vocabulary, 256-token sequences). The cap
 # goes between the 2x4 and 4x2 peaks that the exhaustive sweep measures (resident memory depends on the machine), so
@@ -31,16 +31,10 @@ SETUP = [
 ]
 
 
-def _env(**extra: str):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return env
-
-
 def _optimize(cwd, cap, *extra, **kwargs):
     cmd = [sys.executable, "-m", "pipeline.optimize", f"mem_cap={cap}", "optimize.trials=4", *SETUP, *extra]
     return subprocess.Popen(
-        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), **kwargs
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env(), **kwargs
     )
 
 
@@ -65,7 +59,7 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     grid = tmp_path / "grid"
     grid.mkdir()
     cmd = [sys.executable, "-m", "pipeline.train", "-m", "batch.split=1x8,2x4,4x2,8x1", *SETUP]
-    proc = subprocess.run(cmd, cwd=grid, capture_output=True, text=True, env=_env(), timeout=300)
+    proc = subprocess.run(cmd, cwd=grid, capture_output=True, text=True, env=child_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     client = MlflowClient(f"sqlite:///{grid / 'mlruns' / 'mlflow.db'}")
     runs = {r.data.params["batch.split"]: r for r in client.search_runs(["1"]) if r.data.tags.get("kind") != "sweep"}
@@ -160,7 +154,7 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
         cwd=study_dir,
         capture_output=True,
         text=True,
-        env=_env(),
+        env=child_env(),
         timeout=300,
     )
     assert pasted.returncode == 0, pasted.stderr[-2000:]
@@ -195,7 +189,9 @@ def test_two_workers_share_one_study_without_duplicating_or_losing_a_config(tmp_
     ]
     cmd = [sys.executable, "-m", "pipeline.optimize", *args]
     workers = [
-        subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+        subprocess.Popen(
+            cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env()
+        )
         for _ in range(2)
     ]
     outputs = [w.communicate(timeout=300)[0] for w in workers]
@@ -227,7 +223,12 @@ def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
     job_tmp = tmp_path / "jobs"
     job_tmp.mkdir()
     worker = subprocess.Popen(
-        cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(TMPDIR=str(job_tmp))
+        cmd,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=child_env(TMPDIR=str(job_tmp)),
     )
     deadline = time.time() + 180
     while True:
@@ -262,7 +263,7 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
         "measure.warmup_steps=1",
         "optimize.probe_steps=2",
     ]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=300)
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=300)
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert re.search(r"nothing fits under 0\.10 GiB: the smallest need is 0\.\d\d GiB", proc.stdout), proc.stdout
     study = _study(tmp_path)
@@ -272,7 +273,12 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     with pytest.raises(ValueError):
         study.best_trial  # noqa: B018 - Optuna's own reading: no feasible trial, so no best
     report = subprocess.run(
-        [sys.executable, "-m", "pipeline.report"], cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=300
+        [sys.executable, "-m", "pipeline.report"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
     )
     assert report.returncode == 0, report.stderr[-2000:]
     (md,) = (tmp_path / "mlruns" / "reports").glob("*/report.md")
@@ -285,7 +291,7 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        env=_env(),
+        env=child_env(),
         timeout=300,
     )
     assert missing.returncode == 2 and "run one first: python -m pipeline.optimize" in missing.stderr, missing.stderr

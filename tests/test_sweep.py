@@ -13,7 +13,9 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import process_gone, run_cli, wait_for_steps
+from tests.helpers.cli import run_cli
+from tests.helpers.net import free_port
+from tests.helpers.wait import process_gone, wait_for_steps
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 
@@ -143,14 +145,6 @@ def test_a_job_dies_with_its_killed_parent(tmp_path, kind):
         time.sleep(0.2)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _get(url: str, payload: dict | None = None) -> dict:
     import json
     import urllib.request
@@ -177,7 +171,7 @@ def test_report_and_mlflow_server_read_back_a_sweep(tmp_path):
     assert "| tiny 2x1" in md and "![Loss per step](loss.png)" in md
     assert all((folder / n).read_bytes()[:4] == b"\x89PNG" for n in names if n.endswith(".png"))
 
-    port = _free_port()
+    port = free_port()
     store = tmp_path / "mlruns"
     server = subprocess.Popen(
         [

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 
 import pytest
 import torch
+from transformers import TrainerCallback
 
 from pipeline.config.compose import compose_job
 from pipeline.jobs.child import Job
 from pipeline.jobs.summary import summarize_job
 from pipeline.jobs.task import job_spec
+from pipeline.measure.callback import IN_STEP_FACTOR
 from pipeline.records import JobResult, Status, StopRule, Verdict
 
 QUIET = ["train.progress_bar=false", "train.steps=8", "measure.warmup_steps=2"]
@@ -143,12 +147,53 @@ def test_cpu_cap_is_judged_on_peak_resident_memory(tmp_path, cap, expected):
     assert summarize_job(record, 2, 0.95).verdict is Verdict(expected)
 
 
-def test_a_hopeless_step_is_stopped_mid_step_and_recorded_as_pruned(tmp_path):
-    """Within the pruning window, a step that has already run 2x the threshold ends the job at a micro-batch start:
-    with an impossible threshold, step 2 stops at its first micro-batch and only step 1 is kept."""
+def test_a_hopeless_config_is_stopped_mid_step_once_two_steps_say_so(tmp_path):
+    """Within the pruning window a step already over 2x the threshold ends the job at a micro-batch start, once an
+    earlier step of the window was that slow too: with an impossible threshold, step 2 runs whole (one step decides
+    nothing), step 3 stops at its first micro-batch, and steps 1-2 are kept."""
     record = make_job(tmp_path, "batch.split=1x4", stop=StopRule(prune_after=3, prune_threshold_s=1e-9)).run()
     assert record.status is Status.PRUNED, record.traceback
-    assert record.stopped.startswith("pruned at step 2 (step 2 ran ")
-    assert [s.step for s in record.steps] == [1]
+    assert record.stopped.startswith("pruned at step 3 (step 3 ran ")
+    assert [s.step for s in record.steps] == [1, 2]
     # the same job without a threshold trains all its steps
     assert len(losses(make_job(tmp_path / "free", "batch.split=1x4").run())) == 8
+
+
+class Delay(TrainerCallback):
+    """Work added at the start of some steps: `extra[step]` seconds, `every` seconds for the others."""
+
+    def __init__(self, every: float, extra: dict[int, float]) -> None:
+        self.every, self.extra = every, extra
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        time.sleep(self.every + self.extra.get(state.global_step + 1, 0.0))
+
+
+class SlowedJob(Job):
+    """A job whose steps take longer by a known amount: a stalled step, or a config truly slower."""
+
+    def __init__(self, spec, workdir, every: float, extra: dict[int, float] | None = None) -> None:
+        super().__init__(spec, workdir)
+        self.delay = Delay(every, extra or {})
+
+    def _setup_trainer(self) -> None:
+        super()._setup_trainer()
+        self.trainer.add_callback(self.delay)
+
+
+def test_one_stalled_step_does_not_prune_a_fast_config_but_a_slower_config_is_pruned_early(tmp_path):
+    """The study prunes a trial whose steps 2-4 have a median over the threshold. A fast config (0.5 s of work per
+    step, plus the tiny model's own) with step 3 stalled by 4 s, over 2x the threshold (the old rule pruned on such
+    a single step), trains to the end; the same config doing twice the work on every step is pruned at the end of
+    the window, step 4 of 5. The work is made of known delays, so the verdicts hold on a busy machine."""
+    spec = job_spec(compose_job("config", [*QUIET, "batch.split=4x1", "train.steps=5"]))
+    spec = dataclasses.replace(spec, stop=StopRule(prune_after=3, prune_threshold_s=0.8))
+    for name in ("stalled", "slow"):
+        (tmp_path / name).mkdir()
+    stalled = SlowedJob(spec, tmp_path / "stalled", 0.5, {3: 4.0}).run()
+    assert stalled.status is Status.OK, stalled.stopped
+    assert [s.step for s in stalled.steps] == [1, 2, 3, 4, 5]
+    assert stalled.steps[2].step_time_s > IN_STEP_FACTOR * 0.8  # the stall was there, and alone decided nothing
+    slow = SlowedJob(spec, tmp_path / "slow", 1.0).run()
+    assert slow.status is Status.PRUNED and slow.stopped.startswith("pruned at step 4"), slow.stopped
+    assert [s.step for s in slow.steps] == [1, 2, 3, 4]

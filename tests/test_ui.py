@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli
+from tests.helpers.net import free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_ARGS = [
@@ -50,12 +50,6 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="no chromium on PATH (apt-get install -y chromium)"),
 ]
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _start_ui(folder: Path, port: int) -> tuple[subprocess.Popen, Path]:
@@ -132,7 +126,7 @@ def test_mlflow_ui_and_report_in_a_browser(tmp_path):
     names = [f"tiny {split}" for split in SPLITS]
     assert sorted(jobs) == sorted(names)
 
-    port = _free_port()
+    port = free_port()
     server, log = _start_ui(tmp_path, port)
     shots = _shots()
     try:

@@ -132,12 +132,14 @@ class OptimizeConfig:
     skip_margin: float = 0.1
     baseline: bool = True  # measure the base config in full, never pruned: the answer is a ratio against it
     max_loss_dev: float = 0.05  # a config whose losses deviate more from the baseline's is no answer
-    confirm: str = "auto"  # auto: re-measure the finalists when their intervals overlap; always; never
-    confirm_k: int = 3  # finalists at most, the best included
-    confirm_steps: int = 12  # steady steps of each confirmation run (after measure.warmup_steps)
-    confirm_rounds: int = 8  # rounds at most (each runs every finalist once, in a rotated order)
-    confirm_budget_s: float = 900.0  # device seconds the round may spend
-    tie_tolerance: float = 0.03  # finalists closer than this are reported equal
+    confirm: str = "auto"  # auto: the best, the baseline and the close challengers in paired rounds; always; never
+    confirm_k: int = 3  # finalists at most, the best included, the baseline not counted
+    confirm_within: float = 0.3  # challengers: search median within this of the best's (drift reaches 15-30%)
+    confirm_share: float = 0.25  # of the study's device time (the round's own included) the round may spend
+    confirm_budget_s: float | None = None  # device seconds at most, besides the share (null: the share alone)
+    confirm_steps: int = 30  # steady steps of a confirmation run at most (the plan picks the length from the noise)
+    confirm_rounds: int = 20  # rounds at most (each runs every open finalist once, in a rotated order)
+    tie_tolerance: float = 0.05  # a comparison is settled as equal once its interval lies within this
 
 
 @dataclass

@@ -232,10 +232,13 @@ def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
         raise ConfigError("optimize.prune_factor", f"got {o.prune_factor}; accepted: a number >= 1")
     at_least("optimize.skip_margin", o.skip_margin, 0, "a number")
     choice("optimize.confirm", o.confirm, CONFIRM_MODES)
-    at_least("optimize.confirm_k", o.confirm_k, 2)
+    at_least("optimize.confirm_k", o.confirm_k, 1)
+    at_least("optimize.confirm_within", o.confirm_within, 0, "a number")
+    in_range("optimize.confirm_share", o.confirm_share, 0.0, 0.9)
     at_least("optimize.confirm_steps", o.confirm_steps, 3)
     at_least("optimize.confirm_rounds", o.confirm_rounds, 3)
-    at_least("optimize.confirm_budget_s", o.confirm_budget_s, 0, "a number")
+    if o.confirm_budget_s is not None:
+        at_least("optimize.confirm_budget_s", o.confirm_budget_s, 0, "a number (or null: the share alone)")
     in_range("optimize.tie_tolerance", o.tie_tolerance, 0.0, 0.5)
     at_least("optimize.max_loss_dev", o.max_loss_dev, 0, "a number")
     for key, values in o.space.items():

@@ -23,8 +23,8 @@ from pipeline.config.compose import expand_jobs
 from pipeline.config.identity import parse_override, varying_keys
 from pipeline.jobs import runner, task
 from pipeline.jobs.context import SweepContext
-from pipeline.records import RunKind, Status
-from pipeline.reporting.table import Criteria, comparison_rows, format_table
+from pipeline.records import RunKind, RunState, Status
+from pipeline.reporting.table import Criteria, comparison_rows, format_table, rank_text
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -43,11 +43,11 @@ class SweepCallback(Callback):
         self.started = 0.0
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        with exits.guard_stores("the MLflow store"):
+        with exits.guard_stores(exits.store_uris(config)):
             self._start(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        with exits.guard_stores("the MLflow store"):
+        with exits.guard_stores(exits.store_uris(config)):
             self._end(config)
 
     def _start(self, config: DictConfig) -> None:
@@ -88,11 +88,10 @@ class SweepCallback(Callback):
         rows = comparison_rows(jobs, criteria)
         for row in rows:
             for job in row.jobs:
-                tags = {"rank": row.rank} if row.rank else {}
                 if row.loss_dev is not None:
                     self.tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
-                if tags:
-                    self.tracker.tags(job.run_id, tags)
+                if row.judgement:
+                    self.tracker.tags(job.run_id, {"rank": rank_text(row)})
         table = format_table(rows, criteria)
         code, line = exits.jobs_exit_code((j.status, j.summary.verdict) for j in jobs)
         print(table, flush=True)
@@ -100,8 +99,8 @@ class SweepCallback(Callback):
         self.tracker.artifact_text(parent_id, "summary.md", table + "\n")
         ok = sum(1 for j in jobs if j.status is Status.OK)
         self.tracker.metrics(parent_id, {"jobs_ok": ok, "jobs_total": len(jobs)})
-        self.tracker.tags(parent_id, {runs.STATUS: "done" if code == exits.OK else Status.FAILED, runs.NOTE: line})
-        self.tracker.end(parent_id, "FINISHED")
+        self.tracker.tags(parent_id, {runs.STATUS: Status.OK if code == exits.OK else Status.FAILED, runs.NOTE: line})
+        self.tracker.end(parent_id, RunState.FINISHED)
         exits.Outcome.set(code, line)
         SweepContext.clear()
         self.context = None

@@ -61,7 +61,7 @@ class _Clock:
         return end - start
 
 
-IN_STEP_FACTOR = 2.0  # a step of the pruning window already longer than this x the threshold ends the job at once
+IN_STEP_FACTOR = 2.0  # a second step of the pruning window longer than this x the threshold ends the job at once
 
 
 CUDAGRAPH_RECORDING = "CUDAGraphNode.record"  # Inductor's timer of recording one CUDA graph (reduce-overhead)
@@ -89,11 +89,13 @@ class StepMeter(TrainerCallback):
     ) -> None:
         """`stop` ends training early: `cap_bytes` once a step's peak (+ `context_bytes` on CUDA) is over the cap,
         or when the median of the `prune_after` steps after the first (which carries one-off costs) exceeds
-        `prune_threshold_s`: a slow config is known after a few steps, long before the warm-up ends. Within those
-        steps a job is stopped mid-step (StopTraining) once the step has run IN_STEP_FACTOR x the threshold: the
-        host clock starts at the previous step's synchronisation and the device can only be later, so such a step
-        is that slow for sure; it spares waiting out the long steps of a large accumulation. One process only (in
-        a torchrun job the ranks would disagree on when to stop)."""
+        `prune_threshold_s`: a slow config is known after a few steps, long before the warm-up ends. No single
+        step decides: one stall (a page fault storm, another process's burst) moves no median of three. Within
+        those steps a job is stopped mid-step (StopTraining) once an earlier step of the window already ran over
+        IN_STEP_FACTOR x the threshold and this one has run as long: the host clock starts at the previous step's
+        synchronisation and the device can only be later, so two such steps are that slow for sure; it spares
+        waiting out the long steps of a large accumulation. One process only (in a torchrun job the ranks would
+        disagree on when to stop)."""
         self.cuda = cuda
         self.stop = stop or StopRule()
         self.context_bytes = context_bytes
@@ -135,8 +137,11 @@ class StepMeter(TrainerCallback):
         after, threshold = self.stop.prune_after, self.stop.prune_threshold_s
         if not (after and threshold and 2 <= self.current_step <= 1 + after) or self._distributed:
             return
+        limit = IN_STEP_FACTOR * threshold
+        if not any(s.step > 1 and s.step_time_s - s.compile_s > limit for s in self.steps):
+            return  # this would be the window's first step that slow: one stall decides nothing
         elapsed = time.perf_counter() - self._last_end_host - (compile_seconds() - self._compiled_until)
-        if elapsed > IN_STEP_FACTOR * threshold:
+        if elapsed > limit:
             self.stop_reason = Status.PRUNED
             raise StopTraining(f"step {self.current_step} ran {elapsed:.3f} s > {IN_STEP_FACTOR:g} x {threshold:.3f} s")
 

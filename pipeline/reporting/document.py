@@ -11,10 +11,23 @@ import datetime
 import html
 from pathlib import Path
 
-from pipeline.measure.stats import Rank
-from pipeline.records import RecordedJob, RunKind
+from pipeline.compare.paired import Judgement
+from pipeline.records import RecordedJob, RunKind, Status
 from pipeline.reporting import plots
-from pipeline.reporting.table import Criteria, Row, comparison_rows, interval_text, markdown_table, num, step_header
+from pipeline.reporting.table import (
+    Criteria,
+    Row,
+    comparison_rows,
+    footnotes,
+    markdown_table,
+    num,
+    order,
+    paired_header,
+    paired_text,
+    rank_text,
+    step_header,
+    step_text,
+)
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -25,18 +38,11 @@ class ReportError(LookupError):
 
 def find_parent(tracker: Tracker, sweep_id: str | None = None, study: str | None = None):
     """The parent run of a sweep (by sweep id) or a study (by name); with neither, the latest of both kinds."""
-    queries = []
-    if study or not sweep_id:
-        queries.append(
-            f"tags.{runs.KIND} = 'study'" + (f" and tags.{runs.STUDY} = {runs.quoted(study)}" if study else "")
-        )
-    if sweep_id or not study:
-        queries.append(
-            f"tags.{runs.KIND} = 'sweep'" + (f" and tags.{runs.SWEEP} = {runs.quoted(sweep_id)}" if sweep_id else "")
-        )
     found = []
-    for query in queries:
-        found += tracker.search(query, newest_first=True, limit=1)
+    if study or not sweep_id:
+        found += runs.find_parents(tracker, RunKind.STUDY, study, limit=1)
+    if sweep_id or not study:
+        found += runs.find_parents(tracker, RunKind.SWEEP, sweep_id, limit=1)
     if not found:
         what = f"sweep '{sweep_id}'" if sweep_id else f"study '{study}'" if study else "any sweep or study"
         first = "python -m pipeline.optimize ..." if study and not sweep_id else "python -m pipeline.train -m ..."
@@ -49,6 +55,7 @@ def _columns(confidence: float) -> list[str]:
         "config",
         "status",
         step_header(confidence),
+        paired_header(confidence),
         "tokens/s",
         "peak GiB",
         "predicted GiB",
@@ -59,33 +66,35 @@ def _columns(confidence: float) -> list[str]:
 
 
 def _cells(r: Row, confidence: float) -> list[str]:
+    note = r.measured[0].note[:80] if r.measured[0].note else ""
     return [
         r.name,
         r.status,
-        "-" if r.median is None else interval_text(r.median, r.ci, confidence),
+        step_text(r, confidence),
+        paired_text(r),
         num(r.tokens_per_s, ",.0f"),
         num(r.peak_gib, ".3f"),
         num(r.predicted_gib, ".3f"),
         str(r.verdict or "-"),
-        str(r.rank or "-"),
-        ", ".join(r.flags + ([r.jobs[0].note[:80]] if r.jobs[0].note else [])),
+        rank_text(r),
+        ", ".join(r.notes + ([note] if note else [])),
     ]
 
 
-def _order(rows: list[Row]) -> list[Row]:
-    return sorted(rows, key=lambda r: (r.median is None, r.median or 0.0, r.name))
-
-
 def verdict_line(rows: list[Row], cap_gib: float | None) -> str:
-    """The best config that fits (and those tied with it), or why nothing fits."""
-    contenders = [r for r in rows if r.rank is not None]
-    if contenders:
-        best = min(contenders, key=lambda r: r.median)
-        ties = [r.name for r in contenders if r.rank is Rank.TIE and r is not best]
-        line = f"Fastest that fits: **{best.name}**, {best.median:.4f} s/step"
-        if best.rank is Rank.UNSURE:
-            line += " (its interval is too short to name a winner)"
-        return line + (f"; tied with {', '.join(ties)}" if ties else "")
+    """The fastest config (that fits, under a cap) and how sure the ranking is, or why nothing fits."""
+    what = "Fastest that fits" if cap_gib else "Fastest"
+    reference = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
+    if reference is not None:
+        line = f"{what}: **{reference.name}**, {reference.median:.4f} s/step"
+        if reference.judgement is Judgement.WINNER:
+            return line + " (every other config slower, paired)"
+        ties = [f"{r.name} ({rank_text(r)})" for r in rows if r.comparison and r.judgement is Judgement.EQUAL]
+        return line + f"; equal with {', '.join(ties)}"
+    timed = [r for r in rows if r.median is not None and r.verdict.feasible and r.status == str(Status.OK)]
+    if timed:
+        best = min(timed, key=lambda r: r.median)
+        return f"Lowest median: **{best.name}**, {best.median:.4f} s/step (one run per config: not ranked)"
     needs = [(r.peak_gib, "measured") for r in rows if r.peak_gib] + [
         (r.predicted_gib, "predicted") for r in rows if r.predicted_gib and not r.peak_gib
     ]
@@ -102,7 +111,7 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
     tags = parent.data.tags
     name = tags.get(runs.SWEEP) or tags[runs.STUDY]
     jobs = runs.read_jobs(tracker, parent.info.run_id)
-    rows = _order(comparison_rows(jobs, criteria))
+    rows = order(comparison_rows(jobs, criteria))
     context = _context(tracker, parent, name, jobs)
     out = out_root / name
     out.mkdir(parents=True, exist_ok=True)
@@ -110,7 +119,7 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
         "Step time per config": plots.step_times(rows, context, criteria.confidence, out / "step_time.png"),
         "Where a step goes": plots.phases(rows, context, out / "phases.png"),
         "Peak memory per config": plots.memory(rows, context, out / "memory.png"),
-        "Loss per step": plots.losses({j.name: list(enumerate(j.losses, 1)) for j in jobs}, context, out / "loss.png"),
+        "Loss per step": plots.losses(_curves(rows), context, out / "loss.png"),
     }
     command = (
         f"python -m pipeline.train -m {tags.get('overrides', '')}"
@@ -123,12 +132,15 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
         f"Cap: {context.cap_gib:.2f} GiB" if context.cap_gib else "Cap: none",
         f"Intervals: {100 * criteria.confidence:g}% unless a row says less",
     ]
+    notes = footnotes(rows, criteria)
     headline = verdict_line(rows, context.cap_gib)
     table = markdown_table([_columns(criteria.confidence), *(_cells(r, criteria.confidence) for r in rows)])
     md = [f"# {context.kind} {name}", "", f"`{command}`", "", " · ".join(facts), "", headline, "", table, ""]
+    md += [*(f"- {n}" for n in notes), ""] if notes else []
     md += [f"![{title}]({path.name})" for title, path in images.items()]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
-    (out / "report.html").write_text(_html(context, name, command, facts, headline, rows, images, criteria), "utf-8")
+    page = _html(context, name, command, facts, headline, rows, images, criteria, notes)
+    (out / "report.html").write_text(page, "utf-8")
     for path in sorted(out.iterdir()):
         tracker.artifact_file(parent.info.run_id, path, folder="report")
     return out
@@ -147,7 +159,12 @@ def _context(tracker: Tracker, parent, name: str, jobs: list[RecordedJob]) -> pl
     return plots.Context(kind, name, device, date, cap, on_cpu)
 
 
-def _html(context, name, command, facts, headline, rows, images, criteria) -> str:
+def _curves(rows: list[Row]) -> dict[str, list[tuple[int, float]]]:
+    """One loss curve per config: its first measured run (repeats and confirmation runs train the same losses)."""
+    return {r.name: list(enumerate(r.measured[0].losses, 1)) for r in rows if r.measured[0].losses}
+
+
+def _html(context, name, command, facts, headline, rows, images, criteria, notes) -> str:
     header = "".join(f"<th>{html.escape(c)}</th>" for c in _columns(criteria.confidence))
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r, criteria.confidence)) + "</tr>" for r in rows
@@ -163,5 +180,7 @@ def _html(context, name, command, facts, headline, rows, images, criteria) -> st
         "padding:4px 8px}th{background:#eee}figure{display:inline-block;margin:1em}</style></head><body>"
         f"<h1>{context.kind} {html.escape(name)}</h1><p><code>{html.escape(command)}</code></p>"
         f"<p>{' · '.join(html.escape(f) for f in facts)}</p><p><strong>{strong}</strong></p>"
-        f"<table><tr>{header}</tr>{body}</table>{figures}</body></html>"
+        f"<table><tr>{header}</tr>{body}</table>"
+        + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
+        + f"{figures}</body></html>"
     )

@@ -17,13 +17,19 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from pipeline.measure.stats import Rank  # noqa: E402
+from pipeline.compare.paired import Judgement  # noqa: E402
 from pipeline.records import PHASES, Status  # noqa: E402
 from pipeline.reporting.table import Row  # noqa: E402
 
-RANK_COLOURS = {Rank.WINNER: "#2a9d5c", Rank.TIE: "#e9a23b", Rank.SLOWER: "#4c72b0", Rank.UNSURE: "#8da0cb"}
+RANK_COLOURS = {Judgement.WINNER: "#2a9d5c", Judgement.EQUAL: "#e9a23b", Judgement.SLOWER: "#4c72b0"}
+FIGSIZE = (8.0, 4.2)  # every plot the same size, so the report's page lines up
 PHASE_COLOURS = dict(zip(PHASES, ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"), strict=True))
 FITS, OVER, PREDICTED, NEUTRAL = "#55a868", "#c44e52", "#bbbbbb", "#999999"
+MEMORY_STYLES = {
+    "fits": (FITS, "measured, fits"),
+    "over": (OVER, "measured, over the cap"),
+    "measured": (NEUTRAL, "measured (no cap)"),
+}
 
 
 @dataclass(frozen=True)
@@ -42,18 +48,19 @@ class Context:
 
 
 def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.tight_layout(rect=(0, 0, 0.78, 1))  # the legend's column on the right; every image the same size
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
 def _figure(rows: list[Row]):
-    return plt.subplots(figsize=(max(6.0, 1.1 * len(rows) + 2), 4.0))
+    return plt.subplots(figsize=FIGSIZE)
 
 
 def _names(ax, rows: list[Row]) -> None:
     ax.set_xticks(range(len(rows)))
+    ax.set_xlim(-0.6, len(rows) - 0.4)
     ax.set_xticklabels(
         [r.name for r in rows],
         rotation=20 if len(rows) > 3 else 0,
@@ -68,26 +75,50 @@ def _empty(ax, text: str) -> None:
     ax.set_yticks([])
 
 
+def _error(row: Row, rows: list[Row], confidence: float) -> tuple[float, float] | None:
+    """The bar's interval: paired against the fastest where the rows are ranked, else one run's steps."""
+    if row.comparison is not None:
+        reference = next(r for r in rows if r.judgement is not None and r.comparison is None)
+        c = row.comparison
+        return reference.median / c.high, reference.median / c.low
+    if row.ci is not None and not any(r.judgement for r in rows):
+        return row.ci.low, row.ci.high
+    return None
+
+
+def step_label(rows: list[Row], confidence: float) -> str:
+    """What the step-time plot's bars and whiskers are: the same coverage the table states."""
+    if any(r.judgement for r in rows):
+        return (
+            f"seconds per optimizer step\n(median; whiskers: {100 * confidence:g}% paired interval against the fastest)"
+        )
+    return f"seconds per optimizer step\n(median; whiskers: {100 * confidence:g}% interval of one run's steps)"
+
+
 def step_times(rows: list[Row], context: Context, confidence: float, path: Path) -> Path:
     fig, ax = _figure(rows)
     ax.set_title(context.title("Step time per config"), fontsize=9)
-    if not rows:
-        _empty(ax, "no config was recorded")
+    timed = [r for r in rows if r.median is not None]
+    if not timed:
+        _empty(ax, "no config has a step time (see the table and the memory plot)")
         return _save(fig, path)
-    top = max((r.ci.high for r in rows if r.ci is not None), default=1.0)
+    top = max([r.median for r in timed] + [e[1] for r in timed if (e := _error(r, rows, confidence))])
     for x, row in enumerate(rows):
-        if row.median is not None and row.ci is not None:
-            colour = RANK_COLOURS.get(row.rank, NEUTRAL)
-            ax.bar(x, row.median, color=colour, yerr=[[row.median - row.ci.low], [row.ci.high - row.median]], capsize=5)
-            if row.ci.level < confidence - 1e-12:
-                ax.text(x, row.ci.high, f"{100 * row.ci.level:.0f}% CI", ha="center", va="bottom", fontsize=7)
-        else:
-            ax.text(x, 0.02 * top, _why_no_time(row), ha="center", va="bottom", fontsize=8, rotation=90, color=OVER)
+        if row.median is None:
+            ax.text(x, 0.5 * top, _why_no_time(row), ha="center", va="center", fontsize=8, rotation=90, color=OVER)
+            continue
+        colour = RANK_COLOURS.get(row.judgement, NEUTRAL)
+        error = _error(row, rows, confidence)
+        yerr = [[row.median - error[0]], [error[1] - row.median]] if error else None
+        ax.bar(x, row.median, color=colour, yerr=yerr, capsize=5)
+        if error and row.ci is not None and error == (row.ci.low, row.ci.high) and row.ci.level < confidence - 1e-12:
+            ax.text(x, row.ci.high, f"{100 * row.ci.level:.0f}% interval", ha="center", va="bottom", fontsize=7)
     _names(ax, rows)
-    ax.set_ylabel(f"seconds per optimizer step\n(median, {100 * confidence:g}% interval)")
-    handles = [Patch(color=c, label=str(r)) for r, c in RANK_COLOURS.items() if any(row.rank is r for row in rows)]
-    if any(row.median is None for row in rows):
-        handles.append(Patch(color="white", label="no step time: see its label"))
+    ax.set_ylim(0, 1.12 * top)
+    ax.set_ylabel(step_label(rows, confidence), fontsize=8)
+    handles = [Patch(color=c, label=str(j)) for j, c in RANK_COLOURS.items() if any(r.judgement is j for r in rows)]
+    if any(r.median is not None and r.judgement is None for r in rows):
+        handles.append(Patch(color=NEUTRAL, label="not ranked (one run each)"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
@@ -131,25 +162,36 @@ def memory(rows: list[Row], context: Context, path: Path) -> Path:
     if not rows:
         _empty(ax, "no config was recorded")
         return _save(fig, path)
-    cap = context.cap_gib
+    cap, drawn = context.cap_gib, set()
     for x, row in enumerate(rows):
         if row.peak_gib is not None:
-            over = cap is not None and row.peak_gib > cap
-            ax.bar(x, row.peak_gib, color=OVER if over else FITS)
+            kind = "measured" if cap is None else "over" if row.peak_gib > cap else "fits"
+            ax.bar(x, row.peak_gib, color=MEMORY_STYLES[kind][0])
+            drawn.add(kind)
         elif row.predicted_gib is not None:
             ax.bar(x, row.predicted_gib, color="white", edgecolor=PREDICTED, hatch="///")
+            drawn.add("predicted")
         else:
-            ax.text(x, 0, "no peak", ha="center", va="bottom", fontsize=8, rotation=90)
+            ax.text(
+                x,
+                0.05,
+                "no peak",
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                rotation=90,
+                transform=ax.get_xaxis_transform(),
+            )
     if cap:
         ax.axhline(cap, color=OVER, linestyle="--")
     _names(ax, rows)
     what = "peak resident memory of the job (CPU)" if context.on_cpu else "peak reserved + CUDA context"
-    ax.set_ylabel(f"GiB: {what}")
+    ax.set_ylabel(f"GiB: {what}", fontsize=8)
     handles = [
-        Patch(color=FITS, label="measured, fits"),
-        Patch(color=OVER, label="measured, over the cap"),
-        Patch(facecolor="white", edgecolor=PREDICTED, hatch="///", label="predicted (not launched)"),
+        Patch(color=MEMORY_STYLES[k][0], label=MEMORY_STYLES[k][1]) for k in ("fits", "over", "measured") if k in drawn
     ]
+    if "predicted" in drawn:
+        handles.append(Patch(facecolor="white", edgecolor=PREDICTED, hatch="///", label="predicted (not launched)"))
     if cap:
         handles.append(plt.Line2D([], [], color=OVER, linestyle="--", label=f"cap {cap:.2f} GiB"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -157,7 +199,7 @@ def memory(rows: list[Row], context: Context, path: Path) -> Path:
 
 
 def losses(curves: dict[str, list[tuple[int, float]]], context: Context, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 4.0))
+    fig, ax = plt.subplots(figsize=FIGSIZE)
     ax.set_title(context.title("Loss per step (the same seed and data: curves should overlap)"), fontsize=9)
     drawn = {name: points for name, points in curves.items() if points}
     if not drawn:

@@ -1,5 +1,9 @@
-"""The comparison table of a sweep: one row per config identity, repeats pooled, ranked with intervals that say
-what they cover."""
+"""The comparison table of a sweep or study: one row per config identity, with its step time, throughput, memory,
+notes, and its rank from paired rounds (`compare`).
+
+A row's step time is one run's median with the interval of its steps (the step noise of one process), or, with
+several runs (a sweep's repeats), the median of their medians. Ranks and ratios between configs come only from
+paired rounds: a sweep's repeats, or a study's confirmation round; with one run per config nothing is ranked."""
 
 from __future__ import annotations
 
@@ -7,14 +11,18 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from pipeline.measure.stats import Rank, max_relative_deviation, median_ci, rank
-from pipeline.records import PHASES, Interval, RecordedJob, Status, Verdict
+from pipeline.compare.paired import Comparison, Judgement, margin_text
+from pipeline.compare.ranking import Ranking, rank
+from pipeline.measure.stats import max_relative_deviation
+from pipeline.records import PHASES, Interval, RecordedJob, RunKind, Status, Verdict
+
+MEASURED = (RunKind.JOB, RunKind.TRIAL)  # runs whose figures a row shows; confirmation runs only add rounds
 
 
 @dataclass(frozen=True)
 class Criteria:
-    """What the table judges rows by: the confidence of its intervals, and when a job is flagged as noisy (its
-    step time drifts or varies too much to rank on) or launch-bound (its GPU idles)."""
+    """What the table judges rows by: the confidence of its intervals, and when a run is flagged as noisy (its
+    step time drifts or varies too much) or launch-bound (its GPU idles)."""
 
     confidence: float = 0.95
     max_drift: float = 0.10
@@ -26,56 +34,49 @@ class Criteria:
         return cls(measure.confidence, measure.max_drift, measure.max_cv, measure.busy_threshold)
 
 
-def flags(job: RecordedJob, criteria: Criteria) -> list[str]:
-    s = job.summary
-    out = []
-    if s.drift is not None and abs(s.drift - 1) > criteria.max_drift:
-        out.append(f"drift {100 * (s.drift - 1):+.0f}%")
-    if s.step_time is not None and s.step_time.cv > criteria.max_cv:
-        out.append(f"cv {100 * s.step_time.cv:.0f}%")
-    if s.gpu_busy is not None and s.gpu_busy < criteria.busy_threshold:
-        out.append(f"launch-bound (GPU busy {100 * s.gpu_busy:.0f}%)")
-    return out
-
-
 @dataclass
 class Row:
     config_id: str
     name: str
-    jobs: list[RecordedJob]
+    jobs: list[RecordedJob]  # every run of the config: jobs or trials, and confirmation runs
     median: float | None = None
-    ci: Interval | None = None
-    pooled: bool = False  # the interval is over the repeats' medians, not one job's steps
+    ci: Interval | None = None  # one run: the interval of its steady steps; several: None
+    runs: int = 0  # measured runs with a median
     tokens_per_s: float | None = None
     mfu: float | None = None
     peak_gib: float | None = None
-    predicted_gib: float | None = None  # a study's prediction (the only figure of a config skipped by it)
+    predicted_gib: float | None = None  # a study's prediction of its peak (the only figure of a config it skipped)
     verdict: Verdict | None = None
     phases: dict[str, float] = field(default_factory=dict)
     loss_dev: float | None = None
-    rank: Rank | None = None
-    flags: list[str] = field(default_factory=list)
+    rounds: dict[int, float] = field(default_factory=dict)  # paired rounds: round -> that run's median
+    comparison: Comparison | None = None  # paired, against the fastest
+    judgement: Judgement | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> str:
-        return "/".join(sorted({str(j.status) for j in self.jobs}))
+        return "/".join(sorted({str(j.status) for j in self.measured}))
 
     @property
-    def ok_jobs(self) -> list[RecordedJob]:
-        return [j for j in self.jobs if j.status is Status.OK and j.summary.median is not None]
+    def measured(self) -> list[RecordedJob]:
+        return [j for j in self.jobs if j.kind in MEASURED] or self.jobs
+
+    @property
+    def ok_runs(self) -> list[RecordedJob]:
+        return [j for j in self.measured if j.status is Status.OK and j.summary.median is not None]
 
 
-def _pool(row: Row, confidence: float) -> None:
-    """Median and interval of one job's steady steps, or of the medians of several repeats."""
-    ok = row.ok_jobs
+def _figures(row: Row) -> None:
+    """Median (and one run's interval), rates from the same median, phases."""
+    ok = row.ok_runs
+    row.runs = len(ok)
     if not ok:
         return
     if len(ok) == 1:
-        step_time = ok[0].summary.step_time
-        row.median, row.ci = step_time.median, step_time.ci
+        row.median, row.ci = ok[0].summary.median, ok[0].summary.step_time.ci
     else:
-        medians = sorted(j.summary.median for j in ok)
-        row.median, row.ci, row.pooled = statistics.median(medians), median_ci(medians, confidence), True
+        row.median = statistics.median(j.summary.median for j in ok)
     work = ok[0].summary
     row.tokens_per_s = work.per_second(statistics.fmean(j.summary.tokens_per_step for j in ok), row.median)
     row.mfu = work.mfu(row.median)
@@ -84,9 +85,51 @@ def _pool(row: Row, confidence: float) -> None:
     }
 
 
+def _memory(row: Row) -> None:
+    members = row.jobs
+    peaks = [j.summary.peak_gib for j in members if j.summary.peak_gib is not None]
+    row.peak_gib = max(peaks) if peaks else None
+    predicted = [j.predicted_gib for j in members if j.predicted_gib is not None]
+    row.predicted_gib = max(predicted) if predicted else None
+    verdicts = {j.summary.verdict for j in row.measured}
+    row.verdict = next(
+        (v for v in (Verdict.OVER_CAP, Verdict.OOM, Verdict.FITS, Verdict.NO_CAP) if v in verdicts),
+        row.measured[0].summary.verdict,
+    )
+
+
+def _share(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{100 * low:.0f}%" if round(100 * low) == round(100 * high) else f"{100 * low:.0f}-{100 * high:.0f}%"
+
+
+def notes(jobs: list[RecordedJob], criteria: Criteria) -> list[str]:
+    """Per config, over its runs: `drift up to 23% in 3 of 4 runs`, `launch-bound (GPU busy 29-41%)`."""
+    timed = [j.summary for j in jobs if j.summary.step_time is not None]
+    out = []
+    drifts = [abs(s.drift - 1) for s in timed if s.drift is not None and abs(s.drift - 1) > criteria.max_drift]
+    cvs = [s.step_time.cv for s in timed if s.step_time.cv > criteria.max_cv]
+    for what, values in (("drift", drifts), ("cv", cvs)):
+        if values:
+            within = f" in {len(values)} of {len(timed)} runs" if len(timed) > 1 else ""
+            out.append(f"{what} {'up to ' if len(values) > 1 else ''}{100 * max(values):.0f}%{within}")
+    busy = [s.gpu_busy for s in timed if s.gpu_busy is not None]
+    idle = [b for b in busy if b < criteria.busy_threshold]
+    if idle:
+        within = "" if len(idle) == len(busy) else f" in {len(idle)} of {len(busy)} runs"
+        out.append(f"launch-bound{within} (GPU busy {_share(idle)})")
+    return out
+
+
+def _rounds(jobs: list[RecordedJob]) -> dict[int, float]:
+    return {
+        j.round: j.summary.median for j in jobs if j.round is not None and j.summary.median and j.status is Status.OK
+    }
+
+
 def comparison_rows(jobs: list[RecordedJob], criteria: Criteria) -> list[Row]:
-    """Pool jobs by config identity, rank the configs that fit (or ran without a cap) by median step time, and give
-    each config its largest loss deviation from the reference: the first job that finished."""
+    """Group runs by config identity; rank the configs that fit (or ran without a cap) from their paired rounds;
+    give each config its largest loss deviation from the reference: the first run that finished."""
     groups: dict[str, list[RecordedJob]] = defaultdict(list)
     for job in jobs:
         groups[job.config_id].append(job)
@@ -94,29 +137,24 @@ def comparison_rows(jobs: list[RecordedJob], criteria: Criteria) -> list[Row]:
     rows = []
     for config_id, members in groups.items():
         row = Row(config_id, members[0].name, members)
-        _pool(row, criteria.confidence)
-        row.flags = list(dict.fromkeys(f for j in members for f in flags(j, criteria)))
-        peaks = [j.summary.peak_gib for j in members if j.summary.peak_gib is not None]
-        row.peak_gib = max(peaks) if peaks else None
-        predicted = [j.predicted_gib for j in members if j.predicted_gib is not None]
-        row.predicted_gib = max(predicted) if predicted else None
-        verdicts = {j.summary.verdict for j in members}
-        row.verdict = next(
-            (v for v in (Verdict.OVER_CAP, Verdict.OOM, Verdict.FITS, Verdict.NO_CAP) if v in verdicts),
-            members[0].summary.verdict,
-        )
+        _figures(row)
+        _memory(row)
+        row.notes = notes(members, criteria)
+        row.rounds = _rounds(members)
         if reference:
             deviations = [max_relative_deviation(list(j.losses), list(reference)) for j in members if j.losses]
             row.loss_dev = max((d for d in deviations if d is not None), default=None)
         rows.append(row)
-    # only configs that fit (or ran without a cap) compete: a fast config over the cap is no answer
-    ranked = rank(
-        {r.config_id: (r.median, r.ci) for r in rows if r.median is not None and r.verdict.feasible},
-        criteria.confidence,
-    )
-    for row in rows:
-        row.rank = ranked.get(row.config_id)
+    ranking = rank({r.config_id: r.rounds for r in rows if r.verdict.feasible}, criteria.confidence)
+    if ranking is not None:
+        _apply(rows, ranking)
     return rows
+
+
+def _apply(rows: list[Row], ranking: Ranking) -> None:
+    for row in rows:
+        row.comparison = ranking.comparisons.get(row.config_id)
+        row.judgement = ranking.judgement(row.config_id)
 
 
 def num(value: float | None, fmt: str) -> str:
@@ -131,54 +169,79 @@ def interval_text(median: float, ci: Interval, confidence: float) -> str:
     return text
 
 
+def step_text(row: Row, confidence: float) -> str:
+    if row.median is None:
+        return "-"
+    if row.ci is not None:
+        return interval_text(row.median, row.ci, confidence)
+    return f"{row.median:.4f} ({row.runs} runs)"
+
+
 def step_header(confidence: float) -> str:
-    return f"step s (median [{100 * confidence:g}% CI])"
+    return f"step s (median [{100 * confidence:g}% CI of one run's steps])"
+
+
+def paired_header(confidence: float) -> str:
+    return f"time vs fastest ({100 * confidence:g}%, paired)"
+
+
+def paired_text(row: Row) -> str:
+    """The row's step time over the fastest's, with the paired interval: `1.76x [1.52, 2.03]`."""
+    if row.judgement is None:
+        return "-"
+    c = row.comparison
+    if c is None:
+        return "fastest"
+    return f"{1 / c.speedup:.2f}x [{1 / c.high:.2f}, {1 / c.low:.2f}]"
+
+
+def rank_text(row: Row) -> str:
+    if row.judgement is Judgement.EQUAL and row.comparison is not None:
+        return f"equal ±{margin_text(row.comparison.margin)}"
+    return str(row.judgement or "-")
+
+
+def order(rows: list[Row]) -> list[Row]:
+    """Ranked configs first, fastest first (paired), then the others by median, then those without a step time."""
+
+    def key(r: Row) -> tuple:
+        ratio = 1.0 if r.judgement and r.comparison is None else 1 / r.comparison.speedup if r.comparison else None
+        return (ratio is None, ratio or 0.0, r.median is None, r.median or 0.0, r.name)
+
+    return sorted(rows, key=key)
 
 
 def format_table(rows: list[Row], criteria: Criteria) -> str:
     confidence = criteria.confidence
-    header = [
-        "config",
-        "status",
-        step_header(confidence),
-        "tokens/s",
-        "MFU",
-        "peak GiB",
-        "cap",
-        "loss dev",
-        "rank",
-        "notes",
-    ]
-    lines = [header]
-    for r in sorted(rows, key=lambda r: (r.median is None, r.median or 0.0)):
-        lines.append(
-            [
-                r.name,
-                r.status,
-                "-" if r.median is None else interval_text(r.median, r.ci, confidence),
-                num(r.tokens_per_s, ",.0f"),
-                "-" if r.mfu is None else f"{100 * r.mfu:.1f}%",
-                num(r.peak_gib, ".2f"),
-                str(r.verdict or "-"),
-                num(r.loss_dev, ".1e"),
-                str(r.rank or "-"),
-                ", ".join(r.flags),
-            ]
+    header = ["config", "status", step_header(confidence), paired_header(confidence), "tokens/s", "MFU"]
+    header += ["peak GiB", "cap", "loss dev", "rank", "notes"]
+    lines: list[list[object]] = [header]
+    for r in order(rows):
+        mfu = "-" if r.mfu is None else f"{100 * r.mfu:.1f}%"
+        lines.append([r.name, r.status, step_text(r, confidence), paired_text(r), num(r.tokens_per_s, ",.0f"), mfu])
+        lines[-1] += [num(r.peak_gib, ".2f"), str(r.verdict or "-"), num(r.loss_dev, ".1e"), rank_text(r)]
+        lines[-1].append(", ".join(r.notes))
+    return markdown_table(lines) + "".join(f"\n{note}" for note in footnotes(rows, criteria))
+
+
+def footnotes(rows: list[Row], criteria: Criteria) -> list[str]:
+    """What the table's intervals and flags mean, where it matters."""
+    confidence, out = criteria.confidence, []
+    timed = [r for r in rows if r.median is not None]
+    if timed and not any(r.judgement for r in rows):
+        out.append(
+            "one run per config: an interval covers the step noise of that one process, and separate processes of "
+            "one config differ by more (15-30% on a GPU host), so nothing is ranked; rank with repeats=3 or more "
+            "(paired rounds)"
         )
-    table = markdown_table(lines)
-    short = [r for r in rows if r.ci is not None and r.ci.level < confidence - 1e-12]
-    if short:
-        what = "repeats" if any(r.pooled for r in short) else "steps"
-        table += (
-            f"\n(n%): the interval covers the median only n% of the time: too few {what} for {100 * confidence:g}%;"
-            " no winner is named from it"
+    if any(r.ci is not None and r.ci.level < confidence - 1e-12 for r in rows):
+        out.append(f"(n%): the interval covers the median only n% of the time: too few steps for {100 * confidence:g}%")
+    if any(n.startswith(("drift", "cv")) for r in rows for n in r.notes):
+        out.append(
+            f"drift/cv: the machine was not quiet (step time drifted over {100 * criteria.max_drift:g}% or varied"
+            f" over {100 * criteria.max_cv:g}% within a run); paired rounds cancel drift between runs"
         )
-    if any(f.startswith(("drift", "cv")) for r in rows for f in r.flags):
-        table += (
-            f"\ndrift/cv: the machine was not quiet (step time drifted over {100 * criteria.max_drift:g}% or varied"
-            f" over {100 * criteria.max_cv:g}%); rank with repeats, or on a quieter machine"
-        )
-    return table
+    return out
 
 
 def markdown_table(lines: list[list[object]]) -> str:

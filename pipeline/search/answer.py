@@ -1,81 +1,87 @@
-"""The study's answer: a table of every trial, and the best eligible config as a command line that rebuilds it, as
-the SFTConfig arguments its job trained with, and as a measured ratio against the baseline; or, when nothing fits,
-the smallest need. Computed first, then printed and logged once."""
+"""The study's answer: a table of every trial, the confirmation round's comparisons, and the best eligible config as
+a command line that rebuilds it, as the SFTConfig arguments its job trained with, and as a speed-up over the
+baseline paired across neighbouring processes; or, when nothing fits, the smallest need. Computed first from what
+the study holds (`Decided`), then printed and logged once."""
 
 from __future__ import annotations
 
-import random
 import shlex
-import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+import optuna
 from optuna.trial import TrialState
 
 from pipeline import exits
+from pipeline.compare.paired import Comparison, compare
 from pipeline.config.identity import parse_override
-from pipeline.records import GIB, RunKind, Status
-from pipeline.reporting.table import (
-    Criteria,
-    comparison_rows,
-    format_table,
-    interval_text,
-    markdown_table,
-    num,
-    step_header,
-)
+from pipeline.records import GIB, RunState, Status
+from pipeline.reporting.table import interval_text, markdown_table, num, step_header
 from pipeline.search import trials
-from pipeline.search.confirm import Comparison
-from pipeline.search.trials import TrialRecord
+from pipeline.search.calibration import ATTR as CALIBRATION
+from pipeline.search.calibration import Calibration
+from pipeline.search.confirmation import ATTR as CONFIRMATION
+from pipeline.search.confirmation import ConfirmationRecord
+from pipeline.search.trials import Role, TrialRecord
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
-if TYPE_CHECKING:
-    from pipeline.search.study import StudyDriver
 
-BOOTSTRAP = 2000
+@dataclass(frozen=True)
+class Decided:
+    """What a study holds, by any worker: its trials, its baseline, its calibration and confirmation round."""
+
+    records: list[TrialRecord]
+    baseline: TrialRecord | None
+    eligible: list[TrialRecord]
+    calibration: Calibration | None
+    confirmation: ConfirmationRecord | None
+
+    @classmethod
+    def of(cls, study: optuna.Study, max_loss_dev: float) -> Decided:
+        records = [r for r in trials.records(study) if r.label is not None and r.state != TrialState.RUNNING]
+        attrs = study.user_attrs
+        return cls(
+            records,
+            trials.baseline(study),
+            trials.eligible(study, max_loss_dev),
+            Calibration.of(attrs[CALIBRATION]) if CALIBRATION in attrs else None,
+            ConfirmationRecord.of(attrs[CONFIRMATION]) if CONFIRMATION in attrs else None,
+        )
+
+    @property
+    def best(self) -> TrialRecord | None:
+        """The fastest eligible trial in the search, or the confirmation round's winner where it found another."""
+        if not self.eligible:
+            return None
+        if self.confirmation is not None:
+            winner = self.confirmation.state.winner()
+            return next((r for r in self.eligible if r.label == winner), None) or min(
+                self.eligible, key=lambda r: r.median
+            )
+        return min(self.eligible, key=lambda r: r.median)
+
+    @property
+    def gpu_seconds(self) -> float:
+        seconds = sum(r.gpu_seconds for r in self.records)
+        seconds += self.calibration.gpu_seconds if self.calibration else 0.0
+        return seconds + (self.confirmation.state.seconds if self.confirmation else 0.0)
 
 
 @dataclass(frozen=True)
 class Speedup:
-    """The answer's tokens/s over the baseline's, with an interval and where it comes from: the paired rounds of
-    the confirmation round when both were finalists (drift between processes cancels), else a bootstrap over the
-    steady steps of one job each (step-to-step noise only)."""
+    """The answer's tokens/s over the baseline's: their paired comparison in the confirmation round (the same
+    tokens per step, so the step-time ratio)."""
 
-    ratio: float
-    low: float
-    high: float
+    comparison: Comparison
     baseline: TrialRecord
-    source: str
 
-    def text(self, confidence: float) -> str:
+    def text(self) -> str:
+        c = self.comparison
         return (
-            f"{self.ratio:.2f}x the baseline's tokens/s [{self.low:.2f}, {self.high:.2f}] ({100 * confidence:g}%, "
-            f"{self.source}; baseline {self.baseline.label}: {self.baseline.median:.4f} s/step)"
+            f"{c.speedup:.2f}x the baseline's tokens/s [{c.low:.2f}, {c.high:.2f}] ({100 * c.confidence:g}%, paired "
+            f"over {c.rounds} rounds with the baseline; baseline {self.baseline.label}: {self.baseline.median:.4f} "
+            "s/step in the search)"
         )
-
-
-def speedup(best: TrialRecord, baseline: TrialRecord, confidence: float, seed: int = 0) -> Speedup:
-    rng = random.Random(seed)
-    ratios = sorted(
-        statistics.median(rng.choices(baseline.step_times, k=len(baseline.step_times)))
-        / statistics.median(rng.choices(best.step_times, k=len(best.step_times)))
-        for _ in range(BOOTSTRAP)
-    )
-    tail = int((1 - confidence) / 2 * BOOTSTRAP)
-    return Speedup(baseline.median / best.median, ratios[tail], ratios[-tail - 1], baseline, "one job each")
-
-
-def confirmed_speedup(best: TrialRecord, baseline: TrialRecord, confirmation: dict | None) -> Speedup | None:
-    """The best's speedup over the baseline from the confirmation round's paired comparison of the two, if it has
-    one (a comparison is always of a challenger with the round's first finalist, in either role here)."""
-    for c in map(Comparison.of, (confirmation or {}).get("comparisons", [])):
-        source = f"paired over {len(c.ratios)} confirmation rounds"
-        if (c.challenger, c.best) == (best.label, baseline.label):
-            return Speedup(c.speedup, c.low, c.high, baseline, source)
-        if (c.challenger, c.best) == (baseline.label, best.label):
-            return Speedup(1 / c.speedup, 1 / c.high, 1 / c.low, baseline, source)
-    return None
 
 
 @dataclass(frozen=True)
@@ -91,50 +97,26 @@ class Answer:
     decided: int = 0
     speedup: Speedup | None = None
 
-    @property
-    def step_time_median_s(self) -> float | None:
-        return self.best.median if self.best else None
+
+def _step_cell(r: TrialRecord, confidence: float) -> str:
+    if r.median is None or r.ci is None:
+        return "-"
+    if r.status is Status.OK:
+        return interval_text(r.median, r.ci, confidence)
+    return f"{r.median:.4f} (first steps)"  # a pruned trial's few steps: no interval to speak of
 
 
 def format_trials(records: list[TrialRecord], confidence: float, baseline: TrialRecord | None) -> str:
-    header = [
-        "#",
-        "config",
-        "status",
-        step_header(confidence),
-        "peak GiB",
-        "predicted GiB",
-        "fits",
-        "loss dev",
-        "note",
-    ]
-    lines: list[list[object]] = [header]
+    header = ["#", "config", "status", step_header(confidence), "tokens/s", "peak GiB", "predicted GiB", "fits"]
+    lines: list[list[object]] = [[*header, "loss dev", "note"]]
     # measured in full first, by step time; then pruned, over the cap, skipped, failed
     for r in sorted(records, key=lambda r: (r.status is not Status.OK, r.median is None, r.median or 0.0)):
-        if r.median is None or r.ci is None:
-            step = "-"
-        elif r.status is Status.OK:
-            step = interval_text(r.median, r.ci, confidence)
-        else:
-            step = f"{r.median:.4f} (first steps)"  # a pruned trial's few steps: no interval to speak of
-        fits = {True: "yes", False: "no", None: "-"}[r.feasible]
-        if r.status is Status.SKIPPED:
-            fits = "no (predicted)"
-        note = "; ".join(n for n in ("baseline" if r.role == "baseline" else "", r.note[:60]) if n)
-        deviation = trials.loss_deviation(r, baseline)
-        lines.append(
-            [
-                r.number,
-                r.label,
-                r.status or r.state.name.lower(),
-                step,
-                num(r.peak_gib, ".3f"),
-                num(r.predicted_gib, ".3f"),
-                fits,
-                num(deviation, ".1e"),
-                note,
-            ]
-        )
+        fits = "no (predicted)" if r.status is Status.SKIPPED else {True: "yes", False: "no", None: "-"}[r.feasible]
+        note = "; ".join(n for n in ("baseline" if r.role is Role.BASELINE else "", r.note[:60]) if n)
+        status = r.status or r.state.name.lower()
+        lines.append([r.number, r.label, status, _step_cell(r, confidence), num(r.tokens_per_s, ",.0f")])
+        lines[-1] += [num(r.peak_gib, ".3f"), num(r.predicted_gib, ".3f"), fits]
+        lines[-1] += [num(trials.loss_deviation(r, baseline), ".1e"), note]
     return markdown_table(lines)
 
 
@@ -149,93 +131,98 @@ def sft_call(kwargs: dict) -> str:
     return "SFTConfig(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
 
 
-def confirmation_lines(confirmation: dict, tolerance: float) -> list[str]:
+def confirmation_lines(record: ConfirmationRecord, winner: str, total_s: float) -> list[str]:
+    s = record.state
+    names = [f"{n} (baseline)" if n == record.baseline else n for n in s.finalists]
     lines = [
-        f"confirmation round ({len(confirmation['medians'][confirmation['finalists'][0]])} rounds, "
-        f"{confirmation['seconds']:.0f} s): {', '.join(confirmation['finalists'])}"
+        f"confirmation round: {record.rounds} rounds of {record.steps} steady steps, {s.seconds:.0f} s "
+        f"({100 * s.seconds / total_s:.0f}% of the study's device time; budget {record.budget_s:.0f} s): "
+        + ", ".join(names)
     ]
-    for c in map(Comparison.of, confirmation["comparisons"]):
-        lines.append(f"  {c.sentence(tolerance)} ({len(c.ratios)} paired rounds)")
+    lines += [f"  {c.sentence()}" for c in s.comparisons(winner)]
+    if record.left_out:
+        lines.append(f"  not re-measured (the budget buys too few rounds): {', '.join(record.left_out)}")
+    if s.failed:
+        lines.append(f"  failed in the round: {', '.join(s.failed)}")
     return lines
 
 
-def decide(driver: StudyDriver) -> Answer:
+def paired_speedup(decided: Decided, best: TrialRecord) -> Speedup | None:
+    record, baseline = decided.confirmation, decided.baseline
+    if record is None or baseline is None or record.baseline != baseline.label:
+        return None
+    comparison = compare(best.label, baseline.label, record.state.medians, record.state.confidence)
+    return Speedup(comparison, baseline) if comparison.judgement is not None else None
+
+
+def _best_lines(decided: Decided, best: TrialRecord, command: list[str], cap_gib: float) -> list[str]:
+    lines = [
+        f"best feasible: {best.label}  ({best.median:.4f} s/step in the search, peak {best.peak_gib:.2f} GiB of "
+        f"{cap_gib:.2f} GiB)",
+        f"  {reproduce(command, best)}",
+        f"  {sft_call(best.sft_kwargs)}",
+    ]
+    baseline = decided.baseline
+    if baseline is not None and baseline.label == best.label:
+        lines.append("  the baseline itself (the command line's config) is the fastest that fits")
+    elif baseline is not None:
+        gain = paired_speedup(decided, best)
+        why = "the confirmation round is off (optimize.confirm=never)" if decided.confirmation is None else ""
+        why = why or "the baseline was not re-measured beside it"
+        lines.append(f"  {gain.text()}" if gain else f"  no speed-up over the baseline is claimed: {why}")
+    return lines
+
+
+def _nothing_fits(decided: Decided, cap_gib: float) -> tuple[list[str], int]:
+    records = decided.records
+    needs = [r.predicted_gib for r in records if r.predicted_gib is not None]
+    needs += [r.peak_gib for r in records if r.peak_gib]
+    message = f"nothing fits under {cap_gib:.2f} GiB"
+    if needs:
+        message += f": the smallest need is {min(needs):.2f} GiB; raise mem_cap or widen optimize.space"
+    failed = [r for r in records if r.status is Status.FAILED]
+    code = exits.NOTHING_FITS if any(r.decided for r in records) and not failed else exits.FAILED
+    if failed:
+        message += f"; {len(failed)} trial(s) failed: {failed[0].note[:200]}"
+    return [message], code
+
+
+def decide(decided: Decided, name: str, command: list[str], cap_bytes: int, confidence: float) -> Answer:
     """Everything the study has decided, by any worker, turned into its answer."""
-    study, confidence, o = driver.study, driver.cfg.measure.confidence, driver.o
-    records = [r for r in trials.records(study) if r.label is not None and r.state != TrialState.RUNNING]
-    shown = [r for r in records if r.state != TrialState.FAIL or r.status is not None]
-    errors = tuple(abs(r.predictor_error) for r in records if r.predictor_error is not None)
-    confirmation = study.user_attrs.get("confirmation")
-    gpu_seconds = sum(r.gpu_seconds for r in records) + (study.user_attrs.get("calibration") or {}).get(
-        "gpu_seconds", 0.0
-    )
-    gpu_seconds += confirmation["seconds"] if confirmation else 0.0
-    baseline = trials.baseline(study)
-    lines = ["", format_trials(shown, confidence, baseline), ""]
-    parent = driver.tracker.search(
-        f"tags.{runs.KIND} = 'study' and tags.{runs.STUDY} = {runs.quoted(driver.name)}", limit=1
-    )
-    measured = runs.read_jobs(driver.tracker, parent[0].info.run_id, (RunKind.TRIAL,)) if parent else []
-    criteria = Criteria.of(driver.cfg.measure)
-    ranked = comparison_rows([j for j in measured if j.status is Status.OK and j.summary.median], criteria)
-    if ranked:
-        lines += ["measured trials (rank among those that fit):", format_table(ranked, criteria), ""]
-    if confirmation:
-        lines += [*confirmation_lines(confirmation, o.tie_tolerance), ""]
-    best = trials.best(study, o.max_loss_dev)
-    if best is not None and confirmation and confirmation["winner"] != best.label:
-        best = next(r for r in records if r.label == confirmation["winner"])
-    cap_gib = driver.cap / GIB
-    command, gain = None, None
+    shown = [r for r in decided.records if r.state != TrialState.FAIL or r.status is not None]
+    errors = tuple(abs(r.predictor_error) for r in decided.records if r.predictor_error is not None)
+    lines = ["", format_trials(shown, confidence, decided.baseline), ""]
+    best, cap_gib, seconds = decided.best, cap_bytes / GIB, decided.gpu_seconds
+    if decided.confirmation is not None and best is not None:
+        lines += [*confirmation_lines(decided.confirmation, best.label, seconds), ""]
     if best is not None:
-        command = reproduce(driver.command, best)
-        lines += [
-            f"best feasible: {best.label}  ({best.median:.4f} s/step, peak {best.peak_gib:.2f} GiB of "
-            f"{cap_gib:.2f} GiB)",
-            f"  {command}",
-            f"  {sft_call(best.sft_kwargs)}",
-        ]
-        if baseline is not None and baseline.label == best.label:
-            lines.append("  the baseline itself (the command line's config) is the fastest that fits")
-        elif baseline is not None:
-            gain = confirmed_speedup(best, baseline, confirmation)
-            if gain is None and baseline.step_times and best.step_times:
-                gain = speedup(best, baseline, confidence)
-            if gain is not None:
-                lines.append(f"  {gain.text(confidence)}")
+        lines += _best_lines(decided, best, command, cap_gib)
         code = exits.OK
     else:
-        needs = [r.predicted_gib for r in records if r.predicted_gib is not None]
-        needs += [r.peak_gib for r in records if r.peak_gib]
-        message = f"nothing fits under {cap_gib:.2f} GiB"
-        if needs:
-            message += f": the smallest need is {min(needs):.2f} GiB; raise mem_cap or widen optimize.space"
-        failed = [r for r in records if r.status is Status.FAILED]
-        code = exits.NOTHING_FITS if any(r.decided for r in records) and not failed else exits.FAILED
-        if failed:
-            message += f"; {len(failed)} trial(s) failed: {failed[0].note[:200]}"
-        lines.append(message)
+        more, code = _nothing_fits(decided, cap_gib)
+        lines += more
     if errors:
+        mean = 100 * sum(errors) / len(errors)
         lines.append(
-            f"memory predictor error: mean {100 * sum(errors) / len(errors):.1f}%, max {100 * max(errors):.1f}% of "
-            f"measured peak over {len(errors)} trials"
+            f"memory predictor error: mean {mean:.1f}%, max {100 * max(errors):.1f}% of measured peak over "
+            f"{len(errors)} trials"
         )
-    lines.append(f"device time used by jobs (probes and confirmation included): {gpu_seconds:.0f} s")
+    lines.append(f"device time used by jobs (probes and confirmation included): {seconds:.0f} s")
     return Answer(
-        study=driver.name,
+        study=name,
         text="\n".join(lines),
         exit_code=code,
         best=best,
-        command=command,
+        command=reproduce(command, best) if best else None,
         sft_kwargs=best.sft_kwargs if best else {},
-        gpu_seconds=gpu_seconds,
+        gpu_seconds=seconds,
         predictor_errors=errors,
-        decided=sum(1 for r in records if r.decided),
-        speedup=gain,
+        decided=sum(1 for r in decided.records if r.decided),
+        speedup=paired_speedup(decided, best) if best else None,
     )
 
 
-def log_answer(tracker: Tracker, parent: str, answer: Answer, status: str) -> None:
+def log_answer(tracker: Tracker, parent: str, answer: Answer, finished: bool) -> None:
     """The answer on the study's MLflow run: answer.md, summary metrics, the reproduce command as a tag."""
     tracker.artifact_text(parent, "answer.md", answer.text + "\n")
     metrics = {"trials_decided": answer.decided, "gpu_seconds": answer.gpu_seconds}
@@ -243,11 +230,11 @@ def log_answer(tracker: Tracker, parent: str, answer: Answer, status: str) -> No
         metrics.update(best_step_time_median_s=answer.best.median, best_peak_gib=answer.best.peak_gib)
         tracker.tags(parent, {"answer": answer.command, "best_config_id": answer.best.config_id})
     if answer.speedup is not None:
-        s = answer.speedup
-        metrics.update(speedup_vs_baseline=s.ratio, speedup_low=s.low, speedup_high=s.high)
+        c = answer.speedup.comparison
+        metrics.update(speedup_vs_baseline=c.speedup, speedup_low=c.low, speedup_high=c.high)
     if answer.predictor_errors:
         errors = answer.predictor_errors
         metrics.update(predictor_error_max=max(errors), predictor_error_mean=sum(errors) / len(errors))
     tracker.metrics(parent, metrics)
-    tracker.tags(parent, {runs.STATUS: "done" if status == "FINISHED" else "interrupted"})
-    tracker.end(parent, status)
+    tracker.tags(parent, {runs.STATUS: Status.OK if finished else Status.KILLED})
+    tracker.end(parent, RunState.FINISHED if finished else RunState.KILLED)

@@ -6,6 +6,7 @@ line. Stored on the study (user attribute `calibration`), so every worker and ev
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,55 +35,54 @@ def knobs_of(cfg: DictConfig, space_keys: list[str], placement_dtype: str | None
 CHECKPOINTING = "train.gradient_checkpointing"
 
 
+ATTR = "calibration"  # the study's user attribute that holds it
+
+
 @dataclass
 class Calibration:
+    """The probes' findings, and the predictor's two numbers fitted to them; stored on the study (`to_attr`, read
+    back by `of`)."""
+
     probes: list[tuple[Knobs, float]] = field(default_factory=list)  # (knobs, measured peak bytes), every setting
     base_probes: list[tuple[Knobs, float]] = field(default_factory=list)  # those of the base config's setting
     first: tuple[str, float] | None = None  # the split to measure first, and its estimated step time
     gpu_seconds: float = 0.0
     dtype: str | None = None  # what the probes' placement resolved (train.dtype=auto)
     device: str | None = None
+    scale: float = 1.0  # the predictor's fit
+    offset: float = 0.0
 
-    def to_attr(self, scale: float, offset: float) -> dict[str, Any]:
+    def to_attr(self) -> dict[str, Any]:
         return {
-            "scale": scale,
-            "offset": offset,
-            "probes": [
-                {
-                    "micro": k.micro,
-                    "max_length": k.max_length,
-                    "dtype": k.dtype,
-                    "checkpointing": k.checkpointing,
-                    "other": k.other,
-                    "compile": k.compile,
-                    "peak": peak,
-                }
-                for k, peak in self.probes
-            ],
+            "scale": self.scale,
+            "offset": self.offset,
+            "probes": [{**dataclasses.asdict(k), "peak": peak} for k, peak in self.probes],
             "first": list(self.first) if self.first else None,
             "gpu_seconds": self.gpu_seconds,
             "dtype": self.dtype,
             "device": self.device,
         }
 
-
-def probe_points(calibration: dict) -> list[tuple[Knobs, float]]:
-    """The calibration probes stored on a study, as (knobs, peak bytes); a probe stored without a compile choice (a
-    study from before it was a knob of the formula) is taken as not compiled."""
-    return [
-        (
-            Knobs(
-                p["micro"],
-                p["max_length"],
-                p["dtype"],
-                p["checkpointing"],
-                tuple(map(tuple, p["other"])),
-                p.get("compile", Compile.OFF.value),
-            ),
-            p["peak"],
-        )
-        for p in calibration.get("probes", [])
-    ]
+    @classmethod
+    def of(cls, attr: dict[str, Any]) -> Calibration:
+        """A probe stored without a compile choice (a study from before it was a knob of the formula) is taken as
+        not compiled."""
+        probes = [
+            (
+                Knobs(
+                    p["micro"],
+                    p["max_length"],
+                    p["dtype"],
+                    p["checkpointing"],
+                    tuple(map(tuple, p["other"])),
+                    p.get("compile", Compile.OFF.value),
+                ),
+                p["peak"],
+            )
+            for p in attr["probes"]
+        ]
+        first = tuple(attr["first"]) if attr["first"] else None
+        return cls(probes, [], first, attr["gpu_seconds"], attr["dtype"], attr["device"], attr["scale"], attr["offset"])
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class Prober:
         spec = task.job_spec(cfg, name=name, uncapped=True)
         outcome = task.run(cfg, spec=spec, kind=RunKind.PROBE, parent_id=self.parent, tags={runs.STUDY: self.study})
         summary = outcome.summary
-        found.gpu_seconds += summary.seconds.get("wall", 0.0)
+        found.gpu_seconds += summary.wall_s
         if outcome.status is not Status.OK or not summary.peak_gib:
             return
         placement = outcome.result.placement

@@ -17,7 +17,8 @@ as slow: PRUNED, no value; a crash, or a config another worker took: FAIL. The c
 The base config as the command line gives it is the baseline (`optimize.baseline`): measured in full, never pruned,
 so the answer is a measured ratio against it, and a config whose losses deviate from the baseline's by more than
 `optimize.max_loss_dev` is not eligible. After the search, the finalists whose intervals overlap the best's are
-re-measured side by side (`search.confirm`) before the answer is given.
+re-measured side by side in paired rounds (`search.confirmation`) before the answer is given, the baseline among
+them, so that the answer's speed-up over it comes from pairs of neighbouring processes.
 
 The study lives in `optimize.storage` (sqlite under mlruns/ by default) under a name derived from the config, so
 re-running the same command resumes it: decided configs are never run again, and trials left RUNNING by a killed
@@ -45,10 +46,10 @@ from pipeline.jobs import runner, task
 from pipeline.jobs.summary import steady_steps
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB, RunKind, Status, StopRule
-from pipeline.search import trials, workers
-from pipeline.search.answer import Answer, decide, log_answer
-from pipeline.search.calibration import Calibration, Prober, knobs_of, probe_points
-from pipeline.search.finals import confirm
+from pipeline.search import confirmation, trials, workers
+from pipeline.search.answer import Answer, Decided, decide, log_answer
+from pipeline.search.calibration import ATTR as CALIBRATION
+from pipeline.search.calibration import Calibration, Prober, knobs_of
 from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.space import SPLIT_KEY, Candidate, candidates, knob_space, suggest
 from pipeline.tracking import runs
@@ -98,7 +99,6 @@ class StudyDriver:
                 load_if_exists=True,
             )
         self.predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
-        self.gpu_seconds = 0.0
         self.placement_dtype: str | None = None
         self.device: str | None = None
 
@@ -122,18 +122,19 @@ class StudyDriver:
     def calibrate(self, parent: str) -> None:
         """Once per study, by whichever worker gets there first (the others wait and use its result): the probes,
         then the baseline and the probes' fastest candidate queued as the first trials."""
-        with workers.claim(self.study, self.storage, "calibration") as mine:
+        with workers.claim(self.study, self.storage, CALIBRATION) as mine:
             if mine:
                 prober = Prober(
                     self.cfg, self._space_keys(), self.cap, self.name, parent, self.o.probe_steps, self._base_in_space()
                 )
                 found = prober.run(self.space)
                 self.predictor.calibrate(found.base_probes)
+                found.scale, found.offset = self.predictor.scale, self.predictor.offset
                 self._queue_first_trials(found)
-                self.study.set_user_attr("calibration", found.to_attr(self.predictor.scale, self.predictor.offset))
-        saved = self.study.user_attrs["calibration"]
-        self.predictor.scale, self.predictor.offset = saved["scale"], saved["offset"]
-        self.placement_dtype, self.device = saved["dtype"], saved["device"]
+                self.study.set_user_attr(CALIBRATION, found.to_attr())
+        saved = Calibration.of(self.study.user_attrs[CALIBRATION])
+        self.predictor.scale, self.predictor.offset = saved.scale, saved.offset
+        self.placement_dtype, self.device = saved.dtype, saved.device
 
     def base_values(self, split: str | None = None) -> dict[str, object]:
         """The base config's value of every searched key (its own split unless `split` is given)."""
@@ -142,7 +143,9 @@ class StudyDriver:
     def _queue_first_trials(self, found: Calibration) -> None:
         if self.o.baseline and self._base_in_space():
             # the baseline first: never pruned, and every other trial is judged against a measured config
-            self.study.enqueue_trial(self.base_values(), user_attrs={trials.ROLE: "baseline"}, skip_if_exists=True)
+            self.study.enqueue_trial(
+                self.base_values(), user_attrs={trials.ROLE: trials.Role.BASELINE}, skip_if_exists=True
+            )
         if found.first:
             # the probes' fastest candidate next: the best so far early, so slow configs are pruned soon
             self.study.enqueue_trial(self.base_values(found.first[0]), skip_if_exists=True)
@@ -154,6 +157,8 @@ class StudyDriver:
 
     # ---- one trial ----------------------------------------------------------------------------------------------------
     def evaluate(self, trial: optuna.Trial, candidate: Candidate, parent: str) -> None:
+        """Decide one candidate: skipped when predicted over the cap, else measured (stopped early when over the
+        cap or slow), and told to Optuna with its constraint."""
         knobs = knobs_of(candidate.config, self._space_keys(), self.placement_dtype)
         self.predictor.measured = self._measurements()
         predicted = self.predictor.predict(knobs)
@@ -168,55 +173,68 @@ class StudyDriver:
         run_name = f"trial {trial.number}: {candidate.label}"
         tags = {runs.STUDY: self.name, "trial": trial.number, runs.PREDICTED: f"{predicted / GIB:.3f}"}
         if predicted > self.cap * (1 + self.o.skip_margin):
-            reason = f"predicted {predicted / GIB:.2f} GiB > cap {self.cap / GIB:.2f} GiB"
-            spec = task.job_spec(candidate.config, name=candidate.label)
-            run_id = runs.log_skip(self.tracker, parent, run_name, spec, reason, predicted, tags)
-            trials.write(
-                trial,
-                {trials.STATUS: Status.SKIPPED, trials.NOTE: reason, trials.RUN_ID: run_id, trials.FEASIBLE: False},
-            )
-            self._constrain(trial, (predicted - self.cap) / GIB)
-            self.study.tell(trial, state=TrialState.PRUNED)
-            return
+            self._skip(trial, candidate, parent, run_name, tags, predicted)
+        else:
+            self._measure(trial, candidate, parent, run_name, tags)
+
+    def _skip(self, trial, candidate: Candidate, parent: str, run_name: str, tags: dict, predicted: float) -> None:
+        reason = f"predicted {predicted / GIB:.2f} GiB > cap {self.cap / GIB:.2f} GiB"
+        spec = task.job_spec(candidate.config, name=candidate.label)
+        run_id = runs.log_skip(self.tracker, parent, run_name, spec, reason, predicted, tags)
+        trials.write(trial, {trials.STATUS: Status.SKIPPED, trials.NOTE: reason, trials.RUN_ID: run_id})
+        trials.write(trial, {trials.FEASIBLE: False})
+        self._constrain(trial, (predicted - self.cap) / GIB)
+        self.study.tell(trial, state=TrialState.PRUNED)
+
+    def _stop_rule(self, trial: optuna.Trial) -> StopRule:
+        """Over the cap always stops a trial; slowness, against the best so far, stops any but the baseline."""
         best = trials.best(self.study, self.o.max_loss_dev)
-        stop = StopRule(cap_bytes=self.cap)
-        if best is not None and trial.user_attrs.get(trials.ROLE) != "baseline":
-            stop = StopRule(self.cap, self.o.prune_steps, best.median * self.o.prune_factor)
-        spec = task.job_spec(candidate.config, name=candidate.label, stop=stop)
+        if best is None or trial.user_attrs.get(trials.ROLE) == trials.Role.BASELINE:
+            return StopRule(cap_bytes=self.cap)
+        return StopRule(self.cap, self.o.prune_steps, best.median * self.o.prune_factor)
+
+    def _measure(self, trial: optuna.Trial, candidate: Candidate, parent: str, run_name: str, tags: dict) -> None:
+        spec = task.job_spec(candidate.config, name=candidate.label, stop=self._stop_rule(trial))
         outcome = task.run(
             candidate.config, spec=spec, kind=RunKind.TRIAL, parent_id=parent, tags=tags, run_name=run_name
         )
         summary, result = outcome.summary, outcome.result
-        self.gpu_seconds += summary.seconds.get("wall", 0.0)
-        peak = summary.peak_gib
-        steady = [s.step_time_s for s in steady_steps(result, candidate.config.measure.warmup_steps)]
+        warmup = candidate.config.measure.warmup_steps
+        steady = [s.step_time_s for s in steady_steps(result, warmup)]
+        early = [s.step_time_s for s in result.steps if s.step <= warmup and s.steady_candidate]
         trials.write(
             trial,
             {
                 trials.STATUS: result.status,
-                trials.GPU_SECONDS: summary.seconds.get("wall", 0.0),
-                trials.PEAK: peak,
+                trials.GPU_SECONDS: summary.wall_s,
+                trials.PEAK: summary.peak_gib,
                 trials.MEDIAN: summary.median,
                 trials.CI: summary.step_time.ci if summary.step_time else None,
                 trials.TOKENS: summary.per_second(summary.tokens_per_step),
                 trials.STEP_TIMES: steady,
+                trials.WARMUP_TIMES: early,
                 trials.LOSSES: [step.loss for step in result.steps],
                 trials.RUN_ID: outcome.run_id,
                 trials.NOTE: result.stopped or result.error or "",
                 trials.SFT: result.sft_kwargs,
             },
         )
-        if result.status not in (Status.OK, Status.OVER_CAP, Status.OOM, Status.PRUNED):
+        self._tell(trial, result.status, summary.peak_gib, summary.median)
+
+    def _tell(self, trial: optuna.Trial, status: Status, peak: float | None, median: float | None) -> None:
+        """COMPLETE with its step time when it ran every step under the cap; PRUNED when over the cap or slow;
+        FAIL when it crashed. The constraint (peak minus cap) wherever a peak was measured."""
+        if status not in (Status.OK, Status.OVER_CAP, Status.OOM, Status.PRUNED):
             self.study.tell(trial, state=TrialState.FAIL)
             return
         over = (peak * GIB - self.cap) / GIB if peak else 0.0
-        if result.status in (Status.OVER_CAP, Status.OOM):
+        if status in (Status.OVER_CAP, Status.OOM):
             over = max(over, 1e-3)
-        if result.status is not Status.PRUNED or peak:
+        if status is not Status.PRUNED or peak:
             self._constrain(trial, over)
-        if result.status is Status.OK and over <= 0 and summary.median is not None:
+        if status is Status.OK and over <= 0 and median is not None:
             trials.write(trial, {trials.FEASIBLE: True})
-            self.study.tell(trial, summary.median)
+            self.study.tell(trial, median)
         else:
             trials.write(trial, {trials.FEASIBLE: False} if over > 0 else {})
             self.study.tell(trial, state=TrialState.PRUNED)
@@ -228,12 +246,53 @@ class StudyDriver:
 
     def _measurements(self) -> list[tuple[Knobs, float]]:
         """Peaks measured so far, by any worker: the probes and every trial that ran at least a step."""
-        found = probe_points(self.study.user_attrs.get("calibration") or {})
+        found = list(Calibration.of(self.study.user_attrs[CALIBRATION]).probes)
         for record in trials.records(self.study):
             if record.status in (Status.OK, Status.PRUNED) and record.peak_gib and record.config_id in self.by_id:
                 config = self.by_id[record.config_id].config
                 found.append((knobs_of(config, self._space_keys(), self.placement_dtype), record.peak_gib * GIB))
         return found
+
+    # ---- the confirmation round -----------------------------------------------------------------------------------
+    def confirm(self, parent: str) -> None:
+        """Once per study, by whichever worker gets there first: the finalists in paired rounds."""
+        settings = confirmation.Settings.of(self.cfg)
+        decided = Decided.of(self.study, self.o.max_loss_dev)
+        chosen = confirmation.choose(decided.eligible, decided.baseline, settings)
+        if not chosen or confirmation.ATTR in self.study.user_attrs:
+            return
+        with workers.claim(self.study, self.storage, confirmation.ATTR) as mine:
+            if not mine:
+                return
+            baseline = decided.baseline.label if decided.baseline else None
+            record = confirmation.run_round(
+                chosen,
+                baseline,
+                settings,
+                decided.gpu_seconds,
+                lambda r, n, warmup, steps: self._confirm_run(r, n, warmup, steps, parent),
+            )
+            self.study.set_user_attr(confirmation.ATTR, record.to_attr())
+
+    def _confirm_run(
+        self, record: trials.TrialRecord, number: int, warmup: int, steps: int, parent: str
+    ) -> tuple[float | None, float]:
+        """One confirmation run of a finalist: `steps` steady steps after `warmup`, in a fresh process; uncapped
+        for a baseline that did not fit (it is measured for its speed, not judged against the cap)."""
+        config = OmegaConf.create(OmegaConf.to_container(self.by_id[record.config_id].config))
+        config.measure.warmup_steps = warmup
+        config.train.steps = warmup + steps
+        spec = task.job_spec(config, name=record.label, uncapped=not record.feasible)
+        outcome = task.run(
+            config,
+            spec=spec,
+            kind=RunKind.CONFIRM,
+            parent_id=parent,
+            run_name=f"confirm {number}: {record.label}",
+            tags={runs.STUDY: self.name, runs.ROUND: number},
+        )
+        median = outcome.summary.median if outcome.status is Status.OK else None
+        return median, outcome.summary.wall_s
 
     # ---- the loop -----------------------------------------------------------------------------------------------------
     def run(self) -> Answer:
@@ -241,7 +300,7 @@ class StudyDriver:
         task.clean_up(self.tracker, dead)
         with store_lock(self.storage):  # workers that start together find or open one parent run
             parent = self._parent_run()
-        status = "KILLED"
+        finished = False
         try:
             print(
                 f"[study] {self.name}: {len(self.valid)} valid configs, budget {self.o.trials} trials, cap "
@@ -252,13 +311,14 @@ class StudyDriver:
             runner.warm_up(self.cfg.launcher.kind)
             self.calibrate(parent)
             self._loop(parent)
-            confirm(self, parent)
-            status = "FINISHED"
+            self.confirm(parent)
+            finished = True
         finally:
             workers.release_own(self.study)  # interrupted mid-trial: not decided, may run again
-            answer = decide(self)
+            decided = Decided.of(self.study, self.o.max_loss_dev)
+            answer = decide(decided, self.name, self.command, self.cap, self.cfg.measure.confidence)
             print(answer.text, flush=True)
-            log_answer(self.tracker, parent, answer, status)
+            log_answer(self.tracker, parent, answer, finished)
         return answer
 
     def _loop(self, parent: str) -> None:

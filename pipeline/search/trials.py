@@ -7,6 +7,7 @@ the config it claims (identity and overrides), how it was decided, its measured 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import optuna
@@ -19,7 +20,13 @@ LABEL, CONFIG_ID, OVERRIDES, VALUES = "label", "config_id", "overrides", "values
 STATUS, NOTE, PREDICTED, PEAK, FEASIBLE = "status", "reason", "predicted_gib", "peak_gib", "feasible"
 MEDIAN, CI, TOKENS, STEP_TIMES = "step_time_median_s", "ci", "tokens_per_s", "step_times"
 GPU_SECONDS, RUN_ID, SFT, KNOBS, ROLE, OWNER = "gpu_seconds", "run_id", "sft_kwargs", "knobs", "role", "owner"
-LOSSES = "losses"
+LOSSES, WARMUP_TIMES = "losses", "warmup_times"
+DONE = (TrialState.COMPLETE, TrialState.PRUNED)  # decided: measured, or ruled out
+
+
+class Role(StrEnum):
+    TRIAL = "trial"
+    BASELINE = "baseline"  # the config the answer is compared with: measured in full, never pruned
 
 
 @dataclass(frozen=True)
@@ -37,13 +44,14 @@ class TrialRecord:
     median: float | None = None
     ci: Interval | None = None
     tokens_per_s: float | None = None
-    step_times: tuple[float, ...] = ()  # the steady steps, for ratios between trials
+    step_times: tuple[float, ...] = ()  # the steady steps: the trial's step noise
+    warmup_times: tuple[float, ...] = ()  # the steps before them (compiling steps left out): its transient
     losses: tuple[float, ...] = ()  # per step, for the deviation from the baseline
     gpu_seconds: float = 0.0
     run_id: str | None = None
     sft_kwargs: dict[str, Any] = field(default_factory=dict)
     knobs: dict[str, Any] = field(default_factory=dict)
-    role: str = "trial"  # "trial", or "baseline": the config the answer is compared with, never pruned
+    role: Role = Role.TRIAL
     owner: str | None = None  # host:pid:start of the worker that claimed it
 
     @property
@@ -55,7 +63,7 @@ class TrialRecord:
 
     @property
     def decided(self) -> bool:
-        return self.state in (TrialState.COMPLETE, TrialState.PRUNED) and self.label is not None
+        return self.state in DONE and self.label is not None
 
     @classmethod
     def of(cls, trial: FrozenTrial) -> TrialRecord:
@@ -76,12 +84,13 @@ class TrialRecord:
             ci=Interval(*ci) if ci else None,
             tokens_per_s=a.get(TOKENS),
             step_times=tuple(a.get(STEP_TIMES, ())),
+            warmup_times=tuple(a.get(WARMUP_TIMES, ())),
             losses=tuple(a.get(LOSSES, ())),
             gpu_seconds=a.get(GPU_SECONDS, 0.0),
             run_id=a.get(RUN_ID),
             sft_kwargs=a.get(SFT, {}),
             knobs=a.get(KNOBS, {}),
-            role=a.get(ROLE, "trial"),
+            role=Role(a.get(ROLE, Role.TRIAL)),
             owner=a.get(OWNER),
         )
 
@@ -102,8 +111,8 @@ def write(trial: optuna.Trial, values: dict[str, Any]) -> None:
 
 def baseline(study: optuna.Study) -> TrialRecord | None:
     """The trial that measured the base config in full, if the study has one that finished."""
-    done = (TrialState.COMPLETE, TrialState.PRUNED)  # PRUNED: it ran every step, but over the cap
-    found = [r for r in records(study, done) if r.role == "baseline" and r.status is Status.OK]
+    # PRUNED too: it ran every step, but over the cap
+    found = [r for r in records(study, DONE) if r.role is Role.BASELINE and r.status is Status.OK]
     return found[0] if found else None
 
 

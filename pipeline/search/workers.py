@@ -21,9 +21,8 @@ from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from pipeline.liveness import HEARTBEAT_S, Owner
-from pipeline.search.trials import CONFIG_ID, OWNER
+from pipeline.search.trials import CONFIG_ID, DONE, OWNER
 
-DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 HEARTBEAT = "heartbeat"
 
 

@@ -23,6 +23,7 @@ from pipeline.records import (
     JobSummary,
     RecordedJob,
     RunKind,
+    RunState,
     Status,
     Verdict,
 )
@@ -34,6 +35,7 @@ SWEEP = "sweep_id"
 STUDY = "study"
 CONFIG_ID = "config_id"
 REPEAT = "repeat"
+ROUND = "round"  # a confirmation run's round
 VERDICT = "verdict"
 NAME = "display_name"
 PREDICTED = "predicted_gib"
@@ -156,18 +158,18 @@ def end_job(
         )
     tracker.tags(run_id, tags)
     tracker.artifact_json(run_id, "result.json", dataclasses.asdict(result))
-    tracker.end(run_id, result.status.mlflow_status)
+    tracker.end(run_id, result.status.run_state)
 
 
 def end_interrupted(tracker: Tracker, run_id: str, reason: str = "interrupted") -> None:
     tracker.tags(run_id, {STATUS: Status.KILLED, NOTE: reason})
-    tracker.end(run_id, "KILLED")
+    tracker.end(run_id, RunState.KILLED)
 
 
 def fail(tracker: Tracker, run_id: str, reason: str) -> None:
     """End a run FAILED with its reason."""
     tracker.tags(run_id, {STATUS: Status.FAILED, "error": reason, NOTE: reason[:500]})
-    tracker.end(run_id, "FAILED")
+    tracker.end(run_id, RunState.FAILED)
 
 
 def log_skip(
@@ -184,7 +186,7 @@ def log_skip(
     summary = JobSummary(status=Status.SKIPPED, verdict=Verdict.PREDICTED_OVER_CAP)
     tracker.metrics(run_id, {**summary.metrics(), "predicted_gib": predicted_bytes / GIB})
     tracker.tags(run_id, {STATUS: Status.SKIPPED, VERDICT: Verdict.PREDICTED_OVER_CAP, NOTE: reason})
-    tracker.end(run_id, "FINISHED")
+    tracker.end(run_id, RunState.FINISHED)
     return run_id
 
 
@@ -195,7 +197,7 @@ def end_orphans(tracker: Tracker, dead: Iterable[str] = ()) -> int:
     heartbeats say."""
     dead = set(dead)
     ended = 0
-    for run in tracker.search("attributes.status = 'RUNNING'"):
+    for run in tracker.search(f"attributes.status = {quoted(RunState.RUNNING)}"):
         tags = run.data.tags
         owner = Owner.parse(tags.get(OWNER_TAG, ""))
         heartbeat = float(tags[HEARTBEAT_TAG]) if HEARTBEAT_TAG in tags else None
@@ -210,9 +212,18 @@ def end_orphans(tracker: Tracker, dead: Iterable[str] = ()) -> int:
     return ended
 
 
+def find_parents(tracker: Tracker, kind: RunKind, name: str | None = None, limit: int | None = None) -> list:
+    """The parent runs of sweeps or studies (`kind`), of the one named `name` (sweep id, study name) if given,
+    newest first."""
+    query = f"tags.{KIND} = {quoted(kind)}"
+    if name:
+        query += f" and tags.{SWEEP if kind is RunKind.SWEEP else STUDY} = {quoted(name)}"
+    return tracker.search(query, newest_first=True, limit=limit)
+
+
 def open_study(tracker: Tracker, name: str, command: str, params: dict[str, object]) -> str:
     """The study's parent run: reopened when the study resumes, else created with its settings as params."""
-    found = tracker.search(f"tags.{KIND} = 'study' and tags.{STUDY} = {quoted(name)}", limit=1)
+    found = find_parents(tracker, RunKind.STUDY, name, limit=1)
     if found:
         return tracker.reopen(found[0].info.run_id, ABANDONED)
     tags = {KIND: RunKind.STUDY, STUDY: name, STATUS: Status.RUNNING, "overrides": command}
@@ -221,7 +232,19 @@ def open_study(tracker: Tracker, name: str, command: str, params: dict[str, obje
     return run_id
 
 
-def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = (RunKind.JOB, RunKind.TRIAL)) -> list:
+MEASURED_KINDS = (RunKind.JOB, RunKind.TRIAL, RunKind.CONFIRM)
+
+
+def paired_round(kind: RunKind, tags: dict[str, str]) -> int | None:
+    """The paired round a run belongs to: a sweep job's repeat, a confirmation run's round; a trial stands alone."""
+    if kind is RunKind.JOB:
+        return int(tags.get(REPEAT, 0))
+    if kind is RunKind.CONFIRM and ROUND in tags:
+        return int(tags[ROUND])
+    return None
+
+
+def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = MEASURED_KINDS) -> list:
     """The runs nested under a sweep or study, as RecordedJob, oldest first (probes left out by default)."""
     jobs = []
     for run in tracker.search(f"tags.mlflow.parentRunId = {quoted(parent_id)}"):
@@ -230,8 +253,8 @@ def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = (Ru
         if kind not in kinds:
             continue
         status = Status(tags.get(STATUS, Status.FAILED))
-        if status is Status.RUNNING and run.info.status != "RUNNING":
-            status = Status.KILLED if run.info.status == "KILLED" else Status.FAILED
+        if status is Status.RUNNING and run.info.status != RunState.RUNNING:
+            status = Status.KILLED if run.info.status == RunState.KILLED else Status.FAILED
         verdict_tag = tags.get(VERDICT)
         summary = JobSummary.from_metrics(status, Verdict(verdict_tag) if verdict_tag else Verdict.FAILED, metrics)
         jobs.append(
@@ -245,6 +268,7 @@ def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = (Ru
                 losses=tuple(value for _, value in tracker.history(run.info.run_id, "loss")),
                 predicted_gib=float(tags[PREDICTED]) if PREDICTED in tags else None,
                 note=tags.get(NOTE, ""),
+                round=paired_round(kind, tags),
             )
         )
     return jobs

@@ -27,6 +27,7 @@ from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 from mlflow.tracking import MlflowClient
 
 from pipeline.liveness import HEARTBEAT_S, Owner
+from pipeline.records import RunState
 
 OWNER_TAG, HEARTBEAT_TAG = "owner", "heartbeat"
 # their INFO lines ("Creating initial MLflow database tables") say nothing to act on
@@ -88,7 +89,7 @@ def _end_open_runs() -> None:
         try:
             if tags:
                 tracker.tags(run_id, tags)
-            tracker.end(run_id, "KILLED")
+            tracker.end(run_id, RunState.KILLED)
         except Exception:  # noqa: BLE001 - at exit, a store that is gone cannot be helped
             pass
 
@@ -181,12 +182,12 @@ class Tracker:
 
     def reopen(self, run_id: str, abandon_tags: dict[str, object] | None = None) -> str:
         """Continue a finished parent run (a resumed study); it is ended again like any run this process opened."""
-        self.client.update_run(run_id, status="RUNNING")
+        self.client.update_run(run_id, status=RunState.RUNNING)
         self.tags(run_id, {OWNER_TAG: Owner.current(), HEARTBEAT_TAG: f"{time.time():.0f}"})
         self._keep_open(run_id, abandon_tags)
         return run_id
 
-    def end(self, run_id: str, status: str = "FINISHED") -> None:
+    def end(self, run_id: str, status: RunState = RunState.FINISHED) -> None:
         self.client.set_terminated(run_id, status=status)
         _OPEN.pop(run_id, None)
 

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.net import free_port
+
 PG_USER = "postgres"  # the account the Debian package creates; PostgreSQL refuses to run as root
 SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
 SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sinfo", "squeue", "scancel", "sbatch", "srun")
@@ -42,13 +44,6 @@ ACCOUNTING_TOOLS = ("mariadb-install-db", "mariadbd", "slurmdbd", "sacct", "sacc
 
 class Unavailable(Exception):
     """This machine cannot run the service; the message says why and what to install."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -1,0 +1,107 @@
+"""The paired comparison of two configs over rounds of fresh-process runs, and the words every report judges by.
+
+A machine's speed drifts by 15-30% over minutes, and neighbouring processes drift together; each process also has
+an offset of its own. So configs are measured in rounds, one fresh process each, the runs of a round neighbours in
+time, and config A is compared with config B by the per-round log ratios log(t_B,r / t_A,r): the drift cancels inside
+a round, and what is left (each process's own offset, the step noise of its median) is independent across rounds.
+The interval is Student's t on their mean, at the requested confidence; the speed-up of A over B is exp(mean).
+
+Judgement of A against B, from the interval [low, high] of A's speed-up:
+- FASTER (low > 1) or SLOWER (high < 1);
+- EQUAL within ±m otherwise, m = max(high - 1, 1 - low): the margin the interval certifies. The comparison is
+  settled when m is within the tolerance; a comparison that ran out of rounds first still states its margin.
+One run each (fewer than two rounds) is no comparison: a single process's interval covers its own steps only.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from scipy.stats import t as student_t
+
+
+class Judgement(StrEnum):
+    """What a comparison between processes says of a config; the one vocabulary of tables, reports and plots."""
+
+    WINNER = "winner"  # faster than every other config compared with it, each at the confidence
+    FASTER = "faster"
+    SLOWER = "slower"
+    EQUAL = "equal"  # within the margin the comparison states
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`config` against `reference`, over the rounds in which both ran."""
+
+    config: str
+    reference: str
+    speedups: tuple[float, ...]  # per round: reference time / config time
+    confidence: float
+    speedup: float  # geometric mean: how many times faster `config` is
+    low: float  # interval of the speed-up at `confidence` (0 and inf below two rounds)
+    high: float
+    judgement: Judgement | None  # None: fewer than two rounds
+
+    @property
+    def rounds(self) -> int:
+        return len(self.speedups)
+
+    @property
+    def margin(self) -> float | None:
+        """For EQUAL: the largest relative difference the interval leaves open."""
+        if self.judgement is not Judgement.EQUAL:
+            return None
+        return max(self.high - 1.0, 1.0 - self.low)
+
+    def settled(self, tolerance: float) -> bool:
+        """Faster, slower, or equal within `tolerance`: no more rounds needed."""
+        if self.judgement is None:
+            return False
+        return self.judgement is not Judgement.EQUAL or self.margin <= tolerance + 1e-12
+
+    def interval_text(self) -> str:
+        return f"{self.speedup:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+    def sentence(self) -> str:
+        """`4x1 bf16 is 1.75x [1.62, 1.90] faster than 4x1 fp16 (95%, paired over 6 rounds)`."""
+        paired = f"({100 * self.confidence:g}%, paired over {self.rounds} rounds)"
+        if self.judgement is None:
+            return f"{self.config} against {self.reference}: one round only, no comparison"
+        if self.judgement is Judgement.EQUAL:
+            return f"{self.config} and {self.reference}: equal within ±{margin_text(self.margin)} {paired}"
+        if self.judgement is Judgement.FASTER:
+            return f"{self.config} is {self.interval_text()} faster than {self.reference} {paired}"
+        inverse = f"{1 / self.speedup:.2f}x [{1 / self.high:.2f}, {1 / self.low:.2f}]"
+        return f"{self.reference} is {inverse} faster than {self.config} {paired}"
+
+    def to_json(self) -> dict:
+        return {"config": self.config, "reference": self.reference, "speedups": list(self.speedups)}
+
+
+def margin_text(margin: float) -> str:
+    """A margin rounded up to a whole percent (what is certified may not be rounded down)."""
+    return f"{math.ceil(100 * margin - 1e-9):.0f}%"
+
+
+def compare_speedups(config: str, reference: str, speedups: list[float], confidence: float) -> Comparison:
+    """The comparison from per-round speed-ups of `config` over `reference`."""
+    logs = [math.log(s) for s in speedups]
+    if len(logs) < 2:
+        mean = logs[0] if logs else 0.0
+        return Comparison(config, reference, tuple(speedups), confidence, math.exp(mean), 0.0, math.inf, None)
+    mean = statistics.fmean(logs)
+    half = student_t.ppf((1 + confidence) / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    judgement = Judgement.FASTER if low > 1 else Judgement.SLOWER if high < 1 else Judgement.EQUAL
+    return Comparison(config, reference, tuple(speedups), confidence, math.exp(mean), low, high, judgement)
+
+
+def compare(config: str, reference: str, medians: Mapping[str, Mapping[int, float]], confidence: float) -> Comparison:
+    """`config` against `reference` from their per-round medians (`medians[name][round]`), paired by round."""
+    mine, theirs = medians.get(config, {}), medians.get(reference, {})
+    common = sorted(set(mine) & set(theirs))
+    return compare_speedups(config, reference, [theirs[r] / mine[r] for r in common], confidence)

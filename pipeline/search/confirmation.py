@@ -1,0 +1,154 @@
+"""A study's confirmation round: its finalists re-measured in paired rounds of fresh processes
+(`compare.sequential`), once per study by whichever worker gets there first, and stored on the study
+(`ConfirmationRecord`: its one writer and its one reader).
+
+Finalists, in priority order: the best eligible trial; the baseline, so that the answer's speed-up over it comes
+from pairs; then the eligible trials whose search median is within `confirm_within` of the best's (every eligible
+trial with `confirm=always`), at most `confirm_k` besides the baseline. The budget is `confirm_share` of the
+study's device time, the round's own included (and at most `confirm_budget_s` where set); when it cannot buy three
+rounds of them all, the lowest-priority finalists are left out, and the answer says so.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pipeline.compare.sequential import MIN_ROUNDS, ConfirmationRound, Finalist, fit
+from pipeline.search.trials import TrialRecord
+
+MIN_STEPS = 3  # steady steps of a confirmation run at least: a median of fewer is one step's noise
+ATTR = "confirmation"  # the study's user attribute that holds the record
+
+
+@dataclass(frozen=True)
+class Settings:
+    """`optimize.confirm*` and what the round judges by."""
+
+    mode: str  # auto | always | never
+    k: int  # finalists at most, the best included, the baseline not counted
+    within: float
+    share: float
+    budget_s: float | None
+    max_steps: int
+    max_rounds: int
+    tolerance: float
+    confidence: float
+
+    @classmethod
+    def of(cls, cfg) -> Settings:
+        o = cfg.optimize
+        return cls(
+            o.confirm,
+            o.confirm_k,
+            o.confirm_within,
+            o.confirm_share,
+            o.confirm_budget_s,
+            o.confirm_steps,
+            o.confirm_rounds,
+            o.tie_tolerance,
+            cfg.measure.confidence,
+        )
+
+    def budget(self, spent_s: float) -> float:
+        """The round's device seconds: `share` of the study's whole time, given what the study spent before it."""
+        budget = self.share / (1 - self.share) * spent_s
+        return budget if self.budget_s is None else min(budget, self.budget_s)
+
+
+@dataclass(frozen=True)
+class ConfirmationRecord:
+    """The round as the study keeps it: every worker's answer reads it."""
+
+    state: ConfirmationRound
+    warmup: int  # steps of each run left out (its transient, as the trials showed it)
+    steps: int  # steady steps of each run
+    budget_s: float
+    baseline: str | None  # the baseline's label, when it took part
+    left_out: tuple[str, ...] = ()  # finalists the budget could not take
+
+    @property
+    def rounds(self) -> int:
+        return max((len(m) for m in self.state.medians.values()), default=0)
+
+    def to_attr(self) -> dict:
+        s = self.state
+        return {
+            "finalists": s.finalists,
+            "confidence": s.confidence,
+            "tolerance": s.tolerance,
+            "medians": {name: {str(r): v for r, v in rounds.items()} for name, rounds in s.medians.items()},
+            "seconds": s.seconds,
+            "failed": s.failed,
+            "warmup": self.warmup,
+            "steps": self.steps,
+            "budget_s": self.budget_s,
+            "baseline": self.baseline,
+            "left_out": list(self.left_out),
+        }
+
+    @classmethod
+    def of(cls, attr: dict) -> ConfirmationRecord:
+        medians = {name: {int(r): v for r, v in rounds.items()} for name, rounds in attr["medians"].items()}
+        state = ConfirmationRound(
+            list(attr["finalists"]), attr["confidence"], attr["tolerance"], medians, attr["seconds"], attr["failed"]
+        )
+        return cls(state, attr["warmup"], attr["steps"], attr["budget_s"], attr["baseline"], tuple(attr["left_out"]))
+
+
+def choose(eligible: list[TrialRecord], baseline: TrialRecord | None, settings: Settings) -> list[TrialRecord]:
+    """The finalists in priority order (best, baseline, closest challengers); empty when there is nothing to
+    compare or the round is off."""
+    if not eligible or settings.mode == "never":
+        return []
+    ranked = sorted(eligible, key=lambda r: r.median)
+    best = ranked[0]
+    chosen = [best]
+    if baseline is not None and baseline.label != best.label:
+        chosen.append(baseline)
+    close = [r for r in ranked[1:] if settings.mode == "always" or r.median <= best.median * (1 + settings.within)]
+    chosen += [r for r in close if baseline is None or r.label != baseline.label][: settings.k - 1]
+    return chosen if len(chosen) > 1 else []
+
+
+def finalist(record: TrialRecord) -> Finalist:
+    """What the search measured of a finalist: step time and noise, and its job's start-up cost."""
+    steps = record.step_times
+    cv = statistics.stdev(steps) / statistics.fmean(steps) if len(steps) > 1 else 0.0
+    fixed = record.gpu_seconds - sum(steps) - sum(record.warmup_times)
+    return Finalist(record.label, record.median, cv, max(0.0, fixed))
+
+
+TRANSIENT = 1.25  # an early step this much slower than every steady step is still warming up
+
+
+def transient(record: TrialRecord) -> int:
+    """The steps a fresh process of this config needs before its steps are steady, as its trial showed: up to and
+    including the last early step well over every steady one (at least the first, which carries one-off costs)."""
+    limit = TRANSIENT * max(record.step_times, default=0.0)
+    slow = [i for i, seconds in enumerate(record.warmup_times, start=1) if seconds > limit]
+    return max([1, *slow])
+
+
+Run = Callable[[TrialRecord, int, int, int], tuple[float | None, float]]  # (finalist, round, warm-up, steps)
+
+
+def run_round(chosen: list[TrialRecord], baseline: str | None, settings: Settings, spent_s: float, run: Run):
+    """Plan the round from what the search measured, run it, and return its record. Every run of the round has the
+    same warm-up: the longest transient any finalist's trial showed."""
+    budget = settings.budget(spent_s)
+    warmup = max(transient(r) for r in chosen)
+    facts = [finalist(r) for r in chosen]
+    kept, plan = fit(facts, budget, MIN_STEPS, max(MIN_STEPS, settings.max_steps), warmup)
+    names = [f.name for f in kept]
+    by_label = {r.label: r for r in chosen}
+    print(
+        f"[study] confirmation round: {', '.join(names)}; runs of {warmup} + {plan.steps} steps, budget {budget:.0f} s "
+        f"({100 * settings.share:g}% of the study's device time), at least {MIN_ROUNDS} rounds if it allows",
+        flush=True,
+    )
+    state = ConfirmationRound(names, settings.confidence, settings.tolerance)
+    state.run(lambda name, number, steps: run(by_label[name], number, warmup, steps), plan, settings.max_rounds)
+    left_out = tuple(r.label for r in chosen if r.label not in names)
+    return ConfirmationRecord(state, warmup, plan.steps, budget, baseline if baseline in names else None, left_out)

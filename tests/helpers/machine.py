@@ -1,0 +1,53 @@
+"""A simulated machine for the comparison engine: its speed drifts over minutes, every process it starts has an
+offset of its own, and every step has noise. A job costs device time (a fixed start-up plus its steps), and the
+machine's clock runs on with it, so neighbouring jobs see nearly the same drift and distant ones do not."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass
+class Machine:
+    rng: random.Random
+    offset: float = 0.15  # each process: uniform in [-offset, +offset] of its config's true speed
+    drift: float = 0.15  # the whole machine: up to +-drift (30% from trough to crest) over 5-15 minutes
+    step_cv: float = 0.15  # step-to-step noise (lognormal) inside one process
+    fixed_s: float = 2.0  # a job's start-up: spawn, build, data
+    clock_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.phase = self.rng.uniform(0, 2 * math.pi)
+        self.period_s = self.rng.uniform(300, 900)
+
+    def speed(self) -> float:
+        return 1 + self.drift * math.sin(2 * math.pi * self.clock_s / self.period_s + self.phase)
+
+    def job(self, true_step_s: float, steps: int, warmup: int, stop=None) -> Run:
+        """One process of `steps` steps: its steady steps (after `warmup`) and its device time. `stop(step, times)`
+        may end it early, as the study's pruning does."""
+        offset = 1 + self.rng.uniform(-self.offset, self.offset)
+        start = self.clock_s
+        self.clock_s += self.fixed_s
+        times: list[float] = []
+        for number in range(1, steps + 1):
+            step = true_step_s * offset * self.speed() * math.exp(self.rng.gauss(0.0, self.step_cv))
+            self.clock_s += step
+            times.append(step)
+            if stop is not None and stop(number, times):
+                break
+        return Run(times[:warmup], times[warmup:], self.clock_s - start)
+
+
+@dataclass(frozen=True)
+class Run:
+    warmup: list[float]
+    steady: list[float]
+    seconds: float
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.steady) if self.steady else None

@@ -1,0 +1,52 @@
+"""Records built from known step times, for tests of what summarises and compares them."""
+
+from __future__ import annotations
+
+from pipeline.jobs.summary import summarize_job
+from pipeline.records import JobResult, Memory, Placement, RecordedJob, RunKind, Status, Step
+
+
+def result(times, loss_offset=0.0, peak=2**30, cap=None, tokens=100, busy=None) -> JobResult:
+    """A finished CUDA job whose steps took `times` seconds (phases in fixed shares), losses 5.0 - 0.1 per step."""
+    steps = tuple(
+        Step(
+            step=i + 1,
+            step_time_s=t,
+            forward_s=t / 4,
+            backward_s=t / 2,
+            optimizer_s=t / 8,
+            data_s=t / 16,
+            other_s=t / 16,
+            micro_batches=1,
+            tokens=tokens,
+            padded_tokens=128,
+            samples=4,
+            peak_bytes=peak,
+            loss=5.0 - 0.1 * i + loss_offset,
+        )
+        for i, t in enumerate(times)
+    )
+    placement = Placement("cuda", "gpu", 80.0, None, "bf16", 100.0, True)
+    return JobResult(
+        status=Status.OK,
+        steps=steps,
+        memory=Memory(peak_bytes=peak, cap_bytes=cap),
+        placement=placement,
+        model_flops_per_token=1e9,
+        gpu_busy=busy,
+    )
+
+
+def recorded(name, config_id, times, repeat=0, offset=0.0, busy=None, kind=RunKind.JOB) -> RecordedJob:
+    """A sweep's job as MLflow gives it back: its repeat is its paired round."""
+    run = result(times, offset, busy=busy)
+    return RecordedJob(
+        run_id=f"{name}#{repeat}",
+        name=name,
+        config_id=config_id,
+        repeat=repeat,
+        kind=kind,
+        summary=summarize_job(run, 0, 0.95),
+        losses=tuple(s.loss for s in run.steps),
+        round=repeat if kind is RunKind.JOB else None,
+    )

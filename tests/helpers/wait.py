@@ -1,0 +1,42 @@
+"""Waiting on a condition with a deadline: a test never sleeps a fixed time and hopes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str, alive: Callable[[], bool] | None = None):
+    """Poll `condition` until it returns something true (returned); fail with `what` after `timeout` seconds, or as
+    soon as `alive()` says the process being waited on is gone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert alive is None or alive(), f"the process ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout:g} s"
+        time.sleep(0.05)
+
+
+def wait_for_steps(job_tmp: Path, steps: int = 1, timeout: float = 180, alive=None) -> Path:
+    """Wait until a job started with TMPDIR=`job_tmp` has logged `steps` optimizer steps (its steps.jsonl, written
+    as it trains); return that file. `alive()` returning False ends the wait with a failure."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for path in job_tmp.glob("batch-split-job-*/steps.jsonl"):
+            if len(path.read_text(encoding="utf-8").splitlines()) >= steps:
+                return path
+        assert alive is None or alive(), "the process ended before its job trained"
+        time.sleep(0.1)
+    raise AssertionError(f"no job under {job_tmp} logged {steps} steps within {timeout:g} s")
+
+
+def process_gone(pid: int) -> bool:
+    """Exited (or a zombie waiting for a reaper that is not us)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True

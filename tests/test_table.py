@@ -1,0 +1,78 @@
+"""The comparison table: configs pooled by identity, ranked only from paired rounds, with notes per config."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pipeline.compare.paired import Judgement
+from pipeline.reporting.table import Criteria, comparison_rows, format_table, order, paired_text, rank_text
+from tests.helpers.records import recorded
+
+
+def test_repeats_pool_by_identity_rank_from_pairs_and_report_the_loss_deviation():
+    rng = random.Random(0)
+    jobs = []
+    for repeat in range(4):
+        jobs.append(recorded("m 1x4", "a", [0.30 + rng.uniform(0, 0.01) for _ in range(20)], repeat))
+        jobs.append(recorded("m 4x1", "b", [0.10 + rng.uniform(0, 0.01) for _ in range(20)], repeat, 0.05))
+    rows = {r.name: r for r in comparison_rows(jobs, Criteria())}
+    assert len(rows["m 4x1"].jobs) == 4 and rows["m 4x1"].runs == 4 and rows["m 4x1"].ci is None
+    assert rows["m 4x1"].judgement is Judgement.WINNER and rows["m 1x4"].judgement is Judgement.SLOWER
+    assert paired_text(rows["m 4x1"]) == "fastest" and paired_text(rows["m 1x4"]).startswith("2.8")
+    assert rows["m 1x4"].loss_dev == 0.0
+    assert rows["m 4x1"].loss_dev == pytest.approx(0.05 / (5.0 - 0.1 * 19))
+
+
+def test_the_h200_sweep_with_four_repeats_names_its_winner():
+    """`train.gradient_checkpointing=true,false repeats=4` on the H200: every one of the four interleaved pairs
+    favoured ckpt=off by 1.5-2x while the machine drifted (0.4194 vs 0.2376 s/step overall). One run each would name
+    no winner; the pairs do."""
+    on = [0.42, 0.36, 0.47, 0.41]
+    off = [0.24, 0.22, 0.31, 0.21]
+    jobs = [recorded("ckpt=on", "on", [t] * 10, r) for r, t in enumerate(on)]
+    jobs += [recorded("ckpt=off", "off", [t] * 10, r) for r, t in enumerate(off)]
+    rows = {r.name: r for r in comparison_rows(jobs, Criteria())}
+    assert rows["ckpt=off"].judgement is Judgement.WINNER and rows["ckpt=on"].judgement is Judgement.SLOWER
+    table = format_table(list(rows.values()), Criteria())
+    assert "| winner" in table and "time vs fastest (95%, paired)" in table and "step s (median [95% CI" in table
+    assert "0.4150 (4 runs)" in table  # several runs: the median of their medians, no single run's interval
+
+
+def test_one_run_per_config_ranks_nothing_and_says_why():
+    jobs = [recorded("m 1x4", "a", [0.3] * 10), recorded("m 4x1", "b", [0.1] * 10)]
+    rows = comparison_rows(jobs, Criteria())
+    assert all(r.judgement is None for r in rows)
+    table = format_table(rows, Criteria())
+    assert "| winner" not in table and "| slower" not in table
+    assert "one run per config: an interval covers the step noise of that one process" in table
+    assert [r.name for r in order(rows)] == ["m 4x1", "m 1x4"]
+
+
+def test_ties_state_the_margin_they_certify():
+    jobs = []
+    for repeat, (a, b) in enumerate([(1.0, 1.05), (1.1, 1.0), (0.9, 0.95), (1.0, 1.02)]):
+        jobs += [recorded("a", "a", [a] * 5, repeat), recorded("b", "b", [b] * 5, repeat)]
+    rows = {r.name: r for r in comparison_rows(jobs, Criteria())}
+    other = next(r for r in rows.values() if r.comparison is not None)
+    assert other.judgement is Judgement.EQUAL
+    assert rank_text(other) == f"equal ±{__import__('math').ceil(100 * other.comparison.margin)}%"
+
+
+def test_notes_are_per_config_not_per_repeat():
+    """`launch-bound (GPU busy 29-41%)` and `drift up to 23% in 3 of 4 runs`, once per config."""
+    drifting = [[1.0] * 6 + [1.23] * 6, [1.0] * 6 + [1.15] * 6, [1.0] * 12, [1.0] * 6 + [1.12] * 6]
+    jobs = [
+        recorded("m", "a", times, r, busy=busy)
+        for r, (times, busy) in enumerate(zip(drifting, [0.29, 0.41, 0.35, 0.3], strict=True))
+    ]
+    (row,) = comparison_rows(jobs, Criteria())
+    assert row.notes == ["drift up to 23% in 3 of 4 runs", "launch-bound (GPU busy 29-41%)"]
+    (single,) = comparison_rows([recorded("m", "a", [1.0] * 6 + [1.23] * 6, busy=0.9)], Criteria())
+    assert single.notes == ["drift 23%"]
+
+
+def test_configs_that_share_a_name_but_not_an_identity_stay_apart():
+    jobs = [recorded("m 4x1", "a", [0.1] * 10), recorded("m 4x1", "b", [0.2] * 10)]
+    assert len(comparison_rows(jobs, Criteria())) == 2
