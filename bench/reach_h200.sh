@@ -36,8 +36,7 @@ if [ "${REHEARSAL:-0}" = 1 ]; then
   shares=(240 120 120)
 else
   base=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1 measure.warmup_steps=5)
-  study=("${base[@]}" optimize=compile optimize.trials=9 train.steps=16 optimize.confirm_k=2 optimize.confirm_rounds=3
-         optimize.confirm_steps=10 optimize.confirm_budget_s=60)
+  study=("${base[@]}" optimize=compile optimize.trials=9 train.steps=16 optimize.confirm_k=2 optimize.confirm_budget_s=90)
   twin=(--rounds 2 --steps 16 --warmup 5)
   shares=(300 120 100)
 fi
