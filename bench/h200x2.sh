@@ -12,7 +12,7 @@
 set -uo pipefail
 res=${RES:-/tmp/bench-res}
 seed=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1 measure.warmup_steps=5)
-knobs='++optimize.space={train.gradient_checkpointing:[true,false],train.dtype:[fp16,bf16],train.adapter_dtype:[fp32,compute],train.torch_compile:[false,true]}'
+knobs='++optimize.space={train.gradient_checkpointing:[true,false],train.dtype:[fp16,bf16],train.adapter_dtype:[fp32,compute],train.torch_compile:[off,whole]}'
 liger='++optimize.space={train.gradient_checkpointing:[true,false],train.dtype:[bf16,fp16],train.liger_kernel:[false,true]}'
 pin() { taskset -c "$1" true 2>/dev/null && echo "taskset -c $1"; }  # pin where the cores exist
 p0=$(pin 0-7); p1=$(pin 16-23)

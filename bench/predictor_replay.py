@@ -2,10 +2,14 @@
 (the probes and the earlier trials), with the predictor as it is now; print every error and the mean and max.
 
     python bench/predictor_replay.py bench/results/h200-2026-11-30/knobs-optuna.db model=qwen3-1.7b train.max_length=512
+
+`train.torch_compile=True` in that study (2026-11-30) compiled the whole model: set BATCH_SPLIT_TRUE_IS=whole to
+replay it so (today `true` means regional).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import optuna
@@ -13,20 +17,24 @@ from omegaconf import OmegaConf
 
 from pipeline.config.compose import compose_job
 from pipeline.measure.flops import Shape
-from pipeline.records import GIB
-from pipeline.search.calibration import FORMULA_KNOBS, probe_points
+from pipeline.records import GIB, Compile
+from pipeline.search.calibration import FORMULA_KNOBS, Calibration
 from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.trials import TrialRecord
 
 
 def knobs(params: dict, max_length: int) -> Knobs:
     other = tuple((k, str(v)) for k, v in params.items() if k not in FORMULA_KNOBS)
+    compiled = params.get("train.torch_compile", "off")
+    if str(compiled).lower() == "true":
+        compiled = os.environ.get("BATCH_SPLIT_TRUE_IS", Compile.REGIONAL.value)
     return Knobs(
         int(params["batch.split"].split("x")[0]),
         max_length,
         params.get("train.dtype", "fp16"),
         bool(params.get("train.gradient_checkpointing", True)),
         other,
+        Compile.of(compiled).value,
     )
 
 
@@ -41,7 +49,7 @@ def main() -> None:
         Shape.from_model(OmegaConf.to_container(cfg.model)), cfg.lora.r, list(cfg.lora.target_modules)
     )
     predictor.scale, predictor.offset = calibration["scale"], calibration["offset"]
-    measured = probe_points(calibration)
+    measured = list(Calibration.of(calibration).probes)
     errors = []
     for trial in sorted(study.trials, key=lambda t: t.datetime_start or t.datetime_complete):
         record = TrialRecord.of(trial)

@@ -26,15 +26,18 @@ def main() -> None:
     (study,) = client.search_runs([experiment.experiment_id], "tags.kind = 'study'")
     answer = shlex.split(study.data.tags["answer"])[3:]
     for name, overrides in (("baseline", base), ("answer", answer)):
-        command = [sys.executable, "-m", "pipeline.train", *overrides, *PROFILE, f"paths.root={root / 'profiled'}"]
+        # the study's folder (its compile cache: a compiled answer need not compile again), a store of their own
+        store = [f"paths.root={root}", f"tracking.uri=sqlite:///{root / 'profiled' / 'mlflow.db'}"]
+        command = [sys.executable, "-m", "pipeline.train", *overrides, *PROFILE, *store]
         print(f"[profile] {name}: {shlex.join(command[3:])}", flush=True)
         subprocess.run(command, check=False)
     profiled = MlflowClient(f"sqlite:///{root / 'profiled' / 'mlflow.db'}")
     experiment = profiled.get_experiment_by_name("batch-split")
-    for run in profiled.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"]):
+    ordered = profiled.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+    for role, run in zip(("baseline", "answer"), ordered, strict=False):
         m = run.data.metrics
         print(
-            f"[profile] {run.info.run_name}: step {m.get('step_time_median_s', float('nan')):.4f} s, GPU busy "
+            f"[profile] {role} ({run.info.run_name}): step {m.get('step_time_median_s', float('nan')):.4f} s, GPU busy "
             f"(NVML) {m.get('gpu_busy', float('nan')):.2f}, busy (profiler) "
             f"{m.get('profile.device_busy_fraction', float('nan')):.2f}, launches/step "
             f"{m.get('profile.launches_per_step', float('nan')):.0f}, kernels/step "

@@ -41,6 +41,13 @@ CASES = [
     (["train.padding=sometimes"], "train.padding: got 'sometimes'", "longest, max_length, padding_free, packing"),
     (["train.optimizer=lion"], "train.optimizer: got 'lion'", "adamw_torch"),
     (["train.gradient_checkpointing=maybe"], "train.gradient_checkpointing: got 'maybe'", "true or false"),
+    (["train.torch_compile=layers"], "train.torch_compile: got 'layers'", "accepted: off, regional, whole"),
+    (["train.compile_mode=fast"], "train.compile_mode: got 'fast'", "accepted: default, reduce-overhead"),
+    (
+        ["train.compile_mode=reduce-overhead"],
+        "train.compile_mode: reduce-overhead applies to compiled code and train.torch_compile is off",
+        "accepted with it: default (or train.torch_compile=regional or whole)",
+    ),
     (["train.steps=[1"], "override: ", "key=value"),
     (["model=gpt9"], "model: unknown option 'gpt9'", "qwen3-1.7b"),
     (["gpu=v100"], "gpu: unknown option 'v100'", "a100-40gb"),
@@ -126,6 +133,24 @@ if cuda_device_count() == 0:  # a card profile needs a CUDA device to emulate it
         (["experiment=seed-t4"], "gpu: gpu=t4 emulates", "accepted here: gpu=auto or gpu=cpu"),
         (["-m", "gpu=cpu,a100-80gb"], "gpu: gpu=a100-80gb emulates", "gpu=auto or gpu=cpu"),
         (["train.dtype=fp16"], "train.dtype: fp16 needs a CUDA device", "accepted with gpu=auto here"),
+        (
+            ["train.torch_compile=true", "train.compile_mode=reduce-overhead"],
+            "train.compile_mode: reduce-overhead records CUDA graphs",
+            "accepted on the CPU: default, max-autotune-no-cudagraphs",
+        ),
+    ]
+else:  # the CUDA-graph rules that only a CUDA device reaches (on the CPU, the CPU refuses the mode first)
+    CASES += [
+        (
+            ["experiment=seed-t4", "gpu=auto", "train.torch_compile=regional", "train.compile_mode=reduce-overhead"],
+            "train.compile_mode: reduce-overhead graphs of checkpointed layers fail when the layer is recomputed",
+            "accepted with train.gradient_checkpointing=true and regional: default, max-autotune-no-cudagraphs",
+        ),
+        (
+            ["train.torch_compile=regional", "train.compile_mode=reduce-overhead", "batch.split=2x2"],
+            "train.compile_mode: reduce-overhead with gradient accumulation replays over the accumulated gradients",
+            "accepted: a split Mx1",
+        ),
     ]
 
 

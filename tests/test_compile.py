@@ -10,9 +10,16 @@ from pipeline.config.compose import compose_job
 from pipeline.jobs import runner
 from pipeline.jobs.summary import steady_steps, summarize_job
 from pipeline.jobs.task import job_spec
-from pipeline.records import Status
+from pipeline.records import JobResult, Status
 
 pytestmark = pytest.mark.slow
+
+
+def _run(tmp_path, name: str, *overrides: str) -> JobResult:
+    cfg = compose_job("config", [*overrides, f"paths.root={tmp_path / 'mlruns'}"])
+    result = runner.run_job("forkserver", job_spec(cfg), tmp_path / name)
+    assert result.status is Status.OK, result.error
+    return result
 
 
 def test_a_compiled_job_is_measured_like_any_other(tmp_path):
@@ -20,7 +27,7 @@ def test_a_compiled_job_is_measured_like_any_other(tmp_path):
         "config",
         [
             "batch.split=2x2",
-            "train.torch_compile=true",
+            "train.torch_compile=whole",
             "train.steps=8",
             "measure.warmup_steps=2",
             f"paths.root={tmp_path / 'mlruns'}",
@@ -40,3 +47,24 @@ def test_a_compiled_job_is_measured_like_any_other(tmp_path):
     summary = summarize_job(result, 2, 0.95)
     assert summary.seconds["compile"] > 10 * summary.median  # compilation is a fixed cost apart, not a step
     assert any((tmp_path / "mlruns" / "compile-cache").iterdir())  # the shared cache was written
+    assert result.compile_note.startswith("whole: ")
+
+
+def test_regional_compilation_trains_what_eager_trains(tmp_path):
+    """Each decoder layer compiled on its own (`train.torch_compile=true` is regional): the per-step losses are the
+    eager job's within 1e-4, the compilation is the first step's and recorded apart, and the layers share graphs
+    (four layers compile two graphs: the first layer's input needs no gradient, the others' do)."""
+    common = ["batch.split=2x2", "model.num_hidden_layers=4", "train.steps=6", "measure.warmup_steps=2"]
+    eager = _run(tmp_path, "eager", *common)
+    regional = _run(tmp_path, "regional", *common, "train.torch_compile=true")
+    assert eager.compile_note is None and eager.timings["compile_s"] == 0
+    assert regional.compile_note == "regional (4 layers): 2 graphs compiled"
+    assert [s.step for s in regional.steps if s.compile_s > 0] == [1]
+    assert (
+        regional.timings["compile_s"] == pytest.approx(regional.steps[0].compile_s) and regional.steps[0].compile_s > 1
+    )
+    assert regional.sft_kwargs["torch_compile"] is False  # the Trainer compiles nothing itself
+    pairs = list(zip((s.loss for s in regional.steps), (s.loss for s in eager.steps), strict=True))
+    assert len(pairs) == 6
+    worst = max(abs(a - b) / abs(b) for a, b in pairs)
+    assert worst <= 1e-4, f"regional deviates from eager by {worst:.2e}"

@@ -152,6 +152,7 @@ def test_identity_ignores_bookkeeping_and_sees_every_real_change():
         "launcher.kind=subprocess",
         "train.progress_bar=true",
         "optimize.trials=99",
+        "train.torch_compile=false",  # the old spelling of off
     ]
     for override in same:
         assert config_id(compose_job("config", [override])) == base, override
@@ -163,6 +164,8 @@ def test_identity_ignores_bookkeeping_and_sees_every_real_change():
         "data.length=64",
         "measure.warmup_steps=2",
         "mem_cap=1GiB",
+        "train.torch_compile=regional",
+        "train.torch_compile=whole",
     ]
     ids = {config_id(compose_job("config", [override])) for override in changed}
     assert len(ids) == len(changed) and base not in ids
@@ -188,4 +191,5 @@ def test_names_say_what_varies_across_a_sweep():
         display_name("qwen3-1.7b", "4x1", [parse_override(o) for o in job if parse_override(o)[0] in keys])
         for job in jobs
     }
-    assert names == {f"qwen3-1.7b 4x1 ckpt={c} compile={p}" for c in ("on", "off") for p in ("on", "off")}
+    # `true` is regional compilation: the name says which (`false` is off)
+    assert names == {f"qwen3-1.7b 4x1 ckpt={c} compile={p}" for c in ("on", "off") for p in ("regional", "off")}

@@ -3,10 +3,15 @@ TRL (the optimizer's answer gives them as a ready `SFTConfig(...)` call)."""
 
 from __future__ import annotations
 
+from pipeline.records import CUDA_GRAPH_MODES, Compile
+
 
 def sft_kwargs(micro: int, accumulation: int, train: dict, dtype: str, device: str) -> dict:
-    """Every SFTConfig argument the job sets, but where its files go."""
+    """Every SFTConfig argument the job sets, but where its files go. The Trainer compiles only the whole model
+    (`torch_compile`); regional compilation is done on the built trainer's layers (`builders.compile`)."""
     padding = train["padding"]
+    whole = Compile.of(train["torch_compile"]) is Compile.WHOLE
+    mode = train["compile_mode"]
     return dict(
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=accumulation,
@@ -29,15 +34,14 @@ def sft_kwargs(micro: int, accumulation: int, train: dict, dtype: str, device: s
         packing=padding == "packing",
         pad_to_multiple_of=train["max_length"] if padding == "max_length" else None,
         use_liger_kernel=train["liger_kernel"],
-        torch_compile=train["torch_compile"],
-        torch_compile_mode=train["compile_mode"]
-        if train["torch_compile"] and train["compile_mode"] != "default"
-        else None,
+        torch_compile=whole,
+        torch_compile_mode=mode if whole and mode != "default" else None,
         logging_steps=1,
         logging_strategy="steps",
         save_strategy="no",
         report_to="none",
         disable_tqdm=not train["progress_bar"],
         dataloader_num_workers=0,
+        dataloader_drop_last=mode in CUDA_GRAPH_MODES,  # CUDA graphs: every micro-batch full, one shape
         dataset_num_proc=None,
     )

@@ -3,7 +3,7 @@
 The identity is a short hash of the resolved config without bookkeeping (repeat index, sweep id, paths, tracking,
 launcher, the study's own settings, the progress bar): two runs share it exactly when they trained the same thing
 the same way, so repeats pool by it and nothing else. The display name says what differs: the model, the split,
-and every other key that varies across the sweep or study, in a short form (`tiny 4x1 ckpt=off compile=on`).
+and every other key that varies across the sweep or study, in a short form (`tiny 4x1 ckpt=off compile=regional`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import json
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from pipeline.records import Compile
 
 BOOKKEEPING = ("repeat", "repeats", "sweep_id", "paths", "tracking", "launcher", "optimize")
 VOLATILE = (("train", "progress_bar"),)  # how much is printed, not what is trained
@@ -29,6 +31,16 @@ SHORT_KEYS = {
     "lora.target_modules": "targets",
 }
 NAMED_KEYS = ("batch.split", "model", "repeat", "repeats")  # in every name already, or bookkeeping
+COMPILE_KEY = "train.torch_compile"
+
+
+def canonical_compile(value: Any) -> Any:
+    """`train.torch_compile` as the choice it names (`true` -> `regional`, `false` -> `off`), so a config written
+    either way is one config; a value that names none is left as it is (validation refuses it)."""
+    try:
+        return Compile.of(value).value
+    except ValueError:
+        return value
 
 
 def identity_tree(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
@@ -38,6 +50,9 @@ def identity_tree(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
         tree.pop(key, None)
     for group, key in VOLATILE:
         tree.get(group, {}).pop(key, None)
+    train = tree.get("train")
+    if isinstance(train, dict) and "torch_compile" in train:
+        train["torch_compile"] = canonical_compile(train["torch_compile"])
     return tree
 
 
@@ -69,8 +84,11 @@ def varying_keys(jobs: list[list[str]]) -> list[str]:
 
 
 def short(key: str, value: Any) -> str:
-    """`train.gradient_checkpointing=false` -> `ckpt=off`; other keys by their last part."""
+    """`train.gradient_checkpointing=false` -> `ckpt=off`, `train.torch_compile=true` -> `compile=regional`; other
+    keys by their last part."""
     name = SHORT_KEYS.get(key, key.rsplit(".", 1)[-1])
+    if key == COMPILE_KEY:
+        return f"{name}={canonical_compile(value)}"
     text = str(value)
     if isinstance(value, bool) or text.lower() in ("true", "false"):
         text = "on" if text.lower() == "true" else "off"
@@ -78,5 +96,5 @@ def short(key: str, value: Any) -> str:
 
 
 def display_name(model: str, split: str, values: list[tuple[str, Any]]) -> str:
-    """The model, the split, then each (key, value) that varies, e.g. `qwen3-1.7b 4x1 ckpt=off compile=on`."""
+    """The model, the split, then each (key, value) that varies, e.g. `qwen3-1.7b 4x1 ckpt=off compile=regional`."""
     return " ".join([model, split, *(short(k, v) for k, v in values)])

@@ -9,9 +9,10 @@ from omegaconf import DictConfig
 
 from pipeline.config.errors import ConfigError, choice
 from pipeline.config.hardware import cuda_device_count
+from pipeline.records import CUDA_GRAPH_MODES, Compile
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+COMPILE_FORMS = "off, regional, whole (true is regional, false is off)"
 ADAPTER_DTYPES = ("fp32", "compute")
 ATTENTION = {  # implementation -> the package it needs (None: built into torch and transformers)
     "eager": None,
@@ -37,7 +38,58 @@ def compute_dtype(t: DictConfig, gpu: DictConfig) -> str | None:
     return {True: "bf16", False: "fp16", None: None}[gpu.bf16]
 
 
-def check_knobs(t: DictConfig, gpu: DictConfig, model: DictConfig, accumulation: int) -> None:
+def compile_choice(value: object) -> Compile:
+    """What `train.torch_compile` compiles; a value that names no choice is refused with the accepted ones."""
+    try:
+        return Compile.of(value)
+    except ValueError:
+        raise ConfigError("train.torch_compile", f"got '{value}'; accepted: {COMPILE_FORMS}") from None
+
+
+def check_compile(t: DictConfig, accumulation: int, cuda: bool) -> Compile:
+    """The compile choice and its mode. CUDA graphs (reduce-overhead, max-autotune) need static shapes: one batch
+    shape (padding to max_length, full micro-batches) and no accumulation (a replay would overwrite the gradients
+    being accumulated, which live in the graph's memory); regional graphs also fail inside gradient checkpointing's
+    recomputation (pytorch/pytorch#154306: the recorded layer sees its input freed, the replay does not)."""
+    compiled = compile_choice(t.torch_compile)
+    choice("train.compile_mode", t.compile_mode, COMPILE_MODES)
+    if compiled is Compile.OFF and t.compile_mode != "default":
+        raise ConfigError(
+            "train.compile_mode",
+            f"{t.compile_mode} applies to compiled code and train.torch_compile is off; accepted with it: default "
+            "(or train.torch_compile=regional or whole)",
+        )
+    if t.compile_mode not in CUDA_GRAPH_MODES:
+        return compiled
+    if not cuda:
+        raise ConfigError(
+            "train.compile_mode",
+            f"{t.compile_mode} records CUDA graphs; accepted on the CPU: default, max-autotune-no-cudagraphs",
+        )
+    if accumulation > 1:
+        raise ConfigError(
+            "train.compile_mode",
+            f"{t.compile_mode} with gradient accumulation replays over the accumulated "
+            "gradients (CUDA graphs own their outputs); accepted: a split Mx1, or default, "
+            "max-autotune-no-cudagraphs",
+        )
+    if t.padding != "max_length":
+        raise ConfigError(
+            "train.compile_mode",
+            f"{t.compile_mode} records one CUDA graph per batch shape; accepted with it: train.padding=max_length",
+        )
+    if compiled is Compile.REGIONAL and t.gradient_checkpointing:
+        raise ConfigError(
+            "train.compile_mode",
+            f"{t.compile_mode} graphs of checkpointed layers fail when the layer is recomputed "
+            "(pytorch/pytorch#154306); accepted with train.gradient_checkpointing=true and regional: default, "
+            "max-autotune-no-cudagraphs",
+        )
+    return compiled
+
+
+def check_knobs(t: DictConfig, gpu: DictConfig, model: DictConfig, accumulation: int) -> Compile:
+    """Every speed knob; returns the compile choice."""
     cuda = on_cuda(gpu)
     if t.liger_kernel and importlib.util.find_spec("liger_kernel") is None:
         raise ConfigError(
@@ -47,25 +99,7 @@ def check_knobs(t: DictConfig, gpu: DictConfig, model: DictConfig, accumulation:
         raise ConfigError(
             "train.liger_kernel", f"Liger kernels need a CUDA device; accepted with gpu={gpu.name} here: false"
         )
-    choice("train.compile_mode", t.compile_mode, COMPILE_MODES)
-    if t.torch_compile and t.compile_mode in CUDA_GRAPH_MODES:
-        if not cuda:
-            raise ConfigError(
-                "train.compile_mode",
-                f"{t.compile_mode} records CUDA graphs; accepted on the CPU: default, max-autotune-no-cudagraphs",
-            )
-        if accumulation > 1:
-            raise ConfigError(
-                "train.compile_mode",
-                f"{t.compile_mode} with gradient accumulation replays over the accumulated "
-                "gradients (CUDA graphs own their outputs); accepted: a split Mx1, or default, "
-                "max-autotune-no-cudagraphs",
-            )
-        if t.padding != "max_length":
-            raise ConfigError(
-                "train.compile_mode",
-                f"{t.compile_mode} records one CUDA graph per batch shape; accepted with it: train.padding=max_length",
-            )
+    compiled = check_compile(t, accumulation, cuda)
     choice("train.adapter_dtype", t.adapter_dtype, ADAPTER_DTYPES)
     if t.adapter_dtype == "compute" and compute_dtype(t, gpu) == "fp16":
         raise ConfigError(
@@ -84,3 +118,4 @@ def check_knobs(t: DictConfig, gpu: DictConfig, model: DictConfig, accumulation:
         )
     if model.attn_implementation.startswith("flash_attention") and not cuda:
         raise ConfigError("model.attn_implementation", f"{model.attn_implementation} needs a CUDA device")
+    return compiled

@@ -96,7 +96,7 @@ class TrainConfig:
     seed: int = 42
     padding: str = "longest"
     liger_kernel: bool = False
-    torch_compile: bool = False
+    torch_compile: str = "off"  # off | regional | whole (true: regional, false: off)
     compile_mode: str = "default"
     adapter_dtype: str = "fp32"
     progress_bar: bool = False

@@ -18,7 +18,7 @@ from pipeline.config.data import check_data
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
 from pipeline.config.hardware import cuda_device_count
 from pipeline.config.knobs import check_knobs, on_cuda
-from pipeline.records import GIB
+from pipeline.records import GIB, Compile
 
 DTYPES = ("auto", "fp32", "fp16", "bf16")
 PADDINGS = ("longest", "max_length", "padding_free", "packing")
@@ -70,6 +70,7 @@ class Resolved:
     split: Split
     cap_bytes: int | None  # the memory cap: mem_cap, else the memory of a named gpu profile
     cap_source: str | None  # "mem_cap" or "gpu=<profile>"
+    compile: Compile = Compile.OFF  # what train.torch_compile compiles (its aliases resolved)
 
 
 def parse_split(text: str, field: str = "batch.split") -> Split:
@@ -258,7 +259,7 @@ def validate(cfg: DictConfig) -> Resolved:
     check_train(cfg.train, cfg.measure, cfg.gpu, cfg.model)
     check_device(cfg.gpu, cfg.train)
     check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
-    check_knobs(cfg.train, cfg.gpu, cfg.model, split.accumulation)
+    compiled = check_knobs(cfg.train, cfg.gpu, cfg.model, split.accumulation)
     check_profile(cfg.measure, cfg.train)
     if "optimize" in cfg:
         check_optimize(cfg.optimize, cfg)
@@ -277,4 +278,4 @@ def validate(cfg: DictConfig) -> Resolved:
             "tracking.uri",
             "empty; accepted: a tracking URI like sqlite:///mlruns/mlflow.db or http://host:port",
         )
-    return Resolved(split, cap_bytes, cap_source)
+    return Resolved(split, cap_bytes, cap_source, compiled)

@@ -8,6 +8,7 @@ over between jobs and an OOM or crash ends only this job. Its output goes straig
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,6 +25,7 @@ import torch
 import transformers
 import trl
 
+from pipeline.builders.compile import compile_layers
 from pipeline.builders.dataset import build_dataset
 from pipeline.builders.device import resolve_placement, torch_dtype
 from pipeline.builders.lora import build_lora_config, build_peft_model
@@ -37,9 +39,10 @@ from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
 from pipeline.measure import memory
 from pipeline.measure.busy import BusyWindow
 from pipeline.measure.callback import StepMeter, StopTraining
+from pipeline.measure.compiled import CompileWatch
 from pipeline.measure.flops import flops_per_token
 from pipeline.measure.profile import ProfileWindow
-from pipeline.records import JobResult, JobSpec, Memory, Status, Step
+from pipeline.records import Compile, JobResult, JobSpec, Memory, Status, Step
 
 ARCH_KEYS = ("model_type", *ARCH_FIELDS, "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings")
 
@@ -84,6 +87,8 @@ class Job:
         self.sft_kwargs: dict | None = None
         self.busy: BusyWindow | None = None
         self.profiler: ProfileWindow | None = None
+        self.compiled: str | None = None  # what is compiled, for the compile note
+        self.compile_watch: CompileWatch | None = None
 
     def _timed(self, name: str, fn, *args, **kwargs):
         start = time.perf_counter()
@@ -170,11 +175,23 @@ class Job:
             callbacks,
         )
 
+    def _setup_compile(self) -> None:
+        """Regional compilation on the built trainer's model (the Trainer itself compiles only the whole model)."""
+        train = self.cfg["train"]
+        choice = Compile.of(train["torch_compile"])
+        if choice is Compile.OFF:
+            return
+        self.compiled, self.compile_watch = choice.value, CompileWatch()
+        if choice is Compile.REGIONAL:
+            layers = compile_layers(self.trainer.model, train["compile_mode"])
+            self.compiled = f"regional ({layers} layers)"
+
     def _train(self) -> str | None:
         """Train; the reason the meter stopped it within a step, if it did."""
         start = time.perf_counter()
         try:
-            self.trainer.train()
+            with self.compile_watch or contextlib.nullcontext():
+                self.trainer.train()
             return None
         except StopTraining as stopped:
             return str(stopped)  # the meter holds the reason; the step is not kept
@@ -226,6 +243,7 @@ class Job:
             self._setup_model()
             self._setup_data()
             self._setup_trainer()
+            self._setup_compile()
             self.timings["setup_s"] = time.time() - started
             within = self._train()
             fields.update(self._flops(self.meter.steps))
@@ -253,6 +271,7 @@ class Job:
             steps=self._steps(),
             gpu_busy=self.busy.busy if self.busy else None,
             profile=self.profiler.summary if self.profiler else None,
+            compile_note=self.compile_watch.note(self.compiled) if self.compile_watch else None,
             placement=self.placement,
             memory=self._memory(),
             sft_kwargs=self.sft_kwargs,

@@ -26,7 +26,7 @@ from pipeline.jobs import devicelock, preflight, runner
 from pipeline.jobs.context import SweepContext, job_overrides
 from pipeline.jobs.files import PROFILE_DIR
 from pipeline.jobs.summary import summarize_job
-from pipeline.records import JobResult, JobSpec, JobSummary, RunKind, Status, StopRule
+from pipeline.records import Compile, JobResult, JobSpec, JobSummary, RunKind, Status, StopRule
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -59,12 +59,14 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
     every cap (a study's probes measure what a config needs, not whether it fits)."""
     resolved = validate(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
+    config["train"]["torch_compile"] = resolved.compile.value  # `true` is `regional`: one spelling on record
     if name is None:
         context = SweepContext.from_env()
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
         name = display_name(cfg.model.name, cfg.batch.split, varying)
     cap = None if uncapped else resolved.cap_bytes
-    env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if cfg.train.torch_compile else {}
+    compiled = resolved.compile is not Compile.OFF
+    env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if compiled else {}
     return JobSpec(
         config=config,
         config_id=config_id(config),
@@ -179,5 +181,7 @@ def _finish(
         line = f"ok, step {summary.median:.4f} s"
     else:
         line = f"{result.status}: {result.stopped or result.error or ''}".rstrip(": ")
+    if result.compile_note:
+        line += f" ({result.compile_note})"
     print(f"[job] {label}: {line}", flush=True)
     return JobOutcome(run_id, spec, result, summary)

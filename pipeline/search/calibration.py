@@ -13,20 +13,23 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.jobs import task
-from pipeline.records import GIB, RunKind, Status
+from pipeline.records import GIB, Compile, RunKind, Status
 from pipeline.search.predictor import Knobs
 from pipeline.search.space import SPLIT_KEY
 from pipeline.tracking import runs
 
-FORMULA_KNOBS = ("batch.split", "train.dtype", "train.gradient_checkpointing")  # what the predictor's formula sees
+# what the predictor's formula sees
+FORMULA_KNOBS = ("batch.split", "train.dtype", "train.gradient_checkpointing", "train.torch_compile")
 
 
 def knobs_of(cfg: DictConfig, space_keys: list[str], placement_dtype: str | None = None) -> Knobs:
-    """The memory knobs of a config: the formula's own, and the other searched keys as the line's fixed setting."""
+    """The memory knobs of a config: the formula's own (the compile choice among them, searched or not), and the
+    other searched keys as the line's fixed setting."""
     micro = int(cfg.batch.split.split("x")[0])
     dtype = cfg.train.dtype if cfg.train.dtype != "auto" else (placement_dtype or "fp32")
     other = tuple((k, str(OmegaConf.select(cfg, k))) for k in space_keys if k not in FORMULA_KNOBS)
-    return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing), other)
+    compiled = Compile.of(cfg.train.torch_compile).value
+    return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing), other, compiled)
 
 
 CHECKPOINTING = "train.gradient_checkpointing"
@@ -77,9 +80,18 @@ class Calibration:
 
     @classmethod
     def of(cls, attr: dict[str, Any]) -> Calibration:
+        """A probe stored without a compile choice (a study from before it was a knob of the formula) is taken as
+        not compiled."""
         probes = [
             (
-                Knobs(p["micro"], p["max_length"], p["dtype"], p["checkpointing"], tuple(map(tuple, p["other"]))),
+                Knobs(
+                    p["micro"],
+                    p["max_length"],
+                    p["dtype"],
+                    p["checkpointing"],
+                    tuple(map(tuple, p["other"])),
+                    p.get("compile", Compile.OFF.value),
+                ),
                 p["peak"],
             )
             for p in attr["probes"]

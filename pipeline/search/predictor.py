@@ -7,6 +7,12 @@ Terms, in bytes (b = bytes per element of the compute dtype, T = tokens per micr
                        with checkpointing each layer keeps its input (b x h) and one layer is recomputed in full
 - loss buffers / token: 8 bytes (TRL's fused LM head computes log-probabilities in chunks and never holds the full
                        logits; the chunk's workspace is a constant, left to the offset)
+- compilation:         compiled layers keep a share of eager's activations (Inductor fuses the element-wise work
+                       and recomputes what is cheap instead of saving it): 0.69 for the whole model (the H200 knob
+                       study of 2026-11-30: 1.12 against 1.62 GiB per 512-token sequence, Qwen3-1.7B shape, bf16 and
+                       fp16, without checkpointing), 0.67 regional (plain TRL at 4x1: 7.9 against 10.1 GiB reserved,
+                       3.5 GiB of it static). Under checkpointing the layers keep only their inputs, which compiling
+                       does not change (whole, 4x1: 4.97 against 4.77 GiB), so the share applies without it only.
 The analytic sum is the shape of the answer; the probes fix its two free numbers: `scale` multiplies the per-token
 terms (activations and loss buffers), `offset` is what the formula does not see (CUDA context and allocator slack
 on a GPU; the interpreter and libraries on CPU). Two probes at the smallest and largest micro-batch give both; one
@@ -15,8 +21,10 @@ probe gives the offset with scale 1.
 Measurements then take over from the formula: peak memory is linear in the micro-batch for fixed knobs, so a config
 whose knobs (checkpointing, bytes per element, length) were measured at two micro-batches is predicted by the line
 through them (least squares over all), and one measured at a single micro-batch by the calibrated slope through that
-point. Only where no measurement shares its knobs does the calibrated formula answer alone (the probes calibrate
-one setting of the knobs; the formula's per-token terms for another are off by up to ~20%).
+point. A line measured under another compile choice is used with its slope scaled by the formula's ratio of
+activations (compiling changes what grows with the micro-batch, not the weights). Only where no measurement shares
+its knobs does the calibrated formula answer alone (the probes calibrate one setting of the knobs; the formula's
+per-token terms for another are off by up to ~20%).
 """
 
 from __future__ import annotations
@@ -29,18 +37,21 @@ from pipeline.measure.flops import Shape
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 LORA_STATE_BYTES = 16
 LOSS_BYTES_PER_TOKEN = 8
+COMPILED_ACTIVATIONS = {"off": 1.0, "regional": 0.67, "whole": 0.69}  # share of eager's, without checkpointing
 
 
 @dataclass(frozen=True)
 class Knobs:
     """What a job's peak memory depends on: the micro-batch, and the settings a line through measurements holds
-    fixed (`other`: every memory knob the formula has no term for, e.g. Liger, compile, adapter dtype)."""
+    fixed (`other`: every memory knob the formula has no term for, e.g. Liger, the compile mode, adapter dtype;
+    `compile`: what is compiled, a `Compile` value, which the formula sees)."""
 
     micro: int
     max_length: int
     dtype: str
     checkpointing: bool
     other: tuple[tuple[str, str], ...] = ()
+    compile: str = "off"
 
     def same_formula(self, other: Knobs) -> bool:
         """The formula's knobs alike, but the micro-batch (fp16 and bf16 take the same bytes)."""
@@ -52,7 +63,12 @@ class Knobs:
 
     def same_setting(self, other: Knobs) -> bool:
         """Everything but the micro-batch alike."""
-        return self.same_formula(other) and self.other == other.other
+        return self.same_formula(other) and self.setting == other.setting
+
+    @property
+    def setting(self) -> tuple:
+        """What a line through measurements holds fixed beyond the formula's knobs."""
+        return (self.compile, self.other)
 
 
 def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) -> float:
@@ -67,8 +83,9 @@ def per_token_bytes(shape: Shape, knobs: Knobs) -> float:
     b = DTYPE_BYTES[knobs.dtype]
     h, i, q = shape.hidden, shape.intermediate, shape.heads * shape.head_dim
     layer = b * (6 * h + 4 * q + 4 * i) + 8 * h
-    activations = (shape.layers * b * h + layer) if knobs.checkpointing else shape.layers * layer
-    return activations + LOSS_BYTES_PER_TOKEN
+    if knobs.checkpointing:
+        return shape.layers * b * h + layer + LOSS_BYTES_PER_TOKEN
+    return COMPILED_ACTIVATIONS[knobs.compile] * shape.layers * layer + LOSS_BYTES_PER_TOKEN
 
 
 @dataclass
@@ -93,25 +110,45 @@ class Predictor:
         """Peak memory is linear in the micro-batch for a fixed setting, so measurements take over from the formula:
         - its own setting measured at two micro-batches or more: the line through them (least squares);
         - measured at one: that point, with the slope of the nearest setting measured at two (the same formula
-          knobs, the most other knobs alike: Liger, compile and the adapter dtype move the peak, but far less its
-          growth per sequence than the formula errs), else the formula's slope;
-        - never measured: the nearest measured setting's line, else the calibrated formula."""
+          knobs; the same compile choice first, then the most other knobs alike: Liger, the compile mode and the
+          adapter dtype move the peak, but far less its growth per sequence than the formula errs), else the
+          formula's slope;
+        - never measured: the nearest measured setting's line, else the nearest single point with the formula's
+          slopes, else the calibrated formula.
+        A line or point of another compile choice has its growth per sequence scaled to this one's (`_Line`)."""
         same_formula = [(k, peak) for k, peak in self.measured if k.same_formula(knobs)]
         own = [(k.micro, peak) for k, peak in same_formula if k.same_setting(knobs)]
         if len({m for m, _ in own}) >= 2:
-            return _line(own, knobs.micro)
-        nearest = _nearest_lines(same_formula, knobs)
+            return _Line(own).at(knobs.micro)
+        nearest = self._nearest_lines(same_formula, knobs)
         if own:
             micro, peak = own[0]
-            slope = _slope(nearest[0]) if nearest else self._formula_slope(knobs)
+            slope = nearest[0].slope if nearest else self._formula_slope(knobs)
             return peak + slope * (knobs.micro - micro)
         if nearest:
-            return _line(nearest[0], knobs.micro)
-        points = [(k.micro, peak) for k, peak in same_formula]
-        if points:  # measured only at single micro-batches, in other settings: the nearest point, formula's slope
-            micro, peak = points[0]
-            return peak + self._formula_slope(knobs) * (knobs.micro - micro)
+            return nearest[0].at(knobs.micro)
+        if same_formula:  # measured only at single micro-batches, in other settings: a point, the formula's slopes
+            k, peak = same_formula[0]
+            return peak - self._formula_slope(k) * k.micro + self._formula_slope(knobs) * knobs.micro
         return self.formula(knobs)
+
+    def _nearest_lines(self, measured: list[tuple[Knobs, float]], knobs: Knobs) -> list[_Line]:
+        """Every other setting measured at two micro-batches or more, nearest first (the same compile choice, then
+        compiled or not alike, then the most `other` knobs alike), its slope scaled to `knobs`' activations."""
+        settings: dict[tuple, list[tuple[Knobs, float]]] = {}
+        for k, peak in measured:
+            if k.setting != knobs.setting:
+                settings.setdefault(k.setting, []).append((k, peak))
+        alike = dict(knobs.other)
+
+        def nearness(found: list[tuple[Knobs, float]]) -> tuple[bool, bool, int]:
+            k = found[0][0]
+            compiled_alike = (k.compile == "off") == (knobs.compile == "off")
+            return (k.compile == knobs.compile, compiled_alike, sum(alike.get(key) == value for key, value in k.other))
+
+        lines = sorted((f for f in settings.values() if len({k.micro for k, _ in f}) >= 2), key=nearness, reverse=True)
+        target = per_token_bytes(self.shape, knobs)
+        return [_Line([(k.micro, p) for k, p in f], target / per_token_bytes(self.shape, f[0][0])) for f in lines]
 
     def _formula_slope(self, knobs: Knobs) -> float:
         """The calibrated formula's bytes per extra sequence at this setting."""
@@ -136,20 +173,19 @@ def _slope(points: list[tuple[int, float]]) -> float:
     return max(slope, 0.0)
 
 
-def _line(points: list[tuple[int, float]], micro: int) -> float:
-    mean_m = statistics.fmean(m for m, _ in points)
-    mean_p = statistics.fmean(p for _, p in points)
-    return mean_p + _slope(points) * (micro - mean_m)
+@dataclass(frozen=True)
+class _Line:
+    """The least-squares line through (micro, peak) points of one setting; `ratio` scales what grows with the
+    micro-batch to another setting's activations (1: the points' own)."""
 
+    points: list[tuple[int, float]]
+    ratio: float = 1.0
 
-def _nearest_lines(measured: list[tuple[Knobs, float]], knobs: Knobs) -> list[list[tuple[int, float]]]:
-    """The (micro, peak) points of every other setting measured at two micro-batches or more, nearest first (the
-    most `other` knobs alike)."""
-    settings: dict[tuple, list[tuple[int, float]]] = {}
-    for k, peak in measured:
-        if k.other != knobs.other:
-            settings.setdefault(k.other, []).append((k.micro, peak))
-    lines = [(other, points) for other, points in settings.items() if len({m for m, _ in points}) >= 2]
-    alike = dict(knobs.other)
-    lines.sort(key=lambda item: -sum(alike.get(key) == value for key, value in item[0]))
-    return [points for _, points in lines]
+    @property
+    def slope(self) -> float:
+        return _slope(self.points) * self.ratio
+
+    def at(self, micro: int) -> float:
+        mean_m = statistics.fmean(m for m, _ in self.points)
+        mean_p = statistics.fmean(p for _, p in self.points)
+        return mean_p - _slope(self.points) * mean_m + self.slope * micro

@@ -1,0 +1,236 @@
+"""The compile knob: what `train.torch_compile` compiles (off, regional, whole; `true`/`false` are aliases), the
+compile mode's rules for CUDA graphs, the identity and the reproduce line, and what a job records of compilation.
+Fast: nothing here compiles (the compiled jobs are in test_compile.py, slow)."""
+
+from __future__ import annotations
+
+import itertools
+import shlex
+
+import pytest
+from omegaconf import OmegaConf
+from optuna.trial import TrialState
+
+from pipeline.builders.compile import compile_layers, decoder_layers
+from pipeline.builders.sft_args import sft_kwargs
+from pipeline.config.compose import compose_job
+from pipeline.config.errors import ConfigError
+from pipeline.config.hardware import cuda_device_count
+from pipeline.config.identity import config_id
+from pipeline.config.knobs import check_compile
+from pipeline.jobs.task import job_spec
+from pipeline.measure.compiled import CompileWatch
+from pipeline.records import Compile
+from pipeline.search.answer import reproduce
+from pipeline.search.space import candidates, splits
+from pipeline.search.trials import TrialRecord
+
+SEED = ["experiment=seed-t4", "gpu=auto", "mem_cap=14GiB", "batch.split=4x1", "measure.warmup_steps=5"]
+
+
+def test_true_is_regional_and_false_is_off_in_every_record():
+    assert [Compile.of(v) for v in (True, "true", "True", "regional")] == [Compile.REGIONAL] * 4
+    assert [Compile.of(v) for v in (False, "false", "off")] == [Compile.OFF] * 3
+    with pytest.raises(ValueError):
+        Compile.of("layers")
+    ids = {v: config_id(compose_job("config", [f"train.torch_compile={v}"])) for v in ("true", "regional", "whole")}
+    assert ids["true"] == ids["regional"] != ids["whole"]
+    # the spec the job gets, its MLflow params and config.yaml carry one spelling
+    spec = job_spec(compose_job("config", ["train.torch_compile=true"]))
+    assert spec.config["train"]["torch_compile"] == "regional" and spec.config_id == ids["regional"]
+    assert job_spec(compose_job("config", [])).config["train"]["torch_compile"] == "off"
+
+
+def _train(*overrides: str):
+    return compose_job("config", [*SEED, *overrides]).train
+
+
+# (overrides on the seed's setting, the start of the refusal's message or the accepted choice), with a CUDA device
+RULES = [
+    ([], Compile.OFF),
+    (["train.torch_compile=true"], Compile.REGIONAL),
+    (["train.torch_compile=whole", "train.compile_mode=max-autotune-no-cudagraphs"], Compile.WHOLE),
+    (
+        ["train.torch_compile=regional", "train.gradient_checkpointing=false", "train.compile_mode=reduce-overhead"],
+        Compile.REGIONAL,
+    ),
+    (["train.torch_compile=whole", "train.compile_mode=reduce-overhead"], Compile.WHOLE),  # checkpoint in the graph
+    (["train.torch_compile=layers"], "train.torch_compile: got 'layers'; accepted: off, regional, whole (true is"),
+    (["train.torch_compile=1"], "train.torch_compile: got '1'; accepted: off, regional, whole"),
+    (["train.compile_mode=fast"], "train.compile_mode: got 'fast'; accepted: default, reduce-overhead,"),
+    (
+        ["train.compile_mode=reduce-overhead"],
+        "train.compile_mode: reduce-overhead applies to compiled code and "
+        "train.torch_compile is off; accepted with it: default (or train.torch_compile=regional or whole)",
+    ),
+    (
+        ["train.torch_compile=regional", "train.compile_mode=reduce-overhead"],
+        "train.compile_mode: reduce-overhead "
+        "graphs of checkpointed layers fail when the layer is recomputed (pytorch/pytorch#154306); accepted with "
+        "train.gradient_checkpointing=true and regional: default, max-autotune-no-cudagraphs",
+    ),
+    (
+        [
+            "train.torch_compile=regional",
+            "train.gradient_checkpointing=false",
+            "train.compile_mode=max-autotune",
+            "train.padding=longest",
+        ],
+        "train.compile_mode: max-autotune records one CUDA graph per batch shape; accepted "
+        "with it: train.padding=max_length",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "expected"), RULES, ids=[" ".join(o) or "seed" for o, _ in RULES])
+def test_compile_rules_on_a_cuda_device(overrides, expected):
+    """The rules as a CUDA device sees them (`cuda=True`: the device only decides whether CUDA graphs can exist)."""
+    train = _train(*overrides)
+    if isinstance(expected, Compile):
+        assert check_compile(train, 1, cuda=True) is expected
+        return
+    with pytest.raises(ConfigError) as refused:
+        check_compile(train, 1, cuda=True)
+    assert str(refused.value).startswith(expected)
+
+
+def test_cuda_graphs_refuse_accumulation_and_the_cpu():
+    train = _train(
+        "train.torch_compile=regional", "train.gradient_checkpointing=false", "train.compile_mode=reduce-overhead"
+    )
+    with pytest.raises(ConfigError, match=r"^train.compile_mode: reduce-overhead with gradient accumulation replays "):
+        check_compile(train, 2, cuda=True)
+    with pytest.raises(ConfigError, match=r"^train.compile_mode: reduce-overhead records CUDA graphs; accepted on the"):
+        check_compile(train, 1, cuda=False)
+
+
+def test_every_value_of_the_compile_study_runs_on_a_cuda_device():
+    """conf/optimize/compile.yaml on the seed's setting: the combinations no job could run are left out by the same
+    rules (CUDA graphs only at 4x1 without checkpointing, a mode only with something compiled), and every value of
+    the space is in a combination that runs."""
+    cfg = compose_job("config", [*SEED, "optimize=compile"])
+    space = {"batch.split": splits(cfg.batch.effective, cfg.world_size), **cfg.optimize.space}
+    valid = []
+    for combo in itertools.product(*space.values()):
+        values = dict(zip(space, combo, strict=True))
+        train = OmegaConf.merge(cfg.train, {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("train.")})
+        try:
+            check_compile(train, int(values["batch.split"].split("x")[1]), cuda=True)
+        except ConfigError:
+            continue
+        valid.append(values)
+    # 3 splits x checkpointing x dtype, eager or regional (24), and CUDA graphs at 4x1 without checkpointing (2)
+    assert len(valid) == 26
+    for key, values in space.items():
+        assert {str(v) for v in values} == {str(c[key]) for c in valid}, key
+    graphs = [c for c in valid if c["train.compile_mode"] == "reduce-overhead"]
+    assert {(c["batch.split"], c["train.gradient_checkpointing"]) for c in graphs} == {("4x1", False)}
+
+
+@pytest.mark.skipif(cuda_device_count() > 0, reason="the CPU's refusals")
+def test_the_compile_study_on_the_cpu_keeps_what_the_cpu_runs():
+    """Through the real candidate code: on a CPU, bf16 with and without regional compilation remains."""
+    cfg = compose_job("config", [*SEED, "optimize=compile"])
+    valid, invalid = candidates(cfg)
+    assert len(valid) == 12
+    assert {c.params["train.torch_compile"] for c in valid} == {"off", "regional"}
+    reasons = {why.split(":")[0] + ":" + why.split(":")[1].split(";")[0] for why in invalid.values()}
+    assert reasons == {
+        "train.dtype: fp16 needs a CUDA device",
+        "train.compile_mode: reduce-overhead records CUDA graphs",
+        "train.compile_mode: reduce-overhead applies to compiled code and train.torch_compile is off",
+    }
+
+
+def test_the_reproduce_line_names_the_compile_choice():
+    command = ["mem_cap=1GiB", "++optimize.space={train.torch_compile:[off,regional]}"]
+    valid, _ = candidates(compose_job("config", command))
+    regional = next(c for c in valid if c.split == "4x1" and c.params["train.torch_compile"] == "regional")
+    assert regional.label == "tiny 4x1 compile=regional"
+    record = TrialRecord(number=0, state=TrialState.COMPLETE, overrides=tuple(regional.overrides))
+    line = reproduce(command, record)
+    assert line == "python -m pipeline.train mem_cap=1GiB batch.split=4x1 train.torch_compile=regional"
+    # pasted, it is the same config: the identity of the trial the answer names
+    assert config_id(compose_job("config", shlex.split(line)[3:])) == regional.config_id
+
+
+def test_sft_config_compiles_only_the_whole_model():
+    train = OmegaConf.to_container(_train("train.torch_compile=whole", "train.compile_mode=reduce-overhead"))
+    whole = sft_kwargs(4, 1, train, "bf16", "cuda")
+    assert whole["torch_compile"] is True and whole["torch_compile_mode"] == "reduce-overhead"
+    assert whole["dataloader_drop_last"] is True  # CUDA graphs: every micro-batch of one shape
+    regional = sft_kwargs(4, 1, {**train, "torch_compile": "regional", "compile_mode": "default"}, "bf16", "cuda")
+    assert regional["torch_compile"] is False and regional["torch_compile_mode"] is None
+    assert regional["dataloader_drop_last"] is False
+
+
+def test_regional_compilation_marks_every_decoder_layer():
+    import torch
+    from peft import get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pipeline.builders.lora import build_lora_config
+
+    config = AutoConfig.for_model(
+        "qwen3",
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        vocab_size=64,
+    )
+    model = get_peft_model(
+        AutoModelForCausalLM.from_config(config), build_lora_config(4, 8, 0.0, ["all-linear"], "none")
+    )
+    layers = decoder_layers(model)
+    assert [type(layer).__name__ for layer in layers] == ["Qwen3DecoderLayer"] * 3  # through the PeftModel
+    assert compile_layers(model, "default") == 3
+    assert all(layer._compiled_call_impl is not None for layer in layers)  # compiled lazily, at the first forward
+    assert model.base_model.model.lm_head._compiled_call_impl is None  # nothing else
+    with pytest.raises(ValueError, match="no decoder layers to compile"):
+        compile_layers(torch.nn.Sequential(torch.nn.Linear(2, 2)), "default")
+
+
+def test_a_cuda_graph_fallback_is_recorded_with_its_reason():
+    """Inductor's own skip path (counter and log line) as it runs where a graph cannot be recorded."""
+    from torch._inductor.cudagraph_utils import log_cudagraph_skip_and_bump_counter
+
+    with CompileWatch() as watch:
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (2 instances)")
+        log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (2 instances)")
+    log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to something after the job")
+    assert watch.cudagraph_skips == 2  # counted while watched only, each reason once
+    assert watch.note("regional (28 layers)") == (
+        "regional (28 layers): 0 graphs compiled; CUDA graphs skipped 2 times: skipping cudagraphs due to mutated "
+        "inputs (2 instances)"
+    )
+
+
+def test_recording_cuda_graphs_counts_as_compiling():
+    """Under reduce-overhead the step after the first records the graphs: Inductor times each recording with the
+    timer it keeps for them, and the meter counts it with compilation (not steady, not slow to the pruning clock)."""
+    import time
+
+    from torch._inductor.cudagraph_trees import dynamo_timed_cudagraph
+
+    from pipeline.measure.callback import compile_seconds
+
+    before = compile_seconds()
+    with dynamo_timed_cudagraph("CUDAGraphNode.record", None, None):
+        started = time.perf_counter()
+        sum(i * i for i in range(200_000))
+        inside = time.perf_counter() - started
+    assert compile_seconds() - before >= inside > 0
+
+
+@pytest.mark.gpu
+def test_the_compile_study_validates_on_a_cuda_device():
+    """The same space through the real candidate code where CUDA is: 26 configs, every value in one that runs."""
+    from pipeline.search.space import check_values
+
+    cfg = compose_job("config", [*SEED, "optimize=compile"])
+    check_values(cfg)
+    valid, _ = candidates(cfg)
+    assert len(valid) == 26
