@@ -134,6 +134,11 @@ def sft_call(kwargs: dict) -> str:
 def confirmation_lines(record: ConfirmationRecord, winner: str, total_s: float) -> list[str]:
     s = record.state
     names = [f"{n} (baseline)" if n == record.baseline else n for n in s.finalists]
+    if record.rounds == 0:
+        return [
+            f"confirmation round: not run; its budget, {record.budget_s:.0f} s, buys fewer than two rounds of "
+            f"{', '.join(names)}: raise optimize.confirm_share (or optimize.confirm_budget_s), or train more steps"
+        ]
     lines = [
         f"confirmation round: {record.rounds} rounds of {record.steps} steady steps, {s.seconds:.0f} s "
         f"({100 * s.seconds / total_s:.0f}% of the study's device time; budget {record.budget_s:.0f} s): "
@@ -167,8 +172,9 @@ def _best_lines(decided: Decided, best: TrialRecord, command: list[str], cap_gib
         lines.append("  the baseline itself (the command line's config) is the fastest that fits")
     elif baseline is not None:
         gain = paired_speedup(decided, best)
-        why = "the confirmation round is off (optimize.confirm=never)" if decided.confirmation is None else ""
-        why = why or "the baseline was not re-measured beside it"
+        record = decided.confirmation
+        why = "the confirmation round is off (optimize.confirm=never)" if record is None else ""
+        why = why or ("its budget bought no rounds" if record.rounds == 0 else "the baseline was not paired with it")
         lines.append(f"  {gain.text()}" if gain else f"  no speed-up over the baseline is claimed: {why}")
     return lines
 

@@ -143,12 +143,16 @@ def run_round(chosen: list[TrialRecord], baseline: str | None, settings: Setting
     kept, plan = fit(facts, budget, MIN_STEPS, max(MIN_STEPS, settings.max_steps), warmup)
     names = [f.name for f in kept]
     by_label = {r.label: r for r in chosen}
+    state = ConfirmationRound(names, settings.confidence, settings.tolerance)
+    left_out = tuple(r.label for r in chosen if r.label not in names)
+    record = ConfirmationRecord(state, warmup, plan.steps, budget, baseline if baseline in names else None, left_out)
+    if plan.affordable_rounds < 2:
+        print(f"[study] confirmation round: not run, {budget:.0f} s buy fewer than two rounds", flush=True)
+        return record  # one round pairs nothing
     print(
         f"[study] confirmation round: {', '.join(names)}; runs of {warmup} + {plan.steps} steps, budget {budget:.0f} s "
         f"({100 * settings.share:g}% of the study's device time), at least {MIN_ROUNDS} rounds if it allows",
         flush=True,
     )
-    state = ConfirmationRound(names, settings.confidence, settings.tolerance)
     state.run(lambda name, number, steps: run(by_label[name], number, warmup, steps), plan, settings.max_rounds)
-    left_out = tuple(r.label for r in chosen if r.label not in names)
-    return ConfirmationRecord(state, warmup, plan.steps, budget, baseline if baseline in names else None, left_out)
+    return record
