@@ -31,7 +31,7 @@ else
   sweep=(experiment=seed-t4 gpu=auto batch.split=4x1 train.gradient_checkpointing=true,false repeats=4 train.steps=30)
   study=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1 measure.warmup_steps=5 optimize=ckpt-dtype
          optimize.trials=12 train.steps=15 optimize.confirm_budget_s=150)
-  shares=(200 260)
+  shares=(200 250)
 fi
 
 say() { echo "[trust] $*" | tee -a "$res/trust.log"; }
@@ -62,6 +62,7 @@ for name in "${stages[@]}"; do
     sweep) grep -E '^\||^\[sweep\] [0-9]+ of|^drift' "$res/sweep.log" >> "$res/trust.log" ;;
     study*) grep -E '^\[study\] confirmation|^confirmation round|^  .* (faster than|equal within|against)|best feasible|x the baseline|no speed-up|predictor|device time|^\| [0-9]' "$res/$name.log" >> "$res/trust.log" ;;
   esac
+  cp "$res/$name.log" "$res/trust.log" "$out/"  # what a call cut short at its limit still brings back
 done
 tag=$(IFS=-; echo "${stages[*]}")
 tar czf "$out/trust-$tag.tgz" --exclude='compile-cache' --exclude='*.db-journal' -C "$(dirname "$res")" "$(basename "$res")"
