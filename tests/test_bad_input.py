@@ -7,6 +7,7 @@ no Hydra output folder, no MLflow database).
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -93,10 +94,44 @@ CASES = [
     (["tracking.uri=http://127.0.0.1:1"], "tracking.uri: http://127.0.0.1:1 cannot be reached", "a running server"),
     (["tracking.uri=bogus://x"], "tracking.uri: got 'bogus://x'", "sqlite:///"),
     (["tracking.uri=sqlite:///corrupt.db"], "tracking.uri: 'corrupt.db' is not a usable SQLite database", "sqlite:///"),
+    (
+        ["tracking.uri=sqlite:///elsewhere/mlflow.db"],
+        "tracking.uri: 'sqlite:///elsewhere/mlflow.db': its folder ",
+        "accepted: a database file in an existing folder, or under paths.root 'mlruns' (the command makes it)",
+    ),
+    # names the stores keep (issue 21: MLflow's own refusals came after mlruns/ was written)
+    (["tracking.experiment="], "tracking.experiment: empty", "a name of 1 to 500 characters (MLflow's limit)"),
+    (["tracking.experiment=" + "x" * 600], "tracking.experiment: 600 characters long", "a name of 1 to 500"),
+    # files that are no JSON-lines file
+    (["data=jsonl", "data.path=/etc"], "data.path: '/etc' is a folder", "a readable JSON-lines file"),
+    (
+        ["data=jsonl", "data.path=/dev/zero"],
+        "data.path: '/dev/zero' is not a regular file (a character device)",
+        "a readable JSON-lines file",
+    ),
 ]
 OPTIMIZE_CASES = [
     ([], "mem_cap: required by optimize", "a size like 14GiB"),
-    (["mem_cap=1GiB", "optimize.storage=sqlite:////proc/x/x.db"], "optimize.storage: '/proc/x' cannot be written", ""),
+    (
+        ["mem_cap=1GiB", "optimize.storage=sqlite:////proc/x/x.db"],
+        "optimize.storage: 'sqlite:////proc/x/x.db': its folder /proc/x does not exist",
+        "accepted: a database file in an existing folder",
+    ),
+    (  # issue 21: the folder and the database were made, and the study ran
+        ["mem_cap=1GiB", "optimize.storage=sqlite:////nonexistent/dir/x.db"],
+        "optimize.storage: 'sqlite:////nonexistent/dir/x.db': its folder /nonexistent/dir does not exist",
+        "accepted: a database file in an existing folder, or under paths.root 'mlruns' (the command makes it)",
+    ),
+    (  # issue 21: a 21-line traceback from MLflow's filter, after mlruns/ was written
+        ["mem_cap=1GiB", 'optimize.study_name="a\'b"'],
+        'optimize.study_name: got "a\'b", which holds "\'"',
+        "a name of 1 to 200 characters without quotes, backslashes or control characters, or null",
+    ),
+    (  # issue 21: blamed the split derived from it, batch.split '1x0'
+        ["mem_cap=1GiB", "batch.effective=0"],
+        "batch.effective: got 0",
+        "a whole number >= 1",
+    ),
     (["mem_cap=1GiB", "++optimize.space={train.steps: [0, -1]}"], "optimize.space: no config in it can run", "steps"),
     (
         ["mem_cap=1GiB", "++optimize.space={train.dtype: [fp32, fp8]}"],
@@ -148,6 +183,7 @@ def _prepare(folder):
 
 @pytest.mark.parametrize(("module", "cases"), [("pipeline.train", CASES), ("pipeline.optimize", OPTIMIZE_CASES)])
 def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
+    outside_existed = Path("/nonexistent").exists()
     folders = []
     for i in range(len(cases)):
         folder = tmp_path / f"case{i}"
@@ -179,6 +215,7 @@ def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
                 f"{args}: rc={proc.returncode} written={written} stderr={proc.stderr!r} stdout={proc.stdout[-300:]!r}"
             )
     assert not failures, "\n".join(failures)
+    assert outside_existed or not Path("/nonexistent").exists()  # a refused storage's folder is not made either
 
 
 def test_help_says_what_the_tool_does_and_lists_real_options(tmp_path):
