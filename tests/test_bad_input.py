@@ -13,6 +13,8 @@ import pytest
 
 from pipeline.config.hardware import cuda_device_count
 from tests.conftest import run_cli
+from tests.helpers.disks import can_mount, run_on_small_disk
+from tests.helpers.processes import run_with_closed_output
 
 CASES = [
     # (command-line arguments, exact start of the message, a fragment of the accepted form)
@@ -237,3 +239,48 @@ def test_cfg_job_prints_the_composed_config(tmp_path):
     proc = run_cli("--cfg", "job", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "batch:\n  effective: 4\n  split: 4x1" in proc.stdout
+
+
+@pytest.mark.parametrize("module", ["pipeline.train", "pipeline.optimize"])
+def test_a_closed_output_ends_quietly(tmp_path, module):
+    """`--help | head -1` once head has gone, and the same for Hydra's own output: no BrokenPipeError traceback,
+    nothing on stderr, exit code 141 (128 + SIGPIPE, as for any Unix tool), nothing written."""
+    for args in (["--help"], ["--cfg", "job"]):
+        proc = run_with_closed_output(module, *args, cwd=tmp_path)
+        assert (proc.returncode, proc.stderr) == (141, ""), (args, proc.stderr[-2000:])
+    assert list(tmp_path.iterdir()) == []
+
+
+needs_mount = pytest.mark.skipif(not can_mount(), reason="no tmpfs in a user namespace here (unshare)")
+
+
+@needs_mount
+@pytest.mark.parametrize(
+    ("module", "args"), [("pipeline.train", []), ("pipeline.optimize", ["mem_cap=1GiB", "optimize.trials=1"])]
+)
+def test_a_full_disk_before_the_start_is_one_line_and_exit_1(tmp_path, module, args):
+    """A disk without room (issue 21: Hydra's traceback from saving its config): found before anything runs, one
+    line naming paths.root, exit code 1 as for a store that fails at run time (README, exit status), and nothing
+    left on the disk but what filled it."""
+    disk = tmp_path / "disk"
+    run = run_on_small_disk(tmp_path, module, f"paths.root={disk}/mlruns", *args)
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.stderr.splitlines() == [
+        f"error: paths.root: the disk of {disk} is full (No space left on device: not even 1 MiB could be written); "
+        "accepted: a folder on a disk with room"
+    ]
+    assert run.stdout == "" and run.left == ["fill"]
+
+
+@needs_mount
+def test_a_disk_that_runs_out_after_the_checks_is_one_line_and_exit_1(tmp_path):
+    """Room for the checks, no inode left once Hydra makes its output folders: Hydra's own write fails, and that
+    too is one line and exit code 1 (what Hydra made before it stays)."""
+    disk = tmp_path / "disk"
+    run = run_on_small_disk(tmp_path, "pipeline.train", f"paths.root={disk}/mlruns", size="4m", inodes=5, fill=False)
+    assert run.returncode == 1, run.stderr[-2000:]
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("error: Hydra's output folder failed: the disk is full or read-only (No space left on ")
+    assert "Traceback" not in run.stdout
+    # what Hydra made before the disk ran out, and nothing of the run: no MLflow store
+    assert [path for path in run.left if not path.startswith("mlruns/hydra/")] == ["mlruns", "mlruns/hydra"], run.left

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,7 +30,8 @@ def _runs(folder):
 
 def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     """SIGKILL the sweep process (no handler runs): its job dies with it, but its MLflow runs stay RUNNING and its
-    job folder stays behind, until the next command on the store ends them truthfully and removes the folder."""
+    job folder and multiprocessing's folder (pymp-*) stay behind, until the next command on the store ends them
+    truthfully and removes the folders. The killed job leaks no semaphore (issue 21: the resource tracker warned)."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     env = _env(TMPDIR=str(jobs))
@@ -44,26 +46,52 @@ def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     steps = wait_for_steps(jobs, 2, alive=lambda: sweep.poll() is None)
     job = json.loads((steps.parent / "process.json").read_text())["pid"]
     sweep.kill()
-    sweep.wait(30)
+    output = sweep.communicate(timeout=60)[0]  # to its end: the resource tracker, last to go, writes there too
     deadline = time.time() + 15
     while not process_gone(job):
         assert time.time() < deadline, "the job outlived its sweep"
         time.sleep(0.2)
     left = {r.data.tags["kind"]: r for r in _runs(tmp_path) if r.info.status == "RUNNING"}
     assert set(left) == {"sweep", "job"}  # what a kill leaves: nothing could end them
-    assert steps.parent.exists()
+    assert steps.parent.exists() and len(list(jobs.glob("pymp-*"))) == 1
+    assert "leaked semaphore" not in output and "resource_tracker" not in output, output[-2000:]
 
     report = subprocess.run(
         [sys.executable, "-m", "pipeline.report"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )
     assert report.returncode == 0, report.stderr[-2000:]
-    assert "[clean-up] ended 2 run(s) left RUNNING and removed 1 job folder(s)" in report.stdout
+    assert "[clean-up] ended 2 run(s) left RUNNING and removed 2 temp folder(s)" in report.stdout
     runs = {r.data.tags["kind"]: r for r in _runs(tmp_path)}
     assert runs["sweep"].info.status == "KILLED" and runs["sweep"].data.tags["status"] == "killed"
     assert runs["job"].info.status == "FAILED" and runs["job"].data.tags["status"] == "failed"
     for run in runs.values():
         assert "ended without closing it" in run.data.tags["note"]
-    assert not steps.parent.exists()
+    assert not steps.parent.exists() and not list(jobs.glob("pymp-*"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_job_without_a_leaked_semaphore(tmp_path):
+    """Ctrl-C once the job trains: the job is killed, its run ends KILLED, exit code 130, and nothing warns of a
+    leaked semaphore (issue 21: tqdm's multiprocessing lock, made in every job, was never unregistered)."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.train", "train.steps=100000", "data.num_samples=64", *FAST],
+        cwd=tmp_path,
+        env=_env(TMPDIR=str(jobs)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_for_steps(jobs, 1, alive=lambda: sweep.poll() is None)
+    sweep.send_signal(signal.SIGINT)
+    output = sweep.communicate(timeout=120)[0]
+    assert sweep.returncode == 130, output[-2000:]
+    assert "leaked semaphore" not in output and "resource_tracker" not in output, output[-2000:]
+    assert "Traceback" not in output
+    (run,) = _runs(tmp_path)
+    assert run.info.status == "KILLED"
+    assert not list(jobs.glob("pymp-*")) and not list(jobs.glob("batch-split-job-*"))
 
 
 @pytest.mark.slow

@@ -129,6 +129,10 @@ def series(result: JobResult, steady: set[int]) -> dict[str, list[tuple[int, flo
     return out
 
 
+# logged first: MLflow's UI keeps the order a run's metrics were logged in where it lists them, and its compare page
+# plots the first metric the runs share by default
+LEADING_METRICS = ("step_time_median_s", "tokens_per_s", "peak_gib")
+
 PROFILE_METRICS = (
     "launches_per_step",
     "kernels_per_step",
@@ -153,7 +157,8 @@ def end_job(
     """Write a finished job in one go (`steady`: the step numbers its statistics use; `files`: more artifacts, by
     the folder they go in) and end its run with the status its result says."""
     tracker.params(run_id, derived_params(spec, result))
-    metrics = summary.metrics()
+    summary_metrics = summary.metrics()
+    metrics = {k: summary_metrics[k] for k in LEADING_METRICS if k in summary_metrics} | summary_metrics
     if result.profile:
         metrics.update(
             {f"profile.{k}": result.profile[k] for k in PROFILE_METRICS if result.profile.get(k) is not None}
