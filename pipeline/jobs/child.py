@@ -202,8 +202,9 @@ class Job:
         finally:
             self.timings["runtime_s"] = time.perf_counter() - start
             self.timings["compile_s"] = self.meter.compile_s
-            if self.meter.first_step_at is not None:  # from the job's start: what setup costs before training
-                self.timings["first_step_s"] = self.meter.first_step_at - self.timings["child_start"]
+            started = self.timings.get("child_start")
+            if self.meter.first_step_at is not None and started is not None:  # what setup costs before training
+                self.timings["first_step_s"] = self.meter.first_step_at - started
 
     def _memory(self) -> Memory:
         cap = self.spec.cap_bytes
