@@ -78,3 +78,21 @@ def test_the_up_front_check_still_reads_every_line(tmp_path, large_jsonl):
     cfg = compose_job("config", ["data=jsonl", f"data.path={path}"])
     with pytest.raises(ConfigError, match=rf"line {LINES + 1} is not JSON"):
         check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
+
+
+def test_a_hub_dataset_is_cut_to_the_records_used(tmp_path, monkeypatch):
+    """A hub dataset (here a local folder of data files, read as the hub's are) is cut to its first records before
+    TRL prepares it."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(1000)))
+    hub = ["data=capybara", f"data.name={folder}", "data.subset=null", "data.split=train", "train.steps=2"]
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    job = Job(job_spec(compose_job("config", [*hub, *QUIET])), workdir)
+    result = job.run()
+    assert result.status is Status.OK, result.traceback
+    assert job.dataset["text"] == [f"record {i}" for i in range(8)]
