@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -131,8 +132,9 @@ def test_two_sweeps_on_one_machine_take_turns_on_the_device(tmp_path):
 
 
 def test_a_corrupt_store_at_run_time_is_one_line_and_exit_1(tmp_path):
-    """The store breaks after the checks passed (here: the database replaced by garbage while the sweep waits for
-    its first job): one line naming the store, exit code 1, no traceback."""
+    """The store breaks after the checks passed (here: the database replaced by garbage once the sweep has opened
+    its parent run and said so, while it waits for its first job): one line naming the store, exit code 1, no
+    traceback. The sweep's first line is printed after its last write before the job: the job meets the garbage."""
     db = tmp_path / "mlruns" / "mlflow.db"
     sweep = subprocess.Popen(
         [sys.executable, "-m", "pipeline.train", "-m", "train.steps=3,4", *FAST],
@@ -142,14 +144,12 @@ def test_a_corrupt_store_at_run_time_is_one_line_and_exit_1(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.time() + 120
-    while not (db.exists() and db.stat().st_size > 0):
-        assert time.time() < deadline and sweep.poll() is None
-        time.sleep(0.2)
-    time.sleep(1)  # the parent run exists; jobs have not started
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        first = reader.submit(sweep.stdout.readline).result(timeout=120)
+    assert first.startswith("[sweep] ") and "MLflow parent run" in first, first
     db.write_bytes(b"this is not a database any more" * 100)
     out, err = sweep.communicate(timeout=300)
     assert sweep.returncode == 1, out[-2000:] + err[-2000:]
     lines = [line for line in err.splitlines() if line.strip()]
-    assert lines[-1].startswith("error: the MLflow store failed"), err[-2000:]
+    assert lines[-1].startswith("error: a store failed: ") and "not a database" in lines[-1], err[-2000:]
     assert "Traceback" not in err

@@ -59,10 +59,13 @@ class SweepCallback(Callback):
         self.tracker = Tracker(config.tracking.uri, config.tracking.experiment, config.tracking.artifact_root)
         task.clean_up(self.tracker)
         shown = " ".join(o for o in overrides if parse_override(o)[0] != "repeat")
-        tags = {runs.SWEEP: sweep_id, runs.KIND: RunKind.SWEEP, "overrides": shown, runs.STATUS: Status.RUNNING}
-        tags[runs.GROUP] = runs.group_of(tags)  # "sweep <id>", its run's name: what the MLflow view groups by
-        parent_id = self.tracker.start(tags[runs.GROUP], tags=tags, abandon_tags=runs.ABANDONED)
+        parent_id = self.tracker.start(
+            f"sweep {sweep_id}",
+            tags={runs.SWEEP: sweep_id, runs.KIND: RunKind.SWEEP, "overrides": shown, runs.STATUS: Status.RUNNING},
+            abandon_tags=runs.ABANDONED,
+        )
         self.tracker.params(parent_id, {"overrides": shown, "jobs": self.total})
+        self.tracker.tags(parent_id, {runs.GROUP: runs.group_of({runs.SWEEP: sweep_id})})  # the UI view groups by
         self.context = SweepContext(sweep_id, parent_id, tuple(varying_keys(jobs)))
         self.context.to_env()
         print(f"[sweep] {sweep_id}: {self.total} jobs, MLflow parent run {parent_id}", flush=True)
