@@ -6,6 +6,7 @@ Bad input ends here with one line on stderr and exit code 2, before Hydra create
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -36,13 +37,32 @@ def _with_repeats(overrides: list[str], multirun: bool) -> tuple[list[str], bool
 
 
 def _refuse(err: ConfigError) -> NoReturn:
-    """Bad input: its one line, exit code 2."""
+    """Bad input: its one line, exit code 2 (1 for a store the machine cannot give: `StoreUnavailable`)."""
     print(f"error: {err}", file=sys.stderr)
-    sys.exit(exits.BAD_INPUT)
+    sys.exit(err.exit_code)
 
 
 def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _exit(code: int) -> NoReturn:
+    """Flush what was printed while a closed output can still be caught (`_output_closed`), then exit."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+def _output_closed() -> NoReturn:
+    """Whoever read the output went away (`--help | head -1`): stop without a word, as Unix tools do (exit code 141,
+    128 + SIGPIPE), and send what is still buffered nowhere, so the interpreter's exit does not complain either."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    sys.exit(exits.OUTPUT_CLOSED)
 
 
 def run_entry(
@@ -56,15 +76,32 @@ def run_entry(
     sweeps: bool = True,
 ) -> None:
     """Precheck `argv` (default sys.argv[1:]) for `config_name` (and `extra_check` on every job's config), then run
-    `task` through hydra.main, as `python -m prog`. `base_overrides` go first unless the command line sets the same key. `doc` (the entry
-    module's docstring: a summary, a blank line, example commands) is the start of `--help`. `sweeps`: whether the
-    entry takes -m (a study searches its own space: it does not)."""
+    `task` through hydra.main, as `python -m prog`. `base_overrides` go first unless the command line sets the same
+    key. `doc` (the entry module's docstring: a summary, a blank line, example commands) is the start of `--help`.
+    `sweeps`: whether the entry takes -m (a study searches its own space: it does not)."""
+    try:
+        argv = _checked_argv(prog, config_name, doc, argv, extra_check, base_overrides, sweeps)
+        _exit(_run_hydra(config_name, task, argv))
+    except BrokenPipeError:
+        _output_closed()
+
+
+def _checked_argv(
+    prog: str,
+    config_name: str,
+    doc: str,
+    argv: list[str] | None,
+    extra_check: Callable[[Any], None] | None,
+    base_overrides: list[str] | None,
+    sweeps: bool,
+) -> list[str]:
+    """The command line Hydra gets: --help answered here, every job's config checked, repeats expanded."""
     argv = list(sys.argv[1:] if argv is None else argv)
     register_configs()
     args, _ = get_args_parser().parse_known_args(argv)
     if args.help:
         print(help_text(prog, doc, sweeps))
-        sys.exit(exits.OK)
+        _exit(exits.OK)
     informational = args.hydra_help or args.cfg or args.info or args.shell_completion
     given = {o.split("=", 1)[0].lstrip("+~") for o in args.overrides}
     base = [o for o in base_overrides or [] if o.split("=", 1)[0] not in given]
@@ -77,25 +114,31 @@ def run_entry(
                 "and without repeats, once per study",
             )
         )
+    rest = [a for a in argv if a not in args.overrides]
     if informational:
-        argv = [*[a for a in argv if a not in args.overrides], *overrides]
-    else:
-        try:
-            configs = precheck(args.config_name or config_name, overrides, multirun)
-            for root, uri in dict.fromkeys((c.paths.root, c.tracking.uri) for c in configs):
-                check_stores(root, uri)
-            for cfg in configs:
-                if extra_check is not None:
-                    extra_check(cfg)
-        except ConfigError as err:
-            _refuse(err)
-        warning = long_cpu_job_warning(max(configs, key=lambda c: c.train.steps * c.batch.effective))
-        if warning:
-            print(warning, file=sys.stderr, flush=True)
-        rest = [a for a in argv if a not in args.overrides]
-        argv = [*rest, *(["--multirun"] if multirun and not args.multirun else []), *overrides]
+        return [*rest, *overrides]
+    try:
+        configs = precheck(args.config_name or config_name, overrides, multirun)
+        for root, uri in dict.fromkeys((c.paths.root, c.tracking.uri) for c in configs):
+            check_stores(root, uri)
+        for cfg in configs:
+            if extra_check is not None:
+                extra_check(cfg)
+    except ConfigError as err:
+        _refuse(err)
+    warning = long_cpu_job_warning(max(configs, key=lambda c: c.train.steps * c.batch.effective))
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
+    return [*rest, *(["--multirun"] if multirun and not args.multirun else []), *overrides]
+
+
+def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) -> int:
+    """Run `task` through hydra.main with `argv`; the exit code. Hydra's own report of a failure (a trimmed
+    traceback, exit code 1) is turned off, so that a store failing outside the task (Hydra saving its config on a
+    disk that filled up) and a closed output end here with their one line or none."""
     signal.signal(signal.SIGTERM, _terminate)
     sys.argv = [sys.argv[0], *argv]
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     exits.Outcome.reset()
 
     @functools.wraps(task)
@@ -105,8 +148,9 @@ def run_entry(
 
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(guarded)
     try:
-        main()
+        with exits.guard_stores("Hydra's output folder"):
+            main()
     except KeyboardInterrupt:
         print("interrupted: runs in progress were marked KILLED", file=sys.stderr)
-        sys.exit(exits.INTERRUPTED)
-    sys.exit(exits.Outcome.code)
+        return exits.INTERRUPTED
+    return exits.Outcome.code

@@ -5,6 +5,7 @@
 - 2: bad input, refused before anything ran
 - 3: nothing fits under the cap (optimize)
 - 130: interrupted
+- 141: the output was closed by its reader (`... | head`): stopped quietly, as a Unix tool killed by SIGPIPE
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ FAILED = 1
 BAD_INPUT = 2
 NOTHING_FITS = 3
 INTERRUPTED = 130
+OUTPUT_CLOSED = 141  # 128 + SIGPIPE
 
 
 def jobs_exit_code(outcomes: Iterable[tuple[Status, Verdict]]) -> tuple[int, str]:

@@ -24,7 +24,7 @@ def check_study(cfg: DictConfig) -> None:
         raise ConfigError(
             "mem_cap", "required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4"
         )
-    check_store("optimize.storage", cfg.optimize.storage)
+    check_store("optimize.storage", cfg.optimize.storage, cfg.paths.root)
     check_values(cfg)
 
 

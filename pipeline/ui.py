@@ -3,15 +3,20 @@
 python -m pipeline.ui                          # mlruns/ on http://127.0.0.1:5000
 python -m pipeline.ui --port 8080 --store mlruns
 
-Two things about `mlflow server` 3.17 shape this:
+Three things about `mlflow server` 3.17 shape this:
 
 - With a database store it also starts a job runner and one huey consumer per kind of server-side job (GenAI
   scorers, trace rollups and the like), eight processes next to the web server's two that this project never uses.
   `MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false` leaves them out (set it yourself to `true` to keep them).
 - Its UI opens every experiment in the GenAI view (traces, evaluations) unless the browser has picked "Model
   training" with the toggle at the top left (remembered per browser) or the address carries
-  `?workflowType=machine_learning`; the experiment tag `mlflow.experimentKind` does not decide it. The address
-  printed here opens the project's experiment on its runs.
+  `?workflowType=machine_learning`, which the run and compare pages reached from there drop; the experiment tag
+  `mlflow.experimentKind` does not decide it. The server runs as `--app-name batch-split` (`pipeline.ui_server`):
+  MLflow's app with one page, the address printed here, that picks "Model training" in the browser as the toggle
+  would and opens the experiment's runs.
+- Its runs table shows no metric until columns are picked by hand, per browser; an experiment tag can hold a saved
+  view that an address names (`tracking.view`): the printed address opens the runs in it, with step time, tokens/s,
+  peak memory and rank in view, one open group per sweep or study.
 
 The command is built here once, for `make ui` and for the test that drives the UI in a browser.
 """
@@ -27,6 +32,8 @@ DEFAULT_EXPERIMENT = "batch-split"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5000
 UI_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+APP_NAME = "batch-split"  # the `mlflow.app` entry point: pipeline.ui_server
+RUNS_PAGE = "/batch-split/runs"  # served by pipeline.ui_server
 
 
 def server_command(store: str = DEFAULT_STORE, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> list[str]:
@@ -46,6 +53,8 @@ def server_command(store: str = DEFAULT_STORE, host: str = DEFAULT_HOST, port: i
         str(port),
         "--workers",
         "1",
+        "--app-name",
+        APP_NAME,
     ]
 
 
@@ -58,8 +67,9 @@ def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def experiment_url(host: str, port: int, experiment_id: str) -> str:
-    """The address that opens an experiment on its runs table, in the UI's "Model training" view."""
-    return f"http://{host}:{port}/#/experiments/{experiment_id}?workflowType=machine_learning"
+    """The address that opens an experiment's runs in the project's view, in the UI's "Model training" view, and
+    keeps the browser there (pipeline.ui_server)."""
+    return f"http://{host}:{port}{RUNS_PAGE}?experiment={experiment_id}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -70,12 +80,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="the experiment whose runs to link to")
     args = parser.parse_args(argv)
 
+    from pipeline.tracking import view
     from pipeline.tracking.store import find_experiment
 
-    experiment_id = find_experiment(f"sqlite:///{args.store}/mlflow.db", args.experiment)
+    uri = f"sqlite:///{args.store}/mlflow.db"
+    experiment_id = find_experiment(uri, args.experiment)
     if experiment_id is None:
         print(f"ui: nothing recorded in {args.store}/ yet; runs appear at http://{args.host}:{args.port}", flush=True)
     else:
+        view.save(uri, experiment_id)
         print(f"ui: runs of {args.experiment}: {experiment_url(args.host, args.port, experiment_id)}", flush=True)
     command = server_command(args.store, args.host, args.port)
     os.execve(command[0], command, server_env())  # the server replaces this process: Ctrl-C and signals reach it

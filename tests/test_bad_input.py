@@ -7,11 +7,14 @@ no Hydra output folder, no MLflow database).
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from pipeline.config.hardware import cuda_device_count
 from tests.helpers.cli import run_cli
+from tests.helpers.disks import can_mount, run_on_small_disk
+from tests.helpers.processes import run_with_closed_output
 
 CASES = [
     # (command-line arguments, exact start of the message, a fragment of the accepted form)
@@ -100,10 +103,44 @@ CASES = [
     (["tracking.uri=http://127.0.0.1:1"], "tracking.uri: http://127.0.0.1:1 cannot be reached", "a running server"),
     (["tracking.uri=bogus://x"], "tracking.uri: got 'bogus://x'", "sqlite:///"),
     (["tracking.uri=sqlite:///corrupt.db"], "tracking.uri: 'corrupt.db' is not a usable SQLite database", "sqlite:///"),
+    (
+        ["tracking.uri=sqlite:///elsewhere/mlflow.db"],
+        "tracking.uri: 'sqlite:///elsewhere/mlflow.db': its folder ",
+        "accepted: a database file in an existing folder, or under paths.root 'mlruns' (the command makes it)",
+    ),
+    # names the stores keep (issue 21: MLflow's own refusals came after mlruns/ was written)
+    (["tracking.experiment="], "tracking.experiment: empty", "a name of 1 to 500 characters (MLflow's limit)"),
+    (["tracking.experiment=" + "x" * 600], "tracking.experiment: 600 characters long", "a name of 1 to 500"),
+    # files that are no JSON-lines file
+    (["data=jsonl", "data.path=/etc"], "data.path: '/etc' is a folder", "a readable JSON-lines file"),
+    (
+        ["data=jsonl", "data.path=/dev/zero"],
+        "data.path: '/dev/zero' is not a regular file (a character device)",
+        "a readable JSON-lines file",
+    ),
 ]
 OPTIMIZE_CASES = [
     ([], "mem_cap: required by optimize", "a size like 14GiB"),
-    (["mem_cap=1GiB", "optimize.storage=sqlite:////proc/x/x.db"], "optimize.storage: '/proc/x' cannot be written", ""),
+    (
+        ["mem_cap=1GiB", "optimize.storage=sqlite:////proc/x/x.db"],
+        "optimize.storage: 'sqlite:////proc/x/x.db': its folder /proc/x does not exist",
+        "accepted: a database file in an existing folder",
+    ),
+    (  # issue 21: the folder and the database were made, and the study ran
+        ["mem_cap=1GiB", "optimize.storage=sqlite:////nonexistent/dir/x.db"],
+        "optimize.storage: 'sqlite:////nonexistent/dir/x.db': its folder /nonexistent/dir does not exist",
+        "accepted: a database file in an existing folder, or under paths.root 'mlruns' (the command makes it)",
+    ),
+    (  # issue 21: a 21-line traceback from MLflow's filter, after mlruns/ was written
+        ["mem_cap=1GiB", 'optimize.study_name="a\'b"'],
+        'optimize.study_name: got "a\'b", which holds "\'"',
+        "a name of 1 to 200 characters without quotes, backslashes or control characters, or null",
+    ),
+    (  # issue 21: blamed the split derived from it, batch.split '1x0'
+        ["mem_cap=1GiB", "batch.effective=0"],
+        "batch.effective: got 0",
+        "a whole number >= 1",
+    ),
     (["mem_cap=1GiB", "++optimize.space={train.steps: [0, -1]}"], "optimize.space: no config in it can run", "steps"),
     (
         ["mem_cap=1GiB", "++optimize.space={train.dtype: [fp32, fp8]}"],
@@ -173,6 +210,7 @@ def _prepare(folder):
 
 @pytest.mark.parametrize(("module", "cases"), [("pipeline.train", CASES), ("pipeline.optimize", OPTIMIZE_CASES)])
 def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
+    outside_existed = Path("/nonexistent").exists()
     folders = []
     for i in range(len(cases)):
         folder = tmp_path / f"case{i}"
@@ -204,6 +242,7 @@ def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
                 f"{args}: rc={proc.returncode} written={written} stderr={proc.stderr!r} stdout={proc.stdout[-300:]!r}"
             )
     assert not failures, "\n".join(failures)
+    assert outside_existed or not Path("/nonexistent").exists()  # a refused storage's folder is not made either
 
 
 def test_help_says_what_the_tool_does_and_lists_real_options(tmp_path):
@@ -225,3 +264,48 @@ def test_cfg_job_prints_the_composed_config(tmp_path):
     proc = run_cli("--cfg", "job", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "batch:\n  effective: 4\n  split: 4x1" in proc.stdout
+
+
+@pytest.mark.parametrize("module", ["pipeline.train", "pipeline.optimize"])
+def test_a_closed_output_ends_quietly(tmp_path, module):
+    """`--help | head -1` once head has gone, and the same for Hydra's own output: no BrokenPipeError traceback,
+    nothing on stderr, exit code 141 (128 + SIGPIPE, as for any Unix tool), nothing written."""
+    for args in (["--help"], ["--cfg", "job"]):
+        proc = run_with_closed_output(module, *args, cwd=tmp_path)
+        assert (proc.returncode, proc.stderr) == (141, ""), (args, proc.stderr[-2000:])
+    assert list(tmp_path.iterdir()) == []
+
+
+needs_mount = pytest.mark.skipif(not can_mount(), reason="no tmpfs in a user namespace here (unshare)")
+
+
+@needs_mount
+@pytest.mark.parametrize(
+    ("module", "args"), [("pipeline.train", []), ("pipeline.optimize", ["mem_cap=1GiB", "optimize.trials=1"])]
+)
+def test_a_full_disk_before_the_start_is_one_line_and_exit_1(tmp_path, module, args):
+    """A disk without room (issue 21: Hydra's traceback from saving its config): found before anything runs, one
+    line naming paths.root, exit code 1 as for a store that fails at run time (README, exit status), and nothing
+    left on the disk but what filled it."""
+    disk = tmp_path / "disk"
+    run = run_on_small_disk(tmp_path, module, f"paths.root={disk}/mlruns", *args)
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert run.stderr.splitlines() == [
+        f"error: paths.root: the disk of {disk} is full (No space left on device: not even 1 MiB could be written); "
+        "accepted: a folder on a disk with room"
+    ]
+    assert run.stdout == "" and run.left == ["fill"]
+
+
+@needs_mount
+def test_a_disk_that_runs_out_after_the_checks_is_one_line_and_exit_1(tmp_path):
+    """Room for the checks, no inode left once Hydra makes its output folders: Hydra's own write fails, and that
+    too is one line and exit code 1 (what Hydra made before it stays)."""
+    disk = tmp_path / "disk"
+    run = run_on_small_disk(tmp_path, "pipeline.train", f"paths.root={disk}/mlruns", size="4m", inodes=5, fill=False)
+    assert run.returncode == 1, run.stderr[-2000:]
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("error: Hydra's output folder failed: the disk is full or read-only (No space left on ")
+    assert "Traceback" not in run.stdout
+    # what Hydra made before the disk ran out, and nothing of the run: no MLflow store
+    assert [path for path in run.left if not path.startswith("mlruns/hydra/")] == ["mlruns", "mlruns/hydra"], run.left

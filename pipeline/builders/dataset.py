@@ -2,14 +2,23 @@
 
 Synthetic data is pre-tokenized (`input_ids`), which TRL's SFTTrainer takes as is; text and chat records go through
 TRL's own tokenization with the job's tokenizer.
+
+A job reads only the records its steps use: `needed` (train.steps x batch.effective, the world size included), and
+with packing as many as fill `needed` sequences of train.max_length tokens. A jsonl file is read line by line up to
+there and never as a whole, so setting up a job costs the same for a file of a thousand records or of a million, and
+the job's memory is its training's, not the file's. (The up-front check, `config.data`, still reads every line.)
 """
 
 from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
 
 import numpy as np
 from datasets import Dataset, load_dataset
 
 FIRST_ORDINARY_ID = 4  # ids below are the byte-level tokenizer's specials
+FIELDS = ("messages", "text")  # what a text or chat record trains on (config.data checks each record has one)
 
 
 def synthetic_dataset(
@@ -25,8 +34,35 @@ def synthetic_dataset(
     return Dataset.from_dict({"input_ids": rows})
 
 
-def build_dataset(data: dict, vocab_size: int, seed: int, needed: int) -> Dataset:
-    """`data` is the resolved data group; `needed` is how many samples the steps consume (steps x effective)."""
+def take_records(
+    records: Iterable[dict], needed: int, count_tokens: Callable[[dict], int] | None = None, tokens: int = 0
+) -> list[dict]:
+    """The first records that cover `needed` samples and, when `count_tokens` is given (packing), `tokens` tokens."""
+    taken: list[dict] = []
+    counted = 0
+    for record in records:
+        if len(taken) >= needed and counted >= tokens:
+            break
+        taken.append(record)
+        if count_tokens is not None:
+            counted += count_tokens(record)
+    return taken
+
+
+def _field(record: dict) -> str:
+    return next(name for name in FIELDS if name in record)
+
+
+def build_dataset(
+    data: dict,
+    vocab_size: int,
+    seed: int,
+    needed: int,
+    count_tokens: Callable[[dict], int] | None = None,
+    tokens: int = 0,
+) -> Dataset:
+    """`data` is the resolved data group; `needed` is how many samples the steps consume (steps x effective);
+    `count_tokens` and `tokens`: with packing, a record's token count and how many tokens the steps consume."""
     if data["kind"] == "synthetic":
         return synthetic_dataset(
             data["num_samples"] or needed,
@@ -37,8 +73,13 @@ def build_dataset(data: dict, vocab_size: int, seed: int, needed: int) -> Datase
             seed,
         )
     if data["kind"] == "jsonl":
-        dataset = load_dataset("json", data_files=data["path"], split="train")
-    else:
-        dataset = load_dataset(data["name"], data["subset"], split=data["split"])
+        with open(data["path"], encoding="utf-8") as handle:  # one line at a time, and only as far as needed
+            records = (json.loads(line) for line in handle if line.strip())
+            taken = take_records(records, needed, count_tokens, tokens)
+        keep = _field(taken[0])
+        return Dataset.from_dict({keep: [record[keep] for record in taken]})
+    dataset = load_dataset(data["name"], data["subset"], split=data["split"])
     keep = "messages" if "messages" in dataset.column_names else "text"
-    return dataset.select_columns([keep])
+    dataset = dataset.select_columns([keep])
+    taken = take_records(iter(dataset), needed, count_tokens, tokens)
+    return dataset.select(range(len(taken)))

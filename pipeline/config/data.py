@@ -39,14 +39,38 @@ def check_data(d: DictConfig, max_length: int, effective: int) -> None:
         if not d.path:
             raise ConfigError("data.path", f"missing; accepted: {JSONL_FORM}")
         file = Path(d.path).expanduser()
-        if not file.is_file():
-            raise ConfigError("data.path", f"'{d.path}' does not exist; accepted: {JSONL_FORM}")
+        _check_regular_file(file, d.path)
         stat = file.stat()
         records = count_jsonl(str(file), d.path, stat.st_mtime_ns, stat.st_size)
         if records < effective:
             raise ConfigError("data.path", f"'{d.path}' has {records} records, fewer than batch.effective {effective}")
     elif not d.name:
         raise ConfigError("data.name", "required with data.kind=hub; a hub dataset id or a local folder")
+
+
+def _check_regular_file(file: Path, shown: str) -> None:
+    """A file to read to its end: not a folder, and no device or pipe (reading /dev/zero never ends)."""
+    if file.is_file():
+        return
+    if not file.exists():
+        problem = "does not exist"
+    elif file.is_dir():
+        problem = "is a folder"
+    else:
+        kind = next(
+            (what for test, what in _SPECIAL_FILES if getattr(file, test)()),
+            "a special file",
+        )
+        problem = f"is not a regular file ({kind})"
+    raise ConfigError("data.path", f"'{shown}' {problem}; accepted: {JSONL_FORM}")
+
+
+_SPECIAL_FILES = (
+    ("is_char_device", "a character device"),
+    ("is_block_device", "a block device"),
+    ("is_fifo", "a named pipe"),
+    ("is_socket", "a socket"),
+)
 
 
 def _record_problem(record: object, kind: str | None) -> str | None:

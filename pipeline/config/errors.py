@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+from pipeline import exits
+
 
 class ConfigError(ValueError):
-    """A bad input: `field`, then what is wrong and what is accepted."""
+    """A bad input: `field`, then what is wrong and what is accepted. The command ends with `exit_code`."""
+
+    exit_code = exits.BAD_INPUT
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+class StoreUnavailable(ConfigError):
+    """A place the command writes to that fails for a reason of the machine, not of the input (its disk is full):
+    found before anything runs, it ends the command like a store failing at run time, with exit code 1."""
+
+    exit_code = exits.FAILED
 
 
 def choice(field: str, value: object, accepted: tuple[str, ...]) -> None:

@@ -1,22 +1,27 @@
 """The places a command writes to, checked before anything runs: `paths.root`, the MLflow tracking URI and the Optuna
 storage. A folder that cannot be made, a server that does not answer within a few seconds, a file that is not a
 database: one line naming the key, exit code 2, and nothing written (a probe folder made to test writing is
-removed)."""
+removed). Only `paths.root` may be made by the command (it is where everything goes); a database outside it must go
+in a folder that exists. A disk without room for a new database (`PROBE_BYTES`) is no bad input but a store failure:
+one line, exit code 1, as when the disk fills at run time."""
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import socket
 import sqlite3
 import tempfile
 import urllib.parse
 from pathlib import Path
 
-from pipeline.config.errors import ConfigError
+from pipeline.config.errors import ConfigError, StoreUnavailable
 
 TIMEOUT_S = 3.0
 URI_FORM = "sqlite:///path/to/mlflow.db, http(s)://host:port of an MLflow server, or a database URL"
+PROBE_BYTES = 2**20  # a new MLflow database is about this size; Hydra's config files are a few KiB
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -26,7 +31,8 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def check_writable_dir(field: str, text: str) -> None:
-    """`text` is, or can become, a folder this process can write in (tested by making and removing a folder)."""
+    """`text` is, or can become, a folder this process can write in, with room for a new database (tested by
+    writing PROBE_BYTES in a probe folder that is removed again)."""
     if not str(text).strip():
         raise ConfigError(field, "empty; accepted: a folder to write in, e.g. mlruns")
     path = Path(text).expanduser().absolute()
@@ -34,24 +40,55 @@ def check_writable_dir(field: str, text: str) -> None:
     if not base.is_dir():
         raise ConfigError(field, f"'{text}': {base} is not a folder; accepted: a folder to write in")
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".batch-split-write-test-", dir=base))
+        probe = tempfile.mkdtemp(prefix=".batch-split-write-test-", dir=base)
     except OSError as err:
-        reason = os.strerror(err.errno) if err.errno else str(err)
-        raise ConfigError(
+        raise _unwritable(field, text, base, err) from None
+    try:
+        with open(os.path.join(probe, "probe"), "wb") as handle:
+            handle.write(bytes(PROBE_BYTES))
+    except OSError as err:
+        raise _unwritable(field, text, base, err) from None
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+
+
+def _unwritable(field: str, text: str, base: Path, err: OSError) -> ConfigError:
+    reason = os.strerror(err.errno) if err.errno else str(err)
+    if err.errno in NO_ROOM:
+        return StoreUnavailable(
             field,
-            f"'{text}' cannot be written (no folder can be made in {base}: {reason}); accepted: a folder to write in",
-        ) from None
+            f"the disk of {base} is full ({reason}: not even {PROBE_BYTES // 2**20} MiB could be written); "
+            "accepted: a folder on a disk with room",
+        )
+    return ConfigError(
+        field, f"'{text}' cannot be written (no folder can be made in {base}: {reason}); accepted: a folder to write in"
+    )
+
+
+def _inside(path: Path, root: str | None) -> bool:
+    if root is None or not str(root).strip():
+        return False
+    root_path = Path(root).expanduser().absolute()
+    return path == root_path or root_path in path.parents
 
 
 def _sqlite_file(uri: str) -> str:
     return uri[len("sqlite:///") :]
 
 
-def check_sqlite(field: str, uri: str) -> None:
-    """The database's folder can be written, and an existing file is an SQLite database."""
+def check_sqlite(field: str, uri: str, root: str | None = None) -> None:
+    """The database's folder exists (or is `root`, or inside it: the command makes that) and can be written, and an
+    existing file is an SQLite database."""
     path = Path(_sqlite_file(uri)).expanduser()
     if not str(path).strip() or path.is_dir():
         raise ConfigError(field, f"'{uri}' names no database file; accepted: {URI_FORM}")
+    folder = path.absolute().parent
+    if not folder.is_dir() and not _inside(folder, root):
+        under_root = f", or under paths.root '{root}' (the command makes it)" if root else ""
+        raise ConfigError(
+            field,
+            f"'{uri}': its folder {folder} does not exist; accepted: a database file in an existing folder{under_root}",
+        )
     check_writable_dir(field, str(path.parent))
     if path.is_file():
         try:
@@ -105,10 +142,11 @@ def _hide_password(uri: str) -> str:
     return uri
 
 
-def check_store(field: str, uri: str) -> None:
+def check_store(field: str, uri: str, root: str | None = None) -> None:
+    """`uri` opens, or (sqlite) can be made: in an existing folder, or under `root` (paths.root)."""
     scheme = urllib.parse.urlparse(uri).scheme
     if uri.startswith("sqlite:///"):
-        check_sqlite(field, uri)
+        check_sqlite(field, uri, root)
     elif scheme in ("http", "https"):
         check_server(field, uri)
     elif scheme.split("+")[0] in ("postgresql", "postgres", "mysql", "mssql", "oracle"):
@@ -120,6 +158,6 @@ def check_store(field: str, uri: str) -> None:
 def check_stores(root: str, tracking_uri: str, storage: str | None = None) -> None:
     """Everything a command will write to: the root folder, MLflow's store, and (optimize) Optuna's."""
     check_writable_dir("paths.root", root)
-    check_store("tracking.uri", tracking_uri)
+    check_store("tracking.uri", tracking_uri, root)
     if storage is not None:
-        check_store("optimize.storage", storage)
+        check_store("optimize.storage", storage, root)

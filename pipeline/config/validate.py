@@ -92,10 +92,12 @@ def parse_size(text: str, field: str = "mem_cap") -> int:
 
 
 def check_split(cfg: DictConfig) -> Split:
-    split = parse_split(cfg.batch.split)
+    # the effective batch and world size first: a split may be derived from them (optimize's base split is
+    # 1x${div:...}), and a bad one must be blamed on its source, not on the split it makes
     at_least("batch.effective", cfg.batch.effective, 1)
     at_most("batch.effective", cfg.batch.effective, 2**16)
     at_least("world_size", cfg.world_size, 1)
+    split = parse_split(cfg.batch.split)
     product = split.micro * split.accumulation * cfg.world_size
     if product != cfg.batch.effective:
         divisors = [d for d in range(1, cfg.batch.effective + 1) if cfg.batch.effective % (d * cfg.world_size) == 0]
@@ -164,6 +166,24 @@ def resolve_cap(cfg: DictConfig) -> tuple[int | None, str | None]:
     if cfg.gpu.name not in ("auto", "cpu") and cfg.gpu.memory_gib:
         return int(cfg.gpu.memory_gib * GIB), f"gpu={cfg.gpu.name}"
     return None, None
+
+
+MAX_EXPERIMENT_NAME = 500  # MLflow's limit
+MAX_STUDY_NAME = 200  # within Optuna's 512 with the suffixes of its lock studies; MLflow's filters have no escapes
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_name(field: str, value: object, longest: int, refused: str, accepted: str) -> None:
+    """A name MLflow or Optuna stores and searches for: 1 to `longest` characters, none of `refused` (characters the
+    stores' filter strings cannot hold) and no control characters; `accepted` says so in the message."""
+    text = str(value)
+    if not text.strip():
+        raise ConfigError(field, f"empty; accepted: {accepted}")
+    if len(text) > longest:
+        raise ConfigError(field, f"{len(text)} characters long; accepted: {accepted}")
+    bad = next((c for c in text if c in refused or _CONTROL.match(c)), None)
+    if bad is not None:
+        raise ConfigError(field, f"got {json.dumps(text)[:80]}, which holds {json.dumps(bad)}; accepted: {accepted}")
 
 
 MAX_STEPS = 10**8  # a hundred million optimizer steps: far beyond a measurement, far below any overflow
@@ -241,6 +261,15 @@ def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
         at_least("optimize.confirm_budget_s", o.confirm_budget_s, 0, "a number (or null: the share alone)")
     in_range("optimize.tie_tolerance", o.tie_tolerance, 0.0, 0.5)
     at_least("optimize.max_loss_dev", o.max_loss_dev, 0, "a number")
+    if o.study_name is not None:
+        check_name(
+            "optimize.study_name",
+            o.study_name,
+            MAX_STUDY_NAME,
+            "'\"\\",
+            f"a name of 1 to {MAX_STUDY_NAME} characters without quotes, backslashes or control characters, or "
+            "null (named after the config, so that the same command resumes it)",
+        )
     for key, values in o.space.items():
         if key == "batch.split":
             raise ConfigError("optimize.space", "batch.split is always searched; accepted: other config keys")
@@ -273,6 +302,14 @@ def validate(cfg: DictConfig) -> Resolved:
         )
     if cfg.launcher.timeout_s is not None and cfg.launcher.timeout_s <= 0:
         raise ConfigError("launcher.timeout_s", f"got {cfg.launcher.timeout_s}; accepted: seconds > 0 or null")
+    check_name(
+        "tracking.experiment",
+        cfg.tracking.experiment,
+        MAX_EXPERIMENT_NAME,
+        "",
+        f"a name of 1 to {MAX_EXPERIMENT_NAME} characters (MLflow's limit) without control characters, "
+        "e.g. batch-split",
+    )
     if not str(cfg.tracking.uri).strip():
         raise ConfigError(
             "tracking.uri",

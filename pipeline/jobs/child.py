@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -22,6 +23,7 @@ from pathlib import Path
 import datasets
 import peft
 import torch
+import tqdm
 import transformers
 import trl
 
@@ -34,7 +36,7 @@ from pipeline.builders.sft_args import sft_kwargs
 from pipeline.builders.tokenizer import build_tokenizer
 from pipeline.builders.trainer import build_trainer
 from pipeline.config.validate import ARCH_FIELDS
-from pipeline.jobs import watchdog
+from pipeline.jobs import ranks, watchdog
 from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
 from pipeline.measure import memory
 from pipeline.measure.busy import BusyWindow
@@ -130,10 +132,29 @@ class Job:
             self.model_load_bytes = memory.rss_bytes()
 
     def _setup_data(self) -> None:
-        needed = self.cfg["train"]["steps"] * self.cfg["batch"]["effective"]
+        """The samples the steps consume (effective batch = micro x accumulation x world size), and with packing
+        the records that fill as many sequences of max_length tokens: no more is read."""
+        train = self.cfg["train"]
+        needed = train["steps"] * self.cfg["batch"]["effective"]
+        packing = train["padding"] == "packing"
         self.dataset = self._timed(
-            "data", build_dataset, self.cfg["data"], self.model.config.vocab_size, self.cfg["train"]["seed"], needed
+            "data",
+            build_dataset,
+            self.cfg["data"],
+            self.model.config.vocab_size,
+            train["seed"],
+            needed,
+            self._count_tokens if packing else None,
+            needed * train["max_length"] if packing else 0,
         )
+
+    def _count_tokens(self, record: dict) -> int:
+        """A text or chat record's tokens as TRL sees them, at most max_length (TRL's packing truncates the rest)."""
+        if "messages" in record:
+            ids = self.tokenizer.apply_chat_template(record["messages"], tokenize=True)["input_ids"]
+        else:
+            ids = self.tokenizer(record["text"])["input_ids"]
+        return min(len(ids), self.cfg["train"]["max_length"])
 
     def _setup_trainer(self) -> None:
         lora = self.cfg["lora"]
@@ -198,6 +219,9 @@ class Job:
         finally:
             self.timings["runtime_s"] = time.perf_counter() - start
             self.timings["compile_s"] = self.meter.compile_s
+            started = self.timings.get("child_start")
+            if self.meter.first_step_at is not None and started is not None:  # what setup costs before training
+                self.timings["first_step_s"] = self.meter.first_step_at - started
 
     def _memory(self) -> Memory:
         cap = self.spec.cap_bytes
@@ -316,19 +340,33 @@ def quiet(progress_bar: bool) -> None:
     warnings.filterwarnings("ignore", category=UserWarning, module="torch")
 
 
+def no_process_locks() -> None:
+    """tqdm (every progress bar of datasets, TRL and transformers, shown or not) otherwise makes a multiprocessing
+    lock, a named semaphore registered with the resource tracker of the process that started the job: a job killed
+    by a timeout, a signal or Ctrl-C never unregisters it, and the tracker warns of a leaked semaphore when the sweep
+    ends. The job's bars all run in this one process, so a thread lock is all they need."""
+    tqdm.tqdm.set_lock(threading.RLock())
+
+
 def main(spec: JobSpec, workdir: str) -> None:
     """Entry of the job process (forkserver target, or each rank under torchrun: only rank 0 writes files)."""
     watchdog.follow(spec.owner_pid)
+    no_process_locks()
     os.environ.update(spec.env)
     quiet(spec.config["train"]["progress_bar"])
     rank = int(os.environ.get("RANK", "0"))
     if "LOCAL_RANK" in os.environ and torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     path = Path(workdir)
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
     result = Job(spec, path, writer=rank == 0).run()
-    result = dataclasses.replace(result, world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    result = dataclasses.replace(result, world_size=world_size)
     if rank == 0:
         write_json(path / RESULT_FILE, result.to_json())
+    if world_size > 1 and result.status is Status.FAILED:
+        # the launcher learns that this rank failed (and stops the others); jobs.ranks tells which failed first
+        ranks.report_error(path, rank, result.error or "failed")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ leaked tensors would carry over and one OOM would end the sweep. Here every job 
 - `forkserver` (default): a server process imports torch/transformers/trl/peft once (it never touches CUDA) and
   forks a fresh child per job, so jobs do not pay the imports again;
 - `subprocess`: a new interpreter per job (`python -m pipeline.jobs.child`), e.g. under a debugger or profiler;
-- `torchrun`: `world_size` processes of one job under `torch.distributed.run` (DDP); rank 0 writes the record.
+- `torchrun`: `world_size` processes of one job under PyTorch's elastic launcher, as `torchrun --standalone` starts
+  them (DDP; `jobs.ranks`); rank 0 writes the record, and a failed job names the rank that failed first.
 
 A child that crashes, is killed or times out still yields a record (status `failed`, its signal or exit code, and
 the steps it logged before dying, read back from its steps.jsonl).
@@ -17,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import multiprocessing.util
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from multiprocessing import forkserver
 from pathlib import Path
 
-from pipeline.jobs import watchdog
+from pipeline.jobs import ranks, watchdog
 from pipeline.jobs.files import PROCESS_FILE, RESULT_FILE, SPEC_FILE, STEPS_FILE
 from pipeline.records import JobResult, JobSpec, Status, Step
 
@@ -41,7 +42,15 @@ def _forkserver() -> multiprocessing.context.BaseContext:
     if _CONTEXT is None:
         _CONTEXT = multiprocessing.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(PRELOAD)
+        _claim(Path(multiprocessing.util.get_temp_dir()))
     return _CONTEXT
+
+
+def _claim(folder: Path) -> None:
+    """Mark multiprocessing's temp folder of this process (pymp-*, where the fork server listens) as ours: removed at
+    a normal exit, it stays when this process is killed outright, and `remove_orphan_workdirs` then knows whose it
+    was."""
+    (folder / PROCESS_FILE).write_text(json.dumps({"pid": os.getpid(), "owner_pid": os.getpid()}), encoding="utf-8")
 
 
 def warm_up(kind: str) -> None:
@@ -105,8 +114,8 @@ def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
         spec_path.write_text(json.dumps(spec.to_json()), encoding="utf-8")
         job = ["-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
         if kind == "torchrun":  # one process per device, PyTorch's own elastic launcher
-            world = spec.config["world_size"]
-            job = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", *job]
+            show = ["--show-rank0"] if spec.config["train"]["progress_bar"] else []
+            job = ["-m", "pipeline.jobs.ranks", str(spec.config["world_size"]), str(spec_path), str(workdir), *show]
         return _Handle(subprocess.Popen([sys.executable, *job]))
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
     process.start()
@@ -114,6 +123,7 @@ def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
 
 
 WORKDIR_PREFIX = "batch-split-job-"
+TEMP_PREFIXES = (WORKDIR_PREFIX, "pymp-")  # job folders, and multiprocessing's of a process that ran jobs
 
 
 def make_workdir() -> Path:
@@ -121,9 +131,12 @@ def make_workdir() -> Path:
 
 
 def remove_orphan_workdirs() -> int:
-    """Remove the work folders of jobs whose process and owner are both gone (a SIGKILLed sweep leaves them)."""
+    """Remove the temp folders of jobs whose process and owner are both gone, and the multiprocessing folders of
+    processes that ran jobs and are gone (a SIGKILLed sweep leaves both). Folders without our process file are
+    left alone: they are being made, or not ours."""
     removed = 0
-    for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+    temp = Path(tempfile.gettempdir())
+    for folder in [f for prefix in TEMP_PREFIXES for f in temp.glob(f"{prefix}*")]:
         try:
             process = json.loads((folder / PROCESS_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -147,14 +160,21 @@ def read_steps(workdir: Path) -> tuple[Step, ...]:
     return tuple(steps)
 
 
-def _exit_reason(code: int | None) -> str:
-    if code is None:
-        return "did not exit"
-    if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
-        hint = " (killed: out of host memory, or by a user)" if -code == signal.SIGKILL else ""
-        return f"killed by {name}{hint}"
-    return f"exited with code {code} without a result"
+def _no_result(code: int | None) -> str:
+    reason = ranks.exit_reason(code)
+    return reason if code is None or code < 0 else f"{reason} without a result"
+
+
+def _blame_rank(result: JobResult, workdir: Path, world_size: int, recorded: bool) -> JobResult:
+    """A job of several ranks that failed: its error names the rank that failed first and why, then what rank 0
+    stopped with if it wrote its record (usually the consequence, e.g. a connection reset by the dead peer)."""
+    cause = ranks.first_failure(workdir, world_size)
+    if cause is None:
+        return result
+    own = ""
+    if recorded and result.error and not cause.startswith("rank 0 "):
+        own = f"; rank 0 stopped with: {result.error[:160]}"
+    return dataclasses.replace(result, status=Status.FAILED, error=cause + own)
 
 
 def run_job(
@@ -179,11 +199,14 @@ def run_job(
     if timed_out:
         handle.kill()
     result_path = workdir / RESULT_FILE
-    if result_path.exists() and not timed_out:
+    recorded = result_path.exists() and not timed_out
+    if recorded:
         result = JobResult.from_json(json.loads(result_path.read_text(encoding="utf-8")))
     else:
-        reason = f"timed out after {timeout_s:g} s" if timed_out else _exit_reason(handle.exitcode)
+        reason = f"timed out after {timeout_s:g} s" if timed_out else _no_result(handle.exitcode)
         result = JobResult(status=Status.FAILED, error=reason, steps=read_steps(workdir), pid=handle.pid)
+    if kind == "torchrun" and not timed_out:
+        result = _blame_rank(result, workdir, spec.config["world_size"], recorded)
     timings = {**result.timings, "wall_s": time.time() - launched}
     if "child_start" in timings:
         timings["spawn_s"] = timings.pop("child_start") - launched

@@ -65,6 +65,7 @@ class SweepCallback(Callback):
             abandon_tags=runs.ABANDONED,
         )
         self.tracker.params(parent_id, {"overrides": shown, "jobs": self.total})
+        self.tracker.tags(parent_id, {runs.GROUP: runs.group_of({runs.SWEEP: sweep_id})})  # the UI view groups by
         self.context = SweepContext(sweep_id, parent_id, tuple(varying_keys(jobs)))
         self.context.to_env()
         print(f"[sweep] {sweep_id}: {self.total} jobs, MLflow parent run {parent_id}", flush=True)

@@ -22,10 +22,10 @@ from pipeline.config.compose import CONF_DIR
 from pipeline.config.hardware import cuda_device_count
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.validate import validate
-from pipeline.jobs import devicelock, preflight, runner
+from pipeline.jobs import devicelock, preflight, ranks, runner
 from pipeline.jobs.context import SweepContext, job_overrides
 from pipeline.jobs.files import PROFILE_DIR
-from pipeline.jobs.summary import summarize_job
+from pipeline.jobs.summary import steady_steps, summarize_job
 from pipeline.records import Compile, JobResult, JobSpec, JobSummary, RunKind, Status, StopRule
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
@@ -140,7 +140,10 @@ def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: DictConfig, labe
             cfg.launcher.timeout_s,
             on_start=lambda pid: tracker.tags(run_id, {"pid": pid}),
         )
-        return _finish(tracker, run_id, spec, result, cfg, label, profile_files(workdir))
+        files = {"profile": profile_files(workdir)}
+        if result.status is not Status.OK:
+            files["ranks"] = rank_logs(workdir)
+        return _finish(tracker, run_id, spec, result, cfg, label, files)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -156,13 +159,24 @@ def profile_files(workdir: Path) -> list[Path]:
     return sorted(folder.glob("*")) if folder.is_dir() else []
 
 
+def rank_logs(workdir: Path) -> list[Path]:
+    """A torchrun job's ranks' output (not shown as it ran), named `<rank>-stdout.log` and `<rank>-stderr.log`."""
+    logs = []
+    for path in sorted((workdir / ranks.LOG_DIR).glob("*/attempt_*/*/std*.log")):
+        if path.stat().st_size:
+            named = path.with_name(f"{path.parent.name}-{path.name}")
+            path.rename(named)
+            logs.append(named)
+    return logs
+
+
 def clean_up(tracker: Tracker, dead: Iterable[str] = ()) -> None:
-    """End the runs, and remove the job folders, that killed commands left behind (`dead`: owners known to be gone);
+    """End the runs, and remove the temp folders, that killed commands left behind (`dead`: owners known to be gone);
     say so when there were any."""
     runs_ended, folders = runs.end_orphans(tracker, dead), runner.remove_orphan_workdirs()
     if runs_ended or folders:
         print(
-            f"[clean-up] ended {runs_ended} run(s) left RUNNING and removed {folders} job folder(s) of killed commands"
+            f"[clean-up] ended {runs_ended} run(s) left RUNNING and removed {folders} temp folder(s) of killed commands"
         )
 
 
@@ -173,10 +187,11 @@ def _finish(
     result: JobResult,
     cfg: DictConfig,
     label: str,
-    files: list[Path] | None = None,
+    files: dict[str, list[Path]] | None = None,
 ) -> JobOutcome:
     summary = summarize_job(result, cfg.measure.warmup_steps, cfg.measure.confidence)
-    runs.end_job(tracker, run_id, spec, result, summary, files or [])
+    steady = {s.step for s in steady_steps(result, cfg.measure.warmup_steps)}
+    runs.end_job(tracker, run_id, spec, result, summary, steady, files or {})
     if result.status is Status.OK and summary.median is not None:
         line = f"ok, step {summary.median:.4f} s"
     else:

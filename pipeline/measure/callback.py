@@ -112,6 +112,7 @@ class StepMeter(TrainerCallback):
         self._pending: dict | None = None
         self._compiled_until = 0.0  # compile_seconds() at the end of the previous step
         self.compile_s = 0.0
+        self.first_step_at: float | None = None  # wall time (time.time) the first optimizer step began
 
     # ---- hooks on the model -------------------------------------------------------------------------------------
     def _reset_step(self) -> None:
@@ -187,6 +188,8 @@ class StepMeter(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         self.current_step = state.global_step + 1
         self._begin_host = time.perf_counter()
+        if self.first_step_at is None:
+            self.first_step_at = time.time()
 
     def on_substep_end(self, args, state, control, **kwargs):
         self._micro_end()

@@ -40,6 +40,8 @@ VERDICT = "verdict"
 NAME = "display_name"
 PREDICTED = "predicted_gib"
 NOTE = "note"
+GROUP = "group"  # the sweep or study a run belongs to, as its parent run is named: what the MLflow view groups by
+SINGLE_JOBS = "single jobs"  # the group of jobs run on their own, outside any sweep or study
 
 
 ABANDONED = {STATUS: Status.KILLED, NOTE: "interrupted: the process recording it ended first"}
@@ -56,6 +58,15 @@ def quoted(value: object) -> str:
     if any(c in text for c in "'\"\\"):
         raise FilterValueError(f"'{text}' contains a quote or backslash")
     return f"'{text}'"
+
+
+def group_of(tags: dict[str, object]) -> str:
+    """The group of a run with these tags: its sweep's or study's parent run name, or SINGLE_JOBS."""
+    if tags.get(SWEEP):
+        return f"sweep {tags[SWEEP]}"
+    if tags.get(STUDY):
+        return f"study {tags[STUDY]}"
+    return SINGLE_JOBS
 
 
 def start_job(
@@ -78,6 +89,7 @@ def start_job(
         "split": f"{spec.micro}x{spec.accumulation}",
         **(tags or {}),
     }
+    run_tags[GROUP] = group_of(run_tags)
     run_id = tracker.start(run_name or spec.name, tags=run_tags, parent_id=parent_id, abandon_tags=ABANDONED)
     tracker.params(run_id, {**flatten(spec.config), CONFIG_ID: spec.config_id})
     tracker.artifact_text(run_id, "config.yaml", OmegaConf.to_yaml(OmegaConf.create(spec.config)))
@@ -104,14 +116,24 @@ def derived_params(spec: JobSpec, result: JobResult) -> dict[str, object]:
     return {k: v for k, v in params.items() if v is not None}
 
 
-def series(result: JobResult) -> dict[str, list[tuple[int, float]]]:
-    """Per-step series for MLflow's charts: loss, step time and its phases, peak memory so far."""
-    keys = ["loss", "step_time_s", "grad_norm", "learning_rate", *(f"{p}_s" for p in PHASES)]
+def series(result: JobResult, steady: set[int]) -> dict[str, list[tuple[int, float]]]:
+    """Per-step series for MLflow's charts: loss, step time and its phases, peak memory so far. `step_time_s` holds
+    the `steady` steps (those the statistics use), `step_time_warmup_s` the others (the warm-up, steps that compiled
+    or ran under the profiler), so that the first steps' seconds do not flatten the steady ones on one axis;
+    `step_compile_s` only when something compiled."""
+    keys = ["loss", "grad_norm", "learning_rate", *(f"{p}_s" for p in PHASES)]
     out = {key: [(s.step, getattr(s, key)) for s in result.steps if getattr(s, key) is not None] for key in keys}
+    out["step_time_s"] = [(s.step, s.step_time_s) for s in result.steps if s.step in steady]
+    out["step_time_warmup_s"] = [(s.step, s.step_time_s) for s in result.steps if s.step not in steady]
     out["step_peak_gib"] = [(s.step, s.peak_bytes / GIB) for s in result.steps]
-    out["step_compile_s"] = [(s.step, s.compile_s) for s in result.steps]  # `compile_s` is the job's total
+    if any(s.compile_s for s in result.steps):
+        out["step_compile_s"] = [(s.step, s.compile_s) for s in result.steps]  # `compile_s` is the job's total
     return out
 
+
+# logged first: MLflow's UI keeps the order a run's metrics were logged in where it lists them, and its compare page
+# plots the first metric the runs share by default
+LEADING_METRICS = ("step_time_median_s", "tokens_per_s", "peak_gib")
 
 PROFILE_METRICS = (
     "launches_per_step",
@@ -131,19 +153,22 @@ def end_job(
     spec: JobSpec,
     result: JobResult,
     summary: JobSummary,
-    files: list[Path],
+    steady: set[int],
+    files: dict[str, list[Path]],
 ) -> None:
-    """Write a finished job in one go (`files`: more artifacts, under profile/) and end its run with the status its
-    result says."""
+    """Write a finished job in one go (`steady`: the step numbers its statistics use; `files`: more artifacts, by
+    the folder they go in) and end its run with the status its result says."""
     tracker.params(run_id, derived_params(spec, result))
-    metrics = summary.metrics()
+    summary_metrics = summary.metrics()
+    metrics = {k: summary_metrics[k] for k in LEADING_METRICS if k in summary_metrics} | summary_metrics
     if result.profile:
         metrics.update(
             {f"profile.{k}": result.profile[k] for k in PROFILE_METRICS if result.profile.get(k) is not None}
         )
-    tracker.metrics(run_id, metrics, series(result))
-    for path in files:
-        tracker.artifact_file(run_id, path, folder="profile")
+    tracker.metrics(run_id, metrics, series(result, steady))
+    for folder, paths in files.items():
+        for path in paths:
+            tracker.artifact_file(run_id, path, folder=folder)
     tags: dict[str, object] = {STATUS: result.status, VERDICT: summary.verdict}
     note = result.stopped or result.error
     if note:
@@ -227,7 +252,8 @@ def open_study(tracker: Tracker, name: str, command: str, params: dict[str, obje
     if found:
         return tracker.reopen(found[0].info.run_id, ABANDONED)
     tags = {KIND: RunKind.STUDY, STUDY: name, STATUS: Status.RUNNING, "overrides": command}
-    run_id = tracker.start(f"study {name}", tags=tags, abandon_tags=ABANDONED)
+    tags[GROUP] = group_of(tags)  # "study <name>", its run's name
+    run_id = tracker.start(tags[GROUP], tags=tags, abandon_tags=ABANDONED)
     tracker.params(run_id, params)
     return run_id
 
