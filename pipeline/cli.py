@@ -148,7 +148,7 @@ def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) ->
 
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(guarded)
     try:
-        with exits.guard_stores("Hydra's output folder"):
+        with exits.guard_stores({}, "Hydra's output folder"):
             main()
     except KeyboardInterrupt:
         print("interrupted: runs in progress were marked KILLED", file=sys.stderr)

@@ -92,10 +92,11 @@ def store_uris(cfg) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def guard_stores(uris: dict[str, str]):
+def guard_stores(uris: dict[str, str], where: str | None = None):
     """A store failing at run time ends the command with one line naming it (`uris`: MLFLOW and OPTUNA to their
-    URIs) and exit code 1; runs still open are ended by the store's exit handler, as far as the store still takes
-    writes; nothing recorded before is touched."""
+    URIs; `where`: what is being written, for a failure no store's code raised, such as Hydra saving its config on a
+    full disk) and exit code 1; runs still open are ended by the store's exit handler, as far as the store still
+    takes writes; nothing recorded before is touched."""
     try:
         yield
     except Exception as err:  # noqa: BLE001 - classified, and re-raised when it is no store's failure
@@ -103,8 +104,10 @@ def guard_stores(uris: dict[str, str]):
         if reason is None:
             raise
         store = failed_store(err)
-        if store is None or reason.startswith("the disk"):
-            print(f"error: {reason}", file=sys.stderr, flush=True)
+        if store is not None and store in uris:
+            print(f"error: {store} at {uris[store]} failed: {reason}", file=sys.stderr, flush=True)
+        elif where is not None:
+            print(f"error: {where} failed: {reason}", file=sys.stderr, flush=True)
         else:
-            print(f"error: {store} at {uris.get(store, '?')} failed: {reason}", file=sys.stderr, flush=True)
+            print(f"error: {reason}", file=sys.stderr, flush=True)
         raise SystemExit(FAILED) from None
