@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.measure.stats import rank, summarize
+from pipeline.compare.ranking import rank
+from pipeline.measure.stats import summarize
 
 SPLITS = ["1x4", "2x2", "4x1"]
 GIB = 2**30
@@ -177,20 +178,22 @@ def summarize_raw(paths: list[Path]) -> None:
             plain_reserved=[(p["peak_reserved_bytes"] or 0) / GIB for p in theirs],
             phases=phases,
         )
-    verdicts = rank({s: (r["pooled"].median, r["pooled"].ci_low, r["pooled"].ci_high) for s, r in rows.items()})
+    # the splits ranked from their repeats, paired by repeat (neighbouring processes): the comparison engine's rule
+    ranking = rank({s: dict(enumerate(r["medians"])) for s, r in rows.items()}, 0.95)
+    judged = {s: (str(ranking.judgement(s)) if ranking else "not ranked (one repeat)") for s in rows}
     print(f"steps per job {steps}, first {warmup} excluded; repeats {len(rows['4x1']['medians'])}\n")
     print(
         "| split | pipeline step s: median [95% CI], pooled | per-repeat medians | plain TRL per-repeat medians |"
-        " ratio pipeline/plain | fixed cost s | peak reserved GiB (pipeline / plain) | verdict |"
+        " ratio pipeline/plain | fixed cost s | peak reserved GiB (pipeline / plain) | rank (paired by repeat) |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for split, r in rows.items():
         p = r["pooled"]
         fmt = lambda xs, f=".3f": ", ".join(format(x, f) for x in xs)  # noqa: E731
         print(
-            f"| {split} | {p.median:.3f} [{p.ci_low:.3f}, {p.ci_high:.3f}] | {fmt(r['medians'])} | {fmt(r['plain'])} |"
+            f"| {split} | {p.median:.3f} [{p.ci.low:.3f}, {p.ci.high:.3f}] | {fmt(r['medians'])} | {fmt(r['plain'])} |"
             f" {fmt(r['ratios'])} | {fmt(r['fixed'], '.1f')} | {fmt(r['reserved'], '.2f')} / "
-            f"{fmt(r['plain_reserved'], '.2f')} | {verdicts[split]} |"
+            f"{fmt(r['plain_reserved'], '.2f')} | {judged[split]} |"
         )
     print(
         "\nphase medians (s): "

@@ -18,7 +18,7 @@ import traceback
 from collections import Counter
 from collections.abc import Iterable
 
-from pipeline.records import Status, Verdict
+from pipeline.records import Fit, Status
 
 OK = 0
 FAILED = 1
@@ -28,13 +28,13 @@ INTERRUPTED = 130
 OUTPUT_CLOSED = 141  # 128 + SIGPIPE
 
 
-def jobs_exit_code(outcomes: Iterable[tuple[Status, Verdict]]) -> tuple[int, str]:
+def jobs_exit_code(outcomes: Iterable[tuple[Status, Fit]]) -> tuple[int, str]:
     """The exit code of a set of jobs and a last line that says how many went wrong, and how."""
     outcomes = list(outcomes)
     bad = Counter(
-        str(status) if status is not Status.OK else str(verdict)
-        for status, verdict in outcomes
-        if status is not Status.OK or verdict in (Verdict.OVER_CAP, Verdict.OOM)
+        str(status) if status is not Status.OK else str(fit)
+        for status, fit in outcomes
+        if status is not Status.OK or fit in (Fit.OVER_CAP, Fit.OOM)
     )
     if not bad:
         return OK, f"{len(outcomes)} of {len(outcomes)} jobs finished"

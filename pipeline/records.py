@@ -70,7 +70,7 @@ COMPILE_ALIASES = {"true": Compile.REGIONAL.value, "false": Compile.OFF.value}
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the compile modes that record CUDA graphs
 
 
-class Verdict(StrEnum):
+class Fit(StrEnum):
     """A job's peak memory against its cap."""
 
     FITS = "fits"
@@ -82,22 +82,22 @@ class Verdict(StrEnum):
 
     @property
     def feasible(self) -> bool:
-        return self in (Verdict.FITS, Verdict.NO_CAP)
+        return self in (Fit.FITS, Fit.NO_CAP)
 
 
-def verdict(status: Status, peak_bytes: int | None, cap_bytes: int | None) -> Verdict:
+def fit_of(status: Status, peak_bytes: int | None, cap_bytes: int | None) -> Fit:
     """A finished (or pruned) job fits when its peak is under the cap; without a cap it is `no-cap`."""
     if status is Status.OOM:
-        return Verdict.OOM
+        return Fit.OOM
     if status is Status.OVER_CAP:
-        return Verdict.OVER_CAP
+        return Fit.OVER_CAP
     if status is Status.SKIPPED:
-        return Verdict.PREDICTED_OVER_CAP
+        return Fit.PREDICTED_OVER_CAP
     if status not in (Status.OK, Status.PRUNED):
-        return Verdict.FAILED
+        return Fit.FAILED
     if cap_bytes is None:
-        return Verdict.NO_CAP
-    return Verdict.FITS if peak_bytes is not None and peak_bytes <= cap_bytes else Verdict.OVER_CAP
+        return Fit.NO_CAP
+    return Fit.FITS if peak_bytes is not None and peak_bytes <= cap_bytes else Fit.OVER_CAP
 
 
 def _from_dict(cls: type, data: dict[str, Any]) -> Any:
@@ -266,7 +266,7 @@ class Summary:
 @dataclass(frozen=True)
 class JobSummary:
     status: Status
-    verdict: Verdict
+    fit: Fit
     steps_done: int = 0
     step_time: Summary | None = None  # over the steady steps
     tokens_per_step: float | None = None  # real tokens, mean over the steady steps
@@ -336,7 +336,7 @@ class JobSummary:
         return {k: float(v) for k, v in out.items() if v is not None}
 
     @classmethod
-    def from_metrics(cls, status: Status, verdict_: Verdict, metrics: dict[str, float]) -> JobSummary:
+    def from_metrics(cls, status: Status, fit_: Fit, metrics: dict[str, float]) -> JobSummary:
         """The inverse of `metrics`, for runs read back from MLflow."""
         step_time = None
         if "step_time_median_s" in metrics:
@@ -355,7 +355,7 @@ class JobSummary:
         seconds = {k: metrics[f"{k}_s"] for k in SECONDS if f"{k}_s" in metrics}
         return cls(
             status=status,
-            verdict=verdict_,
+            fit=fit_,
             steps_done=int(metrics.get("steps_done", 0)),
             step_time=step_time,
             tokens_per_step=metrics.get("tokens_per_step"),

@@ -11,7 +11,7 @@ from pipeline.config.compose import compose_job
 from pipeline.jobs import runner
 from pipeline.jobs.summary import summarize_job
 from pipeline.jobs.task import job_spec
-from pipeline.records import GIB, Status, Verdict
+from pipeline.records import GIB, Fit, Status
 
 pytestmark = pytest.mark.gpu
 
@@ -40,7 +40,7 @@ def test_the_allocator_cap_stops_a_job_at_the_cap(tmp_path):
     assert capped.memory.peak_bytes <= 2 * GIB
     _, free = run_job(tmp_path / "free", "batch.split=4x1", "train.steps=6", "measure.warmup_steps=2")
     assert free.status is Status.OK and free.memory.peak_bytes > 2 * GIB
-    assert summarize_job(capped, 4, 0.95).verdict is Verdict.OOM
+    assert summarize_job(capped, 4, 0.95).fit is Fit.OOM
 
 
 def test_cuda_event_phases_account_for_the_wall_step(tmp_path):

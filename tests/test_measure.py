@@ -1,4 +1,4 @@
-"""Statistics of one job's steps, cap verdicts, the job summary, and the meter's stop rules, on known inputs."""
+"""Statistics of one job's steps, memory fits against the cap, the job summary, and the meter's stop rules, on known inputs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from pipeline.jobs.summary import summarize_job
 from pipeline.measure.callback import StepMeter
 from pipeline.measure.stats import max_relative_deviation, median_ci, order_coverage, summarize
-from pipeline.records import Interval, JobSummary, Status, Step, StopRule, Verdict, verdict
+from pipeline.records import Fit, Interval, JobSummary, Status, Step, StopRule, fit_of
 from tests.helpers.records import result
 
 
@@ -59,16 +59,16 @@ def test_loss_deviation():
 @pytest.mark.parametrize(
     ("status", "peak", "cap", "expected"),
     [
-        (Status.OK, 10, 20, Verdict.FITS),
-        (Status.OK, 20, 20, Verdict.FITS),
-        (Status.OK, 21, 20, Verdict.OVER_CAP),
-        (Status.OOM, None, 20, Verdict.OOM),
-        (Status.OK, 5, None, Verdict.NO_CAP),
-        (Status.FAILED, 5, 20, Verdict.FAILED),
+        (Status.OK, 10, 20, Fit.FITS),
+        (Status.OK, 20, 20, Fit.FITS),
+        (Status.OK, 21, 20, Fit.OVER_CAP),
+        (Status.OOM, None, 20, Fit.OOM),
+        (Status.OK, 5, None, Fit.NO_CAP),
+        (Status.FAILED, 5, 20, Fit.FAILED),
     ],
 )
-def test_cap_verdicts(status, peak, cap, expected):
-    assert verdict(status, peak, cap) is expected
+def test_memory_fits_against_the_cap(status, peak, cap, expected):
+    assert fit_of(status, peak, cap) is expected
 
 
 def test_job_summary_skips_warmup_and_takes_rates_from_the_median():
@@ -79,9 +79,9 @@ def test_job_summary_skips_warmup_and_takes_rates_from_the_median():
     m = s.metrics()
     assert m["tokens_per_s"] == 100.0 and m["padded_tokens_per_s"] == 128.0 and m["samples_per_s"] == 4.0
     assert m["mfu"] == pytest.approx(100.0 * 1e9 / 100e12)
-    assert s.verdict is Verdict.OVER_CAP and s.peak_gib == 3.0
+    assert s.fit is Fit.OVER_CAP and s.peak_gib == 3.0
     # what MLflow holds reads back as the same summary
-    assert JobSummary.from_metrics(s.status, s.verdict, m).metrics() == m
+    assert JobSummary.from_metrics(s.status, s.fit, m).metrics() == m
 
 
 def _meter_with_steps(times: list[float], stop: StopRule) -> list[Status | None]:

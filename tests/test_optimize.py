@@ -142,7 +142,7 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     assert all(r.info.status != "RUNNING" for r in all_runs), [(r.info.run_name, r.info.status) for r in all_runs]
     (parent,) = [r for r in all_runs if r.data.tags.get("kind") == "study"]
     probes = [r for r in all_runs if r.data.tags.get("kind") == "probe"]
-    assert sorted(r.data.tags["verdict"] for r in probes) == ["no-cap", "no-cap"]  # uncapped, even the 8x1 over it
+    assert sorted(r.data.tags["fit"] for r in probes) == ["no-cap", "no-cap"]  # uncapped, even the 8x1 over it
 
     # 3. the printed command rebuilds the best trial's config: pasted, it trains the same config identity
     (command,) = [line.strip() for line in out.splitlines() if line.strip().startswith("python -m pipeline.train ")]

@@ -15,7 +15,7 @@ from pipeline.jobs.child import Job
 from pipeline.jobs.summary import summarize_job
 from pipeline.jobs.task import job_spec
 from pipeline.measure.callback import IN_STEP_FACTOR
-from pipeline.records import JobResult, Status, StopRule, Verdict
+from pipeline.records import Fit, JobResult, Status, StopRule
 
 QUIET = ["train.progress_bar=false", "train.steps=8", "measure.warmup_steps=2"]
 
@@ -144,7 +144,7 @@ def test_cpu_cap_is_judged_on_peak_resident_memory(tmp_path, cap, expected):
     memory = record.memory
     assert memory.cap_bytes == {"64GiB": 64 * 2**30, "100MiB": 100 * 2**20}[cap]
     assert memory.peak_bytes == memory.peak_rss_bytes > 100 * 2**20
-    assert summarize_job(record, 2, 0.95).verdict is Verdict(expected)
+    assert summarize_job(record, 2, 0.95).fit is Fit(expected)
 
 
 def test_a_hopeless_config_is_stopped_mid_step_once_two_steps_say_so(tmp_path):
@@ -185,7 +185,7 @@ def test_one_stalled_step_does_not_prune_a_fast_config_but_a_slower_config_is_pr
     """The study prunes a trial whose steps 2-4 have a median over the threshold. A fast config (0.5 s of work per
     step, plus the tiny model's own) with step 3 stalled by 4 s, over 2x the threshold (the old rule pruned on such
     a single step), trains to the end; the same config doing twice the work on every step is pruned at the end of
-    the window, step 4 of 5. The work is made of known delays, so the verdicts hold on a busy machine."""
+    the window, step 4 of 5. The work is made of known delays, so the outcomes hold on a busy machine."""
     spec = job_spec(compose_job("config", [*QUIET, "batch.split=4x1", "train.steps=5"]))
     spec = dataclasses.replace(spec, stop=StopRule(prune_after=3, prune_threshold_s=0.8))
     for name in ("stalled", "slow"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 
 from pipeline.measure.stats import summarize
-from pipeline.records import GIB, PHASES, SECONDS, JobResult, JobSummary, Step, verdict
+from pipeline.records import GIB, PHASES, SECONDS, JobResult, JobSummary, Step, fit_of
 
 
 def steady_steps(result: JobResult, warmup_steps: int) -> list[Step]:
@@ -20,7 +20,7 @@ def steady_steps(result: JobResult, warmup_steps: int) -> list[Step]:
 
 def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> JobSummary:
     """The steady steps (after `warmup_steps`, none that compiled or was profiled) summarised; memory in GiB; the
-    verdict against the cap."""
+    fit against the cap."""
     steady = steady_steps(result, warmup_steps)
     memory = result.memory
     memory_gib = {}
@@ -34,7 +34,7 @@ def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> Jo
     seconds = {k: timings[f"{k}_s"] for k in SECONDS if f"{k}_s" in timings}
     common = dict(
         status=result.status,
-        verdict=verdict(result.status, memory.peak_bytes if memory else None, memory.cap_bytes if memory else None),
+        fit=fit_of(result.status, memory.peak_bytes if memory else None, memory.cap_bytes if memory else None),
         steps_done=len(result.steps),
         memory_gib=memory_gib,
         seconds=seconds,

@@ -94,7 +94,7 @@ class SweepCallback(Callback):
                 if row.judgement:
                     self.tracker.tags(job.run_id, {"rank": rank_text(row)})
         table = format_table(rows, criteria)
-        code, line = exits.jobs_exit_code((j.status, j.summary.verdict) for j in jobs)
+        code, line = exits.jobs_exit_code((j.status, j.summary.fit) for j in jobs)
         print(table, flush=True)
         print(f"[sweep] {line}", flush=True)
         self.tracker.artifact_text(parent_id, "summary.md", table + "\n")

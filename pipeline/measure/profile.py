@@ -54,68 +54,69 @@ def summarize_key_averages(averages: Iterable[Any], steps: int, top: int = 10) -
     `device_busy_fraction` = device_ms / host_ms (GPU only; an upper bound where streams overlap).
     `kernels_per_step` counts device-side events, `launches_per_step` the host's launch calls (a CUDA graph replay
     is one `cudaGraphLaunch` for many kernels), `ops_per_step` the aten operators (the unit on CPU)."""
-    steps = max(1, steps)
     rows = list(averages)
     host_rows = {row.key: row for row in rows if getattr(row, "device_type", None) == torch.autograd.DeviceType.CPU}
     device_rows = [row for row in rows if _is_device(row)]
     step_rows = [row for key, row in host_rows.items() if STEP_KEY.match(key or "")]
     aten = [row for key, row in host_rows.items() if (key or "").startswith("aten::")]
-
     if step_rows:
         host_us = sum(row.cpu_time_total for row in step_rows)
-        step_count = sum(row.count for row in step_rows)
-        steps = max(1, step_count)
+        steps = sum(row.count for row in step_rows)
     else:
         host_us = sum(row.self_cpu_time_total for row in host_rows.values())
+    steps = max(1, steps)
     device_us = sum(row.self_device_time_total for row in device_rows)
-    ops = sum(row.count for row in aten)
-    kernels = sum(row.count for row in device_rows)
-
-    def per_step(value: float) -> float:
-        return value / steps
-
-    top_kernels = sorted(device_rows, key=lambda row: row.self_device_time_total, reverse=True)[:top]
-    top_ops = sorted(aten, key=lambda row: row.self_cpu_time_total, reverse=True)[:top]
-    top_counts = sorted(aten, key=lambda row: row.count, reverse=True)[:top]
     cuda_api = [row for key, row in host_rows.items() if (key or "").startswith(("cuda", "cu"))]
-    summary = {
+    counts = {
+        "kernels": sum(row.count for row in device_rows),
+        "launches": _count(host_rows, LAUNCH_CALLS),
+        "graph_launches": _count(host_rows, GRAPH_LAUNCH_CALLS),
+        "syncs": _count(host_rows, SYNC_CALLS),
+        "memcpy_calls": _count(host_rows, MEMCPY_CALLS),
+        "scalar_reads": _count(host_rows, SCALAR_READS),
+        "casts": _count(host_rows, CAST_OPS),
+        "ops": sum(row.count for row in aten),
+    }
+    return {
         "steps": steps,
         "device": "cuda" if device_rows else "cpu",
-        "host_ms": per_step(host_us) / 1000.0,
-        "host_op_ms": per_step(sum(row.self_cpu_time_total for row in aten)) / 1000.0,
-        "host_runtime_api_ms": per_step(sum(row.self_cpu_time_total for row in cuda_api)) / 1000.0,
-        "host_outside_ops_ms": per_step(sum(row.self_cpu_time_total for row in step_rows)) / 1000.0,
-        "device_ms": per_step(device_us) / 1000.0,
+        "host_ms": host_us / steps / 1000.0,
+        "host_op_ms": sum(row.self_cpu_time_total for row in aten) / steps / 1000.0,
+        "host_runtime_api_ms": sum(row.self_cpu_time_total for row in cuda_api) / steps / 1000.0,
+        "host_outside_ops_ms": sum(row.self_cpu_time_total for row in step_rows) / steps / 1000.0,
+        "device_ms": device_us / steps / 1000.0,
         "device_busy_fraction": (device_us / host_us) if device_rows and host_us else None,
-        "kernels_per_step": per_step(kernels),
-        "launches_per_step": per_step(_count(host_rows, LAUNCH_CALLS)),
-        "graph_launches_per_step": per_step(_count(host_rows, GRAPH_LAUNCH_CALLS)),
-        "syncs_per_step": per_step(_count(host_rows, SYNC_CALLS)),
-        "memcpy_calls_per_step": per_step(_count(host_rows, MEMCPY_CALLS)),
-        "scalar_reads_per_step": per_step(_count(host_rows, SCALAR_READS)),
-        "casts_per_step": per_step(_count(host_rows, CAST_OPS)),
-        "ops_per_step": per_step(ops),
+        **{f"{name}_per_step": count / steps for name, count in counts.items()},
+        **_top_rows(device_rows, aten, device_us, steps, top),
+    }
+
+
+def _top_rows(device_rows: list, aten: list, device_us: float, steps: int, top: int) -> dict:
+    """The kernels that take the most device time, and the operators that take the most host time or calls."""
+    kernels = sorted(device_rows, key=lambda row: row.self_device_time_total, reverse=True)[:top]
+    by_time = sorted(aten, key=lambda row: row.self_cpu_time_total, reverse=True)[:top]
+    by_count = sorted(aten, key=lambda row: row.count, reverse=True)[:top]
+    return {
         "top_kernels": [
             {
                 "name": row.key,
-                "calls_per_step": per_step(row.count),
-                "ms_per_step": per_step(row.self_device_time_total) / 1000.0,
+                "calls_per_step": row.count / steps,
+                "ms_per_step": row.self_device_time_total / steps / 1000.0,
                 "share": row.self_device_time_total / device_us if device_us else 0.0,
             }
-            for row in top_kernels
+            for row in kernels
         ],
         "top_ops_by_self_cpu": [
             {
                 "name": row.key,
-                "calls_per_step": per_step(row.count),
-                "self_cpu_ms_per_step": per_step(row.self_cpu_time_total) / 1000.0,
-                "device_ms_per_step": per_step(row.device_time_total) / 1000.0,
+                "calls_per_step": row.count / steps,
+                "self_cpu_ms_per_step": row.self_cpu_time_total / steps / 1000.0,
+                "device_ms_per_step": row.device_time_total / steps / 1000.0,
             }
-            for row in top_ops
+            for row in by_time
         ],
-        "top_ops_by_count": [{"name": row.key, "calls_per_step": per_step(row.count)} for row in top_counts],
+        "top_ops_by_count": [{"name": row.key, "calls_per_step": row.count / steps} for row in by_count],
     }
-    return summary
 
 
 class ProfileWindow(TrainerCallback):

@@ -1,12 +1,12 @@
-"""Steady-state statistics of step times, and the ranking of configs that says "tie" when it cannot tell.
+"""Steady-state statistics of one job's step times: the median and its interval, with the coverage it really has.
 
 Step times are skewed and have outliers (a stray GC pause, a clock change), so the centre is the median, and its
 interval is the distribution-free one from order statistics: for n independent samples of a continuous distribution,
 [x_(r), x_(n-r+1)] covers the true median with probability exactly 1 - 2 P(B <= r-1), B ~ Binomial(n, 1/2). The
 largest r whose coverage still reaches the requested confidence is chosen. Too few samples cannot reach it (two
 values cover the median half the time, three 75%, five 94%): the interval is then the whole range, and its `level`
-says what it really covers. Nothing is ever labelled with a confidence it does not have, and a ranking only names a
-winner from intervals that reach the requested one.
+says what it really covers. Nothing is ever labelled with a confidence it does not have. These intervals cover one process's
+steps; comparisons between configs, which cross processes, are `pipeline.compare`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from enum import StrEnum
 
 from scipy.stats import binom
 
@@ -68,42 +67,6 @@ def summarize(values: list[float], confidence: float = 0.95) -> Summary | None:
         cv=stdev / mean if mean else 0.0,
         ci=median_ci(ordered, confidence),
     )
-
-
-class Rank(StrEnum):
-    WINNER = "winner"  # fastest, and its interval lies below every other one, all at the requested confidence
-    TIE = "tie"  # its interval overlaps the fastest one's
-    SLOWER = "slower"  # its interval lies above the fastest one's, both at the requested confidence
-    UNSURE = "too few samples"  # apart from the fastest, but an interval does not reach the requested confidence
-
-
-def rank(intervals: dict[str, tuple[float, Interval]], confidence: float) -> dict[str, Rank]:
-    """{config: (median, interval)} -> {config: Rank}, lower is better.
-
-    A lower-coverage interval is narrower than the one at the requested confidence, so an overlap at any level is a
-    tie at the requested one too; a separation counts only when both intervals reach the requested confidence."""
-    if not intervals:
-        return {}
-    best = min(intervals, key=lambda name: intervals[name][0])
-    best_ci = intervals[best][1]
-    verdicts: dict[str, Rank] = {}
-    for name, (_, ci) in intervals.items():
-        if name == best:
-            continue
-        if ci.overlaps(best_ci):
-            verdicts[name] = Rank.TIE
-        elif min(ci.level, best_ci.level) >= confidence - 1e-12:
-            verdicts[name] = Rank.SLOWER
-        else:
-            verdicts[name] = Rank.UNSURE
-    others = set(verdicts.values())
-    if Rank.TIE in others:
-        verdicts[best] = Rank.TIE
-    elif Rank.UNSURE in others or (len(intervals) == 1 and best_ci.level < confidence - 1e-12):
-        verdicts[best] = Rank.UNSURE
-    else:
-        verdicts[best] = Rank.WINNER
-    return verdicts
 
 
 def max_relative_deviation(losses: list[float], reference: list[float]) -> float | None:

@@ -75,13 +75,13 @@ def _cells(r: Row, confidence: float) -> list[str]:
         num(r.tokens_per_s, ",.0f"),
         num(r.peak_gib, ".3f"),
         num(r.predicted_gib, ".3f"),
-        str(r.verdict or "-"),
+        str(r.fit or "-"),
         rank_text(r),
         ", ".join(r.notes + ([note] if note else [])),
     ]
 
 
-def verdict_line(rows: list[Row], cap_gib: float | None) -> str:
+def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
     """The fastest config (that fits, under a cap) and how sure the ranking is, or why nothing fits."""
     what = "Fastest that fits" if cap_gib else "Fastest"
     reference = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
@@ -92,7 +92,7 @@ def verdict_line(rows: list[Row], cap_gib: float | None) -> str:
             return line + f" (faster than {', '.join(r.name for r in compared)}: paired rounds)"
         ties = [f"{r.name} ({rank_text(r)})" for r in compared if r.judgement is Judgement.EQUAL]
         return line + f"; equal with {', '.join(ties)} (paired rounds)"
-    timed = [r for r in rows if r.median is not None and r.verdict.feasible and r.status == str(Status.OK)]
+    timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == str(Status.OK)]
     if timed:
         best = min(timed, key=lambda r: r.median)
         return f"Lowest median: **{best.name}**, {best.median:.4f} s/step (one run per config: not ranked)"
@@ -134,7 +134,7 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
         f"Intervals: {100 * criteria.confidence:g}% unless a row says less",
     ]
     notes = footnotes(rows, criteria)
-    headline = verdict_line(rows, context.cap_gib)
+    headline = fastest_line(rows, context.cap_gib)
     table = markdown_table([_columns(criteria.confidence, rows), *(_cells(r, criteria.confidence) for r in rows)])
     md = [f"# {context.kind} {name}", "", f"`{command}`", "", " · ".join(facts), "", headline, "", table, ""]
     md += [*(f"- {n}" for n in notes), ""] if notes else []

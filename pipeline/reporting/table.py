@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pipeline.compare.paired import Comparison, Judgement, margin_text
 from pipeline.compare.ranking import Ranking, rank
 from pipeline.measure.stats import max_relative_deviation
-from pipeline.records import PHASES, Interval, RecordedJob, RunKind, Status, Verdict
+from pipeline.records import PHASES, Fit, Interval, RecordedJob, RunKind, Status
 
 MEASURED = (RunKind.JOB, RunKind.TRIAL)  # runs whose figures a row shows; confirmation runs only add rounds
 
@@ -47,7 +47,7 @@ class Row:
     mfu: float | None = None
     peak_gib: float | None = None
     predicted_gib: float | None = None  # a study's prediction of its peak (the only figure of a config it skipped)
-    verdict: Verdict | None = None
+    fit: Fit | None = None
     phases: dict[str, float] = field(default_factory=dict)
     loss_dev: float | None = None
     rounds: dict[int, float] = field(default_factory=dict)  # paired rounds: round -> that run's median
@@ -94,10 +94,10 @@ def _memory(row: Row) -> None:
     row.peak_gib = max(peaks) if peaks else None
     predicted = [j.predicted_gib for j in members if j.predicted_gib is not None]
     row.predicted_gib = max(predicted) if predicted else None
-    verdicts = {j.summary.verdict for j in row.measured}
-    row.verdict = next(
-        (v for v in (Verdict.OVER_CAP, Verdict.OOM, Verdict.FITS, Verdict.NO_CAP) if v in verdicts),
-        row.measured[0].summary.verdict,
+    fits = {j.summary.fit for j in row.measured}
+    row.fit = next(
+        (v for v in (Fit.OVER_CAP, Fit.OOM, Fit.FITS, Fit.NO_CAP) if v in fits),
+        row.measured[0].summary.fit,
     )
 
 
@@ -148,7 +148,7 @@ def comparison_rows(jobs: list[RecordedJob], criteria: Criteria) -> list[Row]:
             deviations = [max_relative_deviation(list(j.losses), list(reference)) for j in members if j.losses]
             row.loss_dev = max((d for d in deviations if d is not None), default=None)
         rows.append(row)
-    ranking = rank({r.config_id: r.rounds for r in rows if r.verdict.feasible}, criteria.confidence)
+    ranking = rank({r.config_id: r.rounds for r in rows if r.fit.feasible}, criteria.confidence)
     if ranking is not None:
         _apply(rows, ranking)
     return rows
@@ -227,7 +227,7 @@ def format_table(rows: list[Row], criteria: Criteria) -> str:
     for r in order(rows):
         mfu = "-" if r.mfu is None else f"{100 * r.mfu:.1f}%"
         lines.append([r.name, r.status, step_text(r, confidence), paired_text(r), num(r.tokens_per_s, ",.0f"), mfu])
-        lines[-1] += [num(r.peak_gib, ".2f"), str(r.verdict or "-"), num(r.loss_dev, ".1e"), rank_text(r)]
+        lines[-1] += [num(r.peak_gib, ".2f"), str(r.fit or "-"), num(r.loss_dev, ".1e"), rank_text(r)]
         lines[-1].append(", ".join(r.notes))
     return markdown_table(lines) + "".join(f"\n{note}" for note in footnotes(rows, criteria))
 

@@ -18,6 +18,7 @@ from pipeline.liveness import Owner
 from pipeline.records import (
     GIB,
     PHASES,
+    Fit,
     JobResult,
     JobSpec,
     JobSummary,
@@ -25,7 +26,6 @@ from pipeline.records import (
     RunKind,
     RunState,
     Status,
-    Verdict,
 )
 from pipeline.tracking.store import HEARTBEAT_TAG, OWNER_TAG, Tracker, flatten
 
@@ -36,7 +36,7 @@ STUDY = "study"
 CONFIG_ID = "config_id"
 REPEAT = "repeat"
 ROUND = "round"  # a confirmation run's round
-VERDICT = "verdict"
+FIT = "fit"
 NAME = "display_name"
 PREDICTED = "predicted_gib"
 NOTE = "note"
@@ -169,7 +169,7 @@ def end_job(
     for folder, paths in files.items():
         for path in paths:
             tracker.artifact_file(run_id, path, folder=folder)
-    tags: dict[str, object] = {STATUS: result.status, VERDICT: summary.verdict}
+    tags: dict[str, object] = {STATUS: result.status, FIT: summary.fit}
     note = result.stopped or result.error
     if note:
         tags[NOTE] = note[:500]
@@ -208,9 +208,9 @@ def log_skip(
 ) -> str:
     """A study's trial decided without a job (predicted over the cap): a finished run that says so."""
     run_id = start_job(tracker, spec, RunKind.TRIAL, parent_id, tags={**tags, PREDICTED: predicted_bytes / GIB})
-    summary = JobSummary(status=Status.SKIPPED, verdict=Verdict.PREDICTED_OVER_CAP)
+    summary = JobSummary(status=Status.SKIPPED, fit=Fit.PREDICTED_OVER_CAP)
     tracker.metrics(run_id, {**summary.metrics(), "predicted_gib": predicted_bytes / GIB})
-    tracker.tags(run_id, {STATUS: Status.SKIPPED, VERDICT: Verdict.PREDICTED_OVER_CAP, NOTE: reason})
+    tracker.tags(run_id, {STATUS: Status.SKIPPED, FIT: Fit.PREDICTED_OVER_CAP, NOTE: reason})
     tracker.end(run_id, RunState.FINISHED)
     return run_id
 
@@ -281,8 +281,8 @@ def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = MEA
         status = Status(tags.get(STATUS, Status.FAILED))
         if status is Status.RUNNING and run.info.status != RunState.RUNNING:
             status = Status.KILLED if run.info.status == RunState.KILLED else Status.FAILED
-        verdict_tag = tags.get(VERDICT)
-        summary = JobSummary.from_metrics(status, Verdict(verdict_tag) if verdict_tag else Verdict.FAILED, metrics)
+        fit_tag = tags.get(FIT)
+        summary = JobSummary.from_metrics(status, Fit(fit_tag) if fit_tag else Fit.FAILED, metrics)
         jobs.append(
             RecordedJob(
                 run_id=run.info.run_id,
