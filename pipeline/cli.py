@@ -16,7 +16,7 @@ import hydra
 from hydra._internal.utils import get_args_parser
 
 from pipeline import exits
-from pipeline.config.compose import CONF_DIR, precheck
+from pipeline.config.compose import CONF_DIR, LEFT_OUT_ENV, plan_sweep
 from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.schema import register_configs
@@ -118,7 +118,8 @@ def _checked_argv(
     if informational:
         return [*rest, *overrides]
     try:
-        configs = precheck(args.config_name or config_name, overrides, multirun)
+        plan = plan_sweep(args.config_name or config_name, overrides, multirun)
+        configs = plan.configs
         for root, uri in dict.fromkeys((c.paths.root, c.tracking.uri) for c in configs):
             check_stores(root, uri)
         for cfg in configs:
@@ -126,10 +127,21 @@ def _checked_argv(
                 extra_check(cfg)
     except ConfigError as err:
         _refuse(err)
+    _announce_left_out(plan.left_out)
     warning = long_cpu_job_warning(max(configs, key=lambda c: c.train.steps * c.batch.effective))
     if warning:
         print(warning, file=sys.stderr, flush=True)
     return [*rest, *(["--multirun"] if multirun and not args.multirun else []), *overrides]
+
+
+def _announce_left_out(left_out: list[str]) -> None:
+    """A world-size sweep's combinations that do not make the effective batch: named once, and counted out of the
+    sweep's jobs (`jobs.sweep` reads the count)."""
+    os.environ.pop(LEFT_OUT_ENV, None)
+    if left_out:
+        os.environ[LEFT_OUT_ENV] = str(len(left_out))
+        names = ", ".join(dict.fromkeys(left_out))
+        print(f"[sweep] left out {len(left_out)} job(s) whose split x world_size is not batch.effective: {names}")
 
 
 def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) -> int:

@@ -158,6 +158,8 @@ class Step:
     peak_allocated_bytes: int | None = None
     compile_s: float = 0.0  # torch.compile's (re)compilation inside this step: such a step is no steady step
     profiled: bool = False  # under the profiler (measure.profile): no steady step either
+    allreduce_s: float = 0.0  # DDP's gradient all-reduce, first bucket to last (overlaps backward; 0 on one rank)
+    rank_peak_bytes: tuple[int, ...] = ()  # each rank's peak (a torchrun job; `peak_bytes` is the largest)
     loss: float | None = None
     grad_norm: float | None = None
     learning_rate: float | None = None
@@ -171,7 +173,7 @@ class Step:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Step:
-        return _from_dict(cls, data)
+        return _from_dict(cls, {**data, "rank_peak_bytes": tuple(data.get("rank_peak_bytes") or ())})
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,7 @@ class Memory:
     peak_allocated_bytes: int | None = None
     peak_rss_bytes: int | None = None
     nvml_process_bytes: int | None = None
+    rank_peak_bytes: tuple[int, ...] = ()  # each rank's, judged against the cap on its own device (a torchrun job)
 
 
 @dataclass(frozen=True)
@@ -237,7 +240,9 @@ class JobResult:
                 "status": Status(data["status"]),
                 "steps": tuple(Step.from_json(s) for s in data.get("steps") or ()),
                 "placement": _from_dict(Placement, placement) if placement else None,
-                "memory": _from_dict(Memory, memory) if memory else None,
+                "memory": _from_dict(Memory, {**memory, "rank_peak_bytes": tuple(memory.get("rank_peak_bytes") or ())})
+                if memory
+                else None,
             },
         )
 
@@ -280,6 +285,7 @@ class JobSummary:
     final_loss: float | None = None
     drift: float | None = None  # median of the last third of steady steps over the first third's
     gpu_busy: float | None = None  # share of the steady steps during which the GPU ran a kernel (NVML)
+    allreduce_s: float | None = None  # median per steady step of DDP's gradient all-reduce (several ranks only)
 
     @property
     def median(self) -> float | None:
@@ -333,6 +339,7 @@ class JobSummary:
         out.update({f"{key}_gib": value for key, value in self.memory_gib.items()})
         out.update({f"{key}_s": value for key, value in self.seconds.items()})
         out.update(final_loss=self.final_loss, step_time_drift=self.drift, gpu_busy=self.gpu_busy)
+        out.update(allreduce_median_s=self.allreduce_s)
         return {k: float(v) for k, v in out.items() if v is not None}
 
     @classmethod
@@ -369,6 +376,7 @@ class JobSummary:
             final_loss=metrics.get("final_loss"),
             drift=metrics.get("step_time_drift"),
             gpu_busy=metrics.get("gpu_busy"),
+            allreduce_s=metrics.get("allreduce_median_s"),
         )
 
 

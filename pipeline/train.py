@@ -3,6 +3,7 @@
 python -m pipeline.train                                   # one job on the default (tiny model, CPU)
 python -m pipeline.train -m batch.split=1x4,2x2,4x1        # a sweep: one isolated job per split
 python -m pipeline.train -m experiment=seed-t4 batch.split=1x4,2x2,4x1 repeats=3
+python -m pipeline.train -m launcher.kind=torchrun world_size=1,2 batch.split=1x4,2x2,4x1,1x2,2x1   # effective 4
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from omegaconf import DictConfig
 
 from pipeline import exits
 from pipeline.cli import run_entry
+from pipeline.config.validate import layout_mismatch
 
 
 def train(cfg: DictConfig) -> float | None:
     from pipeline.jobs import task  # after the precheck: bad input never pays for this import
 
+    if layout_mismatch(cfg):  # a combination of a world-size sweep that the precheck left out, and said so
+        return None
     outcome = task.run(cfg)
     exits.Outcome.set(*exits.jobs_exit_code([(outcome.status, outcome.summary.fit)]))
     return outcome.summary.median

@@ -40,7 +40,7 @@ def resolve_placement(
     fp32 on CPU). A named profile on a CUDA device with more memory is emulated (its memory becomes the cap)."""
     use_cuda = gpu_name != "cpu" and torch.cuda.is_available()
     if use_cuda:
-        props = torch.cuda.get_device_properties(0)
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())  # a torchrun rank's own device
         real_gib = props.total_memory / GIB
         supported = torch.cuda.is_bf16_supported() if bf16 is None else bool(bf16)
         emulated = None

@@ -6,13 +6,28 @@ from __future__ import annotations
 from pipeline.records import CUDA_GRAPH_MODES, Compile
 
 
-def sft_kwargs(micro: int, accumulation: int, train: dict, dtype: str, device: str) -> dict:
+def sft_kwargs(
+    micro: int,
+    accumulation: int,
+    train: dict,
+    dtype: str,
+    device: str,
+    world_size: int = 1,
+    timeout_s: float | None = None,
+) -> dict:
     """Every SFTConfig argument the job sets, but where its files go. The Trainer compiles only the whole model
-    (`torch_compile`); regional compilation is done on the built trainer's layers (`builders.compile`)."""
+    (`torch_compile`); regional compilation is done on the built trainer's layers (`builders.compile`). Several
+    ranks (torchrun) add DDP's: every adapter weight takes part in every step, so DDP need not search the graph for
+    unused ones (the Trainer would, without checkpointing), and the process group's timeout is the job's."""
     padding = train["padding"]
     whole = Compile.of(train["torch_compile"]) is Compile.WHOLE
     mode = train["compile_mode"]
-    return dict(
+    ddp = {}
+    if world_size > 1:
+        ddp = dict(ddp_find_unused_parameters=False)
+        if timeout_s:  # else the Trainer's default, as builders.distributed's
+            ddp["ddp_timeout"] = max(1, int(timeout_s))
+    return ddp | dict(
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=accumulation,
         max_steps=train["steps"],

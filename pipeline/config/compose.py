@@ -28,9 +28,10 @@ from omegaconf.errors import (
 
 from pipeline.config.errors import ConfigError
 from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, register_configs
-from pipeline.config.validate import validate
+from pipeline.config.validate import layout_mismatch, validate
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+LEFT_OUT_ENV = "BATCH_SPLIT_LEFT_OUT"  # how many jobs of the command's sweep its precheck left out
 _TYPE_WORDS = {
     "bool": "true or false",
     "Integer": "an integer",
@@ -87,21 +88,54 @@ def _check_known_keys(cfg: DictConfig) -> None:
                 raise ConfigError(f"{group}.{key}", f"unknown key; accepted keys here: {', '.join(sorted(fields))}")
 
 
+@dataclasses.dataclass(frozen=True)
+class SweepPlan:
+    """The jobs a command line runs, composed and validated, and those a world-size sweep leaves out (`2x2 x
+    world_size 2`: micro x accumulation x world_size is not the effective batch)."""
+
+    configs: list[DictConfig]
+    left_out: list[str]
+
+
 def precheck(config_name: str, overrides: list[str], multirun: bool) -> list[DictConfig]:
     """Compose and validate all jobs; return their configs. Raises ConfigError on the first bad input."""
-    jobs = []
+    return plan_sweep(config_name, overrides, multirun).configs
+
+
+def plan_sweep(config_name: str, overrides: list[str], multirun: bool) -> SweepPlan:
+    """Compose and validate all jobs. A multirun that sweeps world_size keeps only the combinations whose split
+    times world size is the effective batch (`world_size=1,2 batch.split=1x4,2x2,4x1,1x2,2x1` runs five); every
+    world size must keep one. Raises ConfigError on the first bad input."""
     try:
         job_overrides = expand_jobs(overrides, multirun)
     except (HydraException, OmegaConfBaseException) as err:
         raise translate(err) from None
+    sweeps_world = len({dict(map(_key_value, job)).get("world_size") for job in job_overrides}) > 1
+    jobs, left_out, kept_sizes, first_mismatch = [], [], set(), {}
     for job in job_overrides:
         cfg = compose_job(config_name, job)
         try:
             validate(cfg)
         except (MissingMandatoryValue, InterpolationResolutionError, ValidationError) as err:
             raise translate(err) from None
+        except ConfigError as err:
+            mismatch = layout_mismatch(cfg) if sweeps_world and err.field == "batch.split" else None
+            if mismatch is None:
+                raise
+            left_out.append(f"{cfg.batch.split} x world_size {cfg.world_size}")
+            first_mismatch.setdefault(cfg.world_size, mismatch)
+            continue
         jobs.append(cfg)
-    return jobs
+        kept_sizes.add(cfg.world_size)
+    for size, mismatch in first_mismatch.items():
+        if size not in kept_sizes:
+            raise ConfigError("world_size", f"{size} has no split in this sweep: {mismatch}")
+    return SweepPlan(jobs, left_out)
+
+
+def _key_value(override: str) -> tuple[str, str]:
+    key, _, value = override.partition("=")
+    return key.lstrip("+~"), value
 
 
 def translate(err: BaseException) -> ConfigError:

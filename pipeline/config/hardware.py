@@ -1,5 +1,5 @@
 """What the machine offers, found without importing torch (the parent process never does): CUDA devices through
-NVML, and a quick measure of the CPU's matrix rate for the estimate of a long CPU job."""
+NVML, the CPU cores, and a quick measure of the CPU's matrix rate for the estimate of a long CPU job."""
 
 from __future__ import annotations
 
@@ -28,6 +28,14 @@ def cuda_device_count() -> int:
     if visible is not None:
         count = min(count, len([d for d in visible.split(",") if d.strip()]))
     return count
+
+
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity, which a container or `taskset` narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity call (macOS)
+        return os.cpu_count() or 1
 
 
 @functools.cache

@@ -29,6 +29,7 @@ SHORT_KEYS = {
     "train.optimizer": "optim",
     "model.attn_implementation": "attn",
     "lora.target_modules": "targets",
+    "world_size": "ws",
 }
 NAMED_KEYS = ("batch.split", "model", "repeat", "repeats")  # in every name already, or bookkeeping
 COMPILE_KEY = "train.torch_compile"

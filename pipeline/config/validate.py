@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.data import check_data
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
-from pipeline.config.hardware import cuda_device_count
+from pipeline.config.hardware import cpu_cores, cuda_device_count
 from pipeline.config.knobs import check_knobs, on_cuda
 from pipeline.records import GIB, Compile
 
@@ -98,16 +98,45 @@ def check_split(cfg: DictConfig) -> Split:
     at_most("batch.effective", cfg.batch.effective, 2**16)
     at_least("world_size", cfg.world_size, 1)
     split = parse_split(cfg.batch.split)
-    product = split.micro * split.accumulation * cfg.world_size
-    if product != cfg.batch.effective:
-        divisors = [d for d in range(1, cfg.batch.effective + 1) if cfg.batch.effective % (d * cfg.world_size) == 0]
-        forms = ", ".join(f"{d}x{cfg.batch.effective // (d * cfg.world_size)}" for d in divisors)
-        raise ConfigError(
-            "batch.split",
-            f"'{cfg.batch.split}' x world_size {cfg.world_size} gives {product}, not batch.effective "
-            f"{cfg.batch.effective}; accepted: {forms or 'none (world_size does not divide the effective batch)'}",
-        )
+    mismatch = layout_mismatch(cfg)
+    if mismatch:
+        raise ConfigError("batch.split", mismatch)
     return split
+
+
+def layout_mismatch(cfg: DictConfig) -> str | None:
+    """Why micro x accumulation x world_size is not the effective batch (with the splits that are), or None when it
+    is. A multirun that sweeps world_size leaves such a combination out (`compose.precheck`); anywhere else it is bad
+    input."""
+    split = parse_split(cfg.batch.split)
+    product = split.micro * split.accumulation * cfg.world_size
+    if product == cfg.batch.effective:
+        return None
+    divisors = [d for d in range(1, cfg.batch.effective + 1) if cfg.batch.effective % (d * cfg.world_size) == 0]
+    forms = ", ".join(f"{d}x{cfg.batch.effective // (d * cfg.world_size)}" for d in divisors)
+    return (
+        f"'{cfg.batch.split}' x world_size {cfg.world_size} gives {product}, not batch.effective "
+        f"{cfg.batch.effective}; accepted: {forms or 'none (world_size does not divide the effective batch)'}"
+    )
+
+
+def check_world_size(cfg: DictConfig) -> None:
+    """Several ranks run under torchrun, one per device: a CUDA device each (as many as are visible), or a CPU
+    core each on a machine measured without CUDA (ranks sharing a core would measure the scheduler)."""
+    if cfg.world_size > 1 and cfg.launcher.kind != "torchrun":
+        raise ConfigError(
+            "world_size",
+            f"{cfg.world_size} processes need launcher.kind=torchrun; accepted with {cfg.launcher.kind}: 1",
+        )
+    ranks = cfg.world_size
+    if on_cuda(cfg.gpu):
+        devices = cuda_device_count()
+        need = f"{ranks} ranks need a CUDA device each, and this machine has {devices}"
+    else:
+        devices = cpu_cores()
+        need = f"{ranks} ranks on the CPU need a core each, and this process may use {devices}"
+    if ranks > devices:
+        raise ConfigError("world_size", f"{need}; accepted here: 1 to {devices}")
 
 
 def check_model(m: DictConfig) -> None:
@@ -277,6 +306,12 @@ def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
             raise ConfigError(f"optimize.space.{key}", "unknown config key; accepted: keys like train.dtype")
         if not isinstance(values, list | tuple) and not OmegaConf.is_list(values):
             raise ConfigError(f"optimize.space.{key}", f"got {values}; accepted: a list of candidate values")
+        if key == "world_size" and not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+            raise ConfigError(
+                "optimize.space.world_size",
+                f"got {OmegaConf.to_container(values) if OmegaConf.is_list(values) else values}; accepted: a list of "
+                "whole numbers >= 1 (ranks of one job, a device each), e.g. [1, 2]",
+            )
 
 
 def validate(cfg: DictConfig) -> Resolved:
@@ -295,11 +330,7 @@ def validate(cfg: DictConfig) -> Resolved:
     cap_bytes, cap_source = resolve_cap(cfg)
     at_least("repeats", cfg.repeats, 1)
     choice("launcher.kind", cfg.launcher.kind, LAUNCHERS)
-    if cfg.world_size > 1 and cfg.launcher.kind != "torchrun":
-        raise ConfigError(
-            "world_size",
-            f"{cfg.world_size} processes need launcher.kind=torchrun; accepted with {cfg.launcher.kind}: 1",
-        )
+    check_world_size(cfg)
     if cfg.launcher.timeout_s is not None and cfg.launcher.timeout_s <= 0:
         raise ConfigError("launcher.timeout_s", f"got {cfg.launcher.timeout_s}; accepted: seconds > 0 or null")
     check_name(

@@ -30,6 +30,7 @@ import trl
 from pipeline.builders.compile import compile_layers
 from pipeline.builders.dataset import build_dataset
 from pipeline.builders.device import resolve_placement, torch_dtype
+from pipeline.builders.distributed import init_process_group, local_rank, world_size
 from pipeline.builders.lora import build_lora_config, build_peft_model
 from pipeline.builders.model import build_model
 from pipeline.builders.sft_args import sft_kwargs
@@ -41,6 +42,7 @@ from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
 from pipeline.measure import memory
 from pipeline.measure.busy import BusyWindow
 from pipeline.measure.callback import StepMeter, StopTraining
+from pipeline.measure.collective import AllReduceClock
 from pipeline.measure.compiled import CompileWatch
 from pipeline.measure.flops import flops_per_token
 from pipeline.measure.profile import ProfileWindow
@@ -91,6 +93,7 @@ class Job:
         self.profiler: ProfileWindow | None = None
         self.compiled: str | None = None  # what is compiled, for the compile note
         self.compile_watch: CompileWatch | None = None
+        self.backend: str | None = None  # the ranks' process group (a torchrun job): nccl or gloo
 
     def _timed(self, name: str, fn, *args, **kwargs):
         start = time.perf_counter()
@@ -104,7 +107,10 @@ class Job:
         self.placement = resolve_placement(
             gpu["name"], gpu["memory_gib"], gpu["bf16"], gpu["peak_tflops"], train["dtype"], self.spec.gpu_profiles
         )
-        if self.placement.device == "cuda":
+        cuda = self.placement.device == "cuda"
+        # the ranks' process group before the cap: NCCL's communicator memory is then part of the measured context
+        self.backend = init_process_group(cuda, self.cfg["launcher"]["timeout_s"])
+        if cuda:
             self.context_bytes = memory.apply_cuda_cap(self.spec.cap_bytes, self.device_memory).context_bytes
 
     def _setup_model(self) -> None:
@@ -159,12 +165,19 @@ class Job:
     def _setup_trainer(self) -> None:
         lora = self.cfg["lora"]
         self.sft_kwargs = sft_kwargs(
-            self.spec.micro, self.spec.accumulation, self.cfg["train"], self.placement.dtype, self.placement.device
+            self.spec.micro,
+            self.spec.accumulation,
+            self.cfg["train"],
+            self.placement.dtype,
+            self.placement.device,
+            world_size(),
+            self.cfg["launcher"]["timeout_s"],
         )
         steps_path = str(self.workdir / STEPS_FILE) if self.writer else None
         cuda = self.placement.device == "cuda"
-        self.meter = StepMeter(cuda, steps_path, self.spec.stop, self.context_bytes)
-        callbacks = [self.meter]
+        clock = AllReduceClock(cuda) if self.backend else None
+        self.meter = StepMeter(cuda, steps_path, self.spec.stop, self.context_bytes, clock)
+        callbacks = [self.meter, *([clock] if clock else [])]
         measure = self.cfg["measure"]
         if cuda and self.device_memory.handle is not None:
             self.busy = BusyWindow(self.device_memory.handle, after=measure["warmup_steps"])
@@ -195,6 +208,8 @@ class Job:
             peft_config,
             callbacks,
         )
+        if clock:
+            clock.bind(self.trainer)  # it hooks the model the Trainer wraps in DDP once training begins
 
     def _setup_compile(self) -> None:
         """Regional compilation on the built trainer's model (the Trainer itself compiles only the whole model)."""
@@ -224,22 +239,32 @@ class Job:
                 self.timings["first_step_s"] = self.meter.first_step_at - started
 
     def _memory(self) -> Memory:
+        """This process's peaks; in a torchrun job also every rank's at the last step, and the largest as the peak
+        (each rank is judged against the cap on its own device, so the job fits when its largest rank does)."""
         cap = self.spec.cap_bytes
         if self.placement is None:
             return Memory(peak_bytes=None, cap_bytes=cap)
+        ranks = self.meter.rank_peaks if self.meter else ()
         if self.placement.device == "cuda":
             reserved = torch.cuda.max_memory_reserved()
             return Memory(
-                peak_bytes=reserved + self.context_bytes,
+                peak_bytes=max((reserved + self.context_bytes, *ranks)),
                 cap_bytes=cap,
                 model_load_bytes=self.model_load_bytes,
                 context_bytes=self.context_bytes,
                 peak_reserved_bytes=reserved,
                 peak_allocated_bytes=torch.cuda.max_memory_allocated(),
                 nvml_process_bytes=self.device_memory.process_bytes() if self.device_memory else None,
+                rank_peak_bytes=ranks,
             )
         rss = memory.peak_rss_bytes()
-        return Memory(peak_bytes=rss, cap_bytes=cap, model_load_bytes=self.model_load_bytes, peak_rss_bytes=rss)
+        return Memory(
+            peak_bytes=max((rss, *ranks)),
+            cap_bytes=cap,
+            model_load_bytes=self.model_load_bytes,
+            peak_rss_bytes=rss,
+            rank_peak_bytes=ranks,
+        )
 
     def _flops(self, steps) -> dict:
         model = self.trainer.model
@@ -355,17 +380,18 @@ def main(spec: JobSpec, workdir: str) -> None:
     os.environ.update(spec.env)
     quiet(spec.config["train"]["progress_bar"])
     rank = int(os.environ.get("RANK", "0"))
-    if "LOCAL_RANK" in os.environ and torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    if "LOCAL_RANK" in os.environ and torch.cuda.is_available() and spec.config["gpu"]["name"] != "cpu":
+        torch.cuda.set_device(local_rank())
     path = Path(workdir)
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    ranks_n = world_size()
     result = Job(spec, path, writer=rank == 0).run()
-    result = dataclasses.replace(result, world_size=world_size)
+    result = dataclasses.replace(result, world_size=ranks_n)
     if rank == 0:
         write_json(path / RESULT_FILE, result.to_json())
-    if world_size > 1 and result.status is Status.FAILED:
-        # the launcher learns that this rank failed (and stops the others); jobs.ranks tells which failed first
-        ranks.report_error(path, rank, result.error or "failed")
+    if ranks_n > 1 and result.status in (Status.FAILED, Status.OOM):
+        # a failure of this rank alone (the ranks stop together only where they agreed to, at a step's end): the
+        # launcher learns it from the exit code and stops the others; jobs.ranks tells which rank failed first
+        ranks.report_error(path, rank, result.error or "failed", result.status)
         sys.exit(1)
 
 

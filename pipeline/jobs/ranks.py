@@ -10,7 +10,8 @@ differences that keep a failure to one line:
   rank 0's as it goes;
 - the launcher's own log lines and its page-long ChildFailedError stay unprinted: `ranks.json` keeps how each
   failed rank ended (signal or exit code);
-- a rank whose job fails writes `rank-<r>.json` (its error, and when) and exits with code 1, so the others stop.
+- a rank whose job fails, or runs out of memory, writes `rank-<r>.json` (its error, its status, and when) and exits
+  with code 1, so the others stop (ranks that stop early do so together, at a step's end: `measure.collective`).
 
 The parent (`runner.run_job`) calls `first_failure`, which names the rank that failed first and why: a rank killed by
 a signal other than SIGTERM (the launcher stops the survivors with SIGTERM), else the rank that reported its error
@@ -25,7 +26,10 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+from pipeline.records import Status
 
 RANKS_FILE = "ranks.json"  # written by this launcher when a rank failed
 RANK_ERROR = "rank-{rank}.json"  # written by a rank whose job failed (jobs.child)
@@ -43,10 +47,20 @@ def exit_reason(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def report_error(workdir: Path, rank: int, error: str) -> None:
-    """In a rank whose job failed: its error and the time it is known, for `first_failure`."""
-    record = {"rank": rank, "time": time.time(), "error": error}
+def report_error(workdir: Path, rank: int, error: str, status: Status = Status.FAILED) -> None:
+    """In a rank whose job failed (or ran out of memory): its error and the time it is known, for `first_failure`."""
+    record = {"rank": rank, "time": time.time(), "error": error, "status": status.value}
     (workdir / RANK_ERROR.format(rank=rank)).write_text(json.dumps(record), encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """The rank that failed first: why, in a line, and what the job's status becomes (`oom` when that rank ran out
+    of memory, a result like any other; else `failed`)."""
+
+    rank: int
+    text: str
+    status: Status = Status.FAILED
 
 
 def _read(path: Path) -> dict | list | None:
@@ -56,20 +70,23 @@ def _read(path: Path) -> dict | list | None:
         return None
 
 
-def first_failure(workdir: Path, world_size: int) -> str | None:
-    """The rank that failed first and why, in a line; None when no rank failed."""
+def first_failure(workdir: Path, world_size: int) -> RankFailure | None:
+    """The rank that failed first and why; None when no rank failed."""
     ended = _read(workdir / RANKS_FILE) or []
     reported = [r for r in (_read(p) for p in workdir.glob(RANK_ERROR.format(rank="*"))) if r]
     killed = [e for e in ended if e["exitcode"] < 0 and -e["exitcode"] != signal.SIGTERM]
     if killed:
         first = min(killed, key=lambda e: e["rank"])
-        return f"rank {first['rank']} of {world_size} (pid {first['pid']}) was {exit_reason(first['exitcode'])}"
+        text = f"rank {first['rank']} of {world_size} (pid {first['pid']}) was {exit_reason(first['exitcode'])}"
+        return RankFailure(first["rank"], text)
     if reported:
         first = min(reported, key=lambda r: r["time"])
-        return f"rank {first['rank']} of {world_size} failed first: {first['error']}"
+        text = f"rank {first['rank']} of {world_size} failed first: {first['error']}"
+        return RankFailure(first["rank"], text, Status(first.get("status", Status.FAILED.value)))
     if ended:
         first = ended[0]
-        return f"rank {first['rank']} of {world_size} (pid {first['pid']}) {exit_reason(first['exitcode'])}"
+        text = f"rank {first['rank']} of {world_size} (pid {first['pid']}) {exit_reason(first['exitcode'])}"
+        return RankFailure(first["rank"], text)
     return None
 
 

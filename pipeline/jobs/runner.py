@@ -15,6 +15,7 @@ the steps it logged before dying, read back from its steps.jsonl).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import multiprocessing
@@ -28,6 +29,8 @@ import time
 from collections.abc import Callable
 from multiprocessing import forkserver
 from pathlib import Path
+
+import psutil
 
 from pipeline.jobs import ranks, watchdog
 from pipeline.jobs.files import PROCESS_FILE, RESULT_FILE, SPEC_FILE, STEPS_FILE
@@ -96,7 +99,16 @@ class _Handle:
         return self.process.exitcode is not None
 
     def kill(self) -> None:
+        """SIGKILL the child and every process under it: a torchrun job's ranks run in sessions of their own (out of
+        reach of a group's signal), and a rank that is stopped or hung would never notice its launcher gone."""
+        try:
+            family = psutil.Process(self.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            family = []
         self.process.kill()
+        for process in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
         self.wait(10)
 
     @property
@@ -172,9 +184,9 @@ def _blame_rank(result: JobResult, workdir: Path, world_size: int, recorded: boo
     if cause is None:
         return result
     own = ""
-    if recorded and result.error and not cause.startswith("rank 0 "):
+    if recorded and result.error and cause.rank != 0:
         own = f"; rank 0 stopped with: {result.error[:160]}"
-    return dataclasses.replace(result, status=Status.FAILED, error=cause + own)
+    return dataclasses.replace(result, status=cause.status, error=cause.text + own)
 
 
 def run_job(

@@ -30,6 +30,7 @@ def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> Jo
             if value is not None:
                 memory_gib[key] = value / GIB
         memory_gib["context"] = memory.context_bytes / GIB
+        memory_gib.update({f"peak_rank{rank}": peak / GIB for rank, peak in enumerate(memory.rank_peak_bytes)})
     timings = result.timings
     seconds = {k: timings[f"{k}_s"] for k in SECONDS if f"{k}_s" in timings}
     common = dict(
@@ -43,8 +44,9 @@ def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> Jo
     step_time = summarize([s.step_time_s for s in steady], confidence)
     if step_time is None:
         return JobSummary(**common)
-    tokens = statistics.fmean(s.tokens for s in steady)
+    tokens = statistics.fmean(s.tokens for s in steady)  # every rank's (the meter sums them)
     peak_tflops = result.placement.peak_tflops if result.placement else None
+    peak_tflops = peak_tflops * result.world_size if peak_tflops else None  # MFU over every rank's device
     return JobSummary(
         **common,
         step_time=step_time,
@@ -56,6 +58,7 @@ def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> Jo
         phases={p: statistics.median(s.phase(p) for s in steady) for p in PHASES},
         drift=drift([s.step_time_s for s in steady]),
         gpu_busy=result.gpu_busy,
+        allreduce_s=statistics.median(s.allreduce_s for s in steady) if result.world_size > 1 else None,
     )
 
 

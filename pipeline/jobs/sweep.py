@@ -10,6 +10,7 @@ status. An interrupted sweep's parent is ended KILLED by the store's exit handle
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Any
@@ -19,8 +20,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import exits
-from pipeline.config.compose import expand_jobs
+from pipeline.config.compose import LEFT_OUT_ENV, expand_jobs
 from pipeline.config.identity import parse_override, varying_keys
+from pipeline.config.validate import layout_mismatch
 from pipeline.jobs import runner, task
 from pipeline.jobs.context import SweepContext
 from pipeline.records import RunKind, RunState, Status
@@ -54,7 +56,7 @@ class SweepCallback(Callback):
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         overrides = list(config.hydra.overrides.task)
         jobs = expand_jobs(overrides, multirun=True)
-        self.total = len(jobs)
+        self.total = len(jobs) - int(os.environ.pop(LEFT_OUT_ENV, "0"))  # the precheck named those it left out
         self.started = time.time()
         self.tracker = Tracker(config.tracking.uri, config.tracking.experiment, config.tracking.artifact_root)
         task.clean_up(self.tracker)
@@ -73,7 +75,7 @@ class SweepCallback(Callback):
             runner.warm_up(config.launcher.kind)  # jobs run in this process: start the fork server once, now
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if self.context is None:
+        if self.context is None or layout_mismatch(config):  # left out of a world-size sweep: no job ran
             return
         self.done += 1
         elapsed = time.time() - self.started

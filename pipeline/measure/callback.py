@@ -38,7 +38,8 @@ try:
 except ImportError:  # a torch without it: compilation time is then not told apart
     calculate_time_spent = None
 
-from pipeline.measure import memory
+from pipeline.measure import collective, memory
+from pipeline.measure.collective import AllReduceClock
 from pipeline.records import Status, Step, StopRule
 
 
@@ -85,7 +86,12 @@ class StopTraining(Exception):
 
 class StepMeter(TrainerCallback):
     def __init__(
-        self, cuda: bool, steps_path: str | None = None, stop: StopRule | None = None, context_bytes: int = 0
+        self,
+        cuda: bool,
+        steps_path: str | None = None,
+        stop: StopRule | None = None,
+        context_bytes: int = 0,
+        allreduce: AllReduceClock | None = None,
     ) -> None:
         """`stop` ends training early: `cap_bytes` once a step's peak (+ `context_bytes` on CUDA) is over the cap,
         or when the median of the `prune_after` steps after the first (which carries one-off costs) exceeds
@@ -94,8 +100,9 @@ class StepMeter(TrainerCallback):
         those steps a job is stopped mid-step (StopTraining) once an earlier step of the window already ran over
         IN_STEP_FACTOR x the threshold and this one has run as long: the host clock starts at the previous step's
         synchronisation and the device can only be later, so two such steps are that slow for sure; it spares
-        waiting out the long steps of a large accumulation. One process only (in a torchrun job the ranks would
-        disagree on when to stop)."""
+        waiting out the long steps of a large accumulation. One process only: in a torchrun job the ranks decide at
+        each step's end, together (`collective.exchange`), and a step's peak, tokens and samples are the job's
+        (`allreduce`: the clock of DDP's gradient all-reduce, read once per step)."""
         self.cuda = cuda
         self.stop = stop or StopRule()
         self.context_bytes = context_bytes
@@ -109,6 +116,8 @@ class StepMeter(TrainerCallback):
         self._reset_step()
         self._last_end_host: float | None = None
         self._distributed = False
+        self.allreduce = allreduce
+        self.rank_peaks: tuple[int, ...] = ()  # each rank's peak at the last step's end (a torchrun job)
         self._pending: dict | None = None
         self._compiled_until = 0.0  # compile_seconds() at the end of the previous step
         self.compile_s = 0.0
@@ -183,7 +192,7 @@ class StepMeter(TrainerCallback):
             memory.reset_peak_rss()
         self._last_end_host = time.perf_counter()
         self._compiled_until = compile_seconds()
-        self._distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        self._distributed = collective.distributed()
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.current_step = state.global_step + 1
@@ -232,13 +241,32 @@ class StepMeter(TrainerCallback):
             "peak_bytes": peak,
             "peak_allocated_bytes": peak_allocated,
             "compile_s": compile_s,
+            "allreduce_s": self.allreduce.take() if self.allreduce else 0.0,
         }
-        self._pending = record
         self._reset_step()
         self.stop_reason = self._should_stop(step_time - compile_s, peak, state.global_step)
+        if self._distributed:
+            self._agree(record)
+        self._pending = record
         if self.stop_reason:
             control.should_training_stop = True
         return control
+
+    def _agree(self, record: dict) -> None:
+        """The ranks' one exchange per step: the step's peak is the largest rank's, its work the sum of theirs, and
+        every rank stops when any asks to (else one would wait for the others in its next all-reduce)."""
+        seen = collective.exchange(
+            record["peak_bytes"], record["tokens"], record["padded_tokens"], record["samples"], self.stop_reason
+        )
+        self.rank_peaks = seen.peaks
+        record.update(
+            peak_bytes=max(seen.peaks),
+            tokens=seen.tokens,
+            padded_tokens=seen.padded_tokens,
+            samples=seen.samples,
+            rank_peak_bytes=seen.peaks,
+        )
+        self.stop_reason = seen.stop
 
     def _should_stop(self, step_time: float, peak: int, step: int) -> Status | None:
         """`step_time` without the step's compilation."""

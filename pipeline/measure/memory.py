@@ -44,16 +44,27 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def _nvml_handle():
+    """NVML's handle of this process's GPU: the visible device of its local rank (torchrun sets LOCAL_RANK; one
+    process alone has rank 0), named by index or UUID in CUDA_VISIBLE_DEVICES."""
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    name = visible[local] if local < len(visible) else str(local)
+    if name.startswith(("GPU-", "MIG-")):
+        return pynvml.nvmlDeviceGetHandleByUUID(name)
+    return pynvml.nvmlDeviceGetHandleByIndex(int(name))
+
+
 class DeviceMemory:
-    """NVML's view of this process on the job's GPU; None everywhere NVML or the GPU is absent."""
+    """NVML's view of this process on the job's GPU (its rank's, in a torchrun job); None everywhere NVML or the GPU
+    is absent."""
 
     def __init__(self) -> None:
         self.handle = None
         self.baseline = 0
         try:
             pynvml.nvmlInit()
-            index = int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0] or 0)
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self.handle = _nvml_handle()
             self.baseline = pynvml.nvmlDeviceGetMemoryInfo(self.handle).used
         except Exception:  # noqa: BLE001 - no NVML, no GPU, or no driver: the figure is simply absent
             self.handle = None
@@ -79,14 +90,15 @@ class CapPlan:
 
 
 def apply_cuda_cap(cap_bytes: int | None, device_memory: DeviceMemory) -> CapPlan:
-    """Start CUDA, measure the context, and limit the caching allocator so reserved + context stays under the cap."""
+    """Start CUDA, measure the context, and limit the caching allocator so reserved + context stays under the cap
+    (on this process's device: in a torchrun job, each rank's cap on its own)."""
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
     used = device_memory.process_bytes()
     context = max(0, (used or 0) - torch.cuda.memory_reserved())
     if cap_bytes is None:
         return CapPlan(context, None)
-    total = torch.cuda.get_device_properties(0).total_memory
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
     fraction = max(0.0, min(1.0, (cap_bytes - context) / total))
     torch.cuda.set_per_process_memory_fraction(fraction)
     return CapPlan(context, fraction)

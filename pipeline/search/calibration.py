@@ -128,7 +128,7 @@ class Prober:
 
     def probe(self, found: Calibration, split: str, checkpointing: bool, is_base: bool) -> None:
         # Memory depends on the micro-batch, not on accumulation: a probe runs its micro-batch once per step.
-        micro, accumulation = (int(x) for x in split.split("x"))
+        micro = int(split.split("x")[0])
         name = f"probe {micro}x1" + ("" if is_base else f" ckpt={'on' if checkpointing else 'off'}")
         cfg = OmegaConf.create(OmegaConf.to_container(self.base, resolve=False))
         cfg.train.gradient_checkpointing = checkpointing
@@ -154,8 +154,9 @@ class Prober:
         if not is_base:
             return
         found.base_probes.append(point)
-        if summary.median and summary.peak_gib * GIB <= self.cap and self.base_in_space:
-            # The base config at this split (a candidate) takes about `accumulation` probe steps.
-            estimate = summary.median * accumulation
+        per_rank, uneven = divmod(self.base.batch.effective, micro * self.base.world_size)
+        if summary.median and summary.peak_gib * GIB <= self.cap and self.base_in_space and not uneven:
+            # The base config at this micro-batch (a candidate at its world size) takes about `per_rank` probe steps.
+            estimate = summary.median * per_rank
             if found.first is None or estimate < found.first[1]:
-                found.first = (split, estimate)
+                found.first = (f"{micro}x{per_rank}", estimate)

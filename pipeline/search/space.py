@@ -1,5 +1,10 @@
 """The search space: every split of the effective batch, times the knobs named in `optimize.space`; each candidate
-checked by the same validation as a command line, so a value no job could run is refused before any job starts."""
+checked by the same validation as a command line, so a value no job could run is refused before any job starts.
+
+With `world_size` in the space (`optimize.space={world_size:[1,2]}`), the splits are those of every world size
+searched, and a candidate is a split and a world size whose product is the effective batch (4 = 4x1 x 1 = 2x1 x 2):
+the other pairs are invalid combinations, like any knob that cannot run with another. Each world size is checked
+against the devices present (`validate.check_world_size`)."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from pipeline.config.identity import config_id, display_name
 from pipeline.config.validate import validate
 
 SPLIT_KEY = "batch.split"
+WORLD_KEY = "world_size"
 
 
 def splits(effective: int, world_size: int) -> list[str]:
@@ -71,8 +77,20 @@ def make_candidate(cfg: DictConfig, values: tuple[tuple[str, Any], ...]) -> Cand
     return Candidate(values, config, config_id(config), display_name(config.model.name, config.batch.split, shown))
 
 
+def world_sizes(cfg: DictConfig) -> list[int]:
+    """The world sizes a study searches: those of `optimize.space.world_size`, else the config's own."""
+    searched = cfg.optimize.space.get(WORLD_KEY) if "optimize" in cfg else None
+    return [int(w) for w in searched] if searched else [cfg.world_size]
+
+
+def all_splits(effective: int, sizes: list[int]) -> list[str]:
+    """The splits of every world size in `sizes`, each once, by micro-batch then accumulation."""
+    found = {s for w in sizes if w >= 1 for s in splits(effective, w)}
+    return sorted(found, key=lambda s: tuple(int(x) for x in s.split("x")))
+
+
 def knob_space(cfg: DictConfig) -> dict[str, list[Any]]:
-    space = {SPLIT_KEY: splits(cfg.batch.effective, cfg.world_size)}
+    space = {SPLIT_KEY: all_splits(cfg.batch.effective, world_sizes(cfg))}
     for key, values in cfg.optimize.space.items():
         if len(values):
             space[key] = list(values)

@@ -126,6 +126,8 @@ def series(result: JobResult, steady: set[int]) -> dict[str, list[tuple[int, flo
     out["step_time_s"] = [(s.step, s.step_time_s) for s in result.steps if s.step in steady]
     out["step_time_warmup_s"] = [(s.step, s.step_time_s) for s in result.steps if s.step not in steady]
     out["step_peak_gib"] = [(s.step, s.peak_bytes / GIB) for s in result.steps]
+    if result.world_size > 1:
+        out["allreduce_s"] = [(s.step, s.allreduce_s) for s in result.steps]
     if any(s.compile_s for s in result.steps):
         out["step_compile_s"] = [(s.step, s.compile_s) for s in result.steps]  # `compile_s` is the job's total
     return out
