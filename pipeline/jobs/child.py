@@ -30,7 +30,7 @@ import trl
 from pipeline.builders.compile import compile_layers
 from pipeline.builders.dataset import build_dataset
 from pipeline.builders.device import resolve_placement, torch_dtype
-from pipeline.builders.distributed import init_process_group, local_rank, world_size
+from pipeline.builders.distributed import init_process_group, leave_process_group, local_rank, world_size
 from pipeline.builders.lora import build_lora_config, build_peft_model
 from pipeline.builders.model import build_model
 from pipeline.builders.sft_args import sft_kwargs
@@ -393,6 +393,7 @@ def main(spec: JobSpec, workdir: str) -> None:
         # launcher learns it from the exit code and stops the others; jobs.ranks tells which rank failed first
         ranks.report_error(path, rank, result.error or "failed", result.status)
         sys.exit(1)
+    leave_process_group()
 
 
 if __name__ == "__main__":

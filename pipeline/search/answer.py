@@ -1,6 +1,7 @@
 """The study's answer: a table of every trial, the confirmation round's comparisons, and the best eligible config as
 a command line that rebuilds it, as the SFTConfig arguments its job trained with, and as a speed-up over the
-baseline paired across neighbouring processes; or, when nothing fits, the smallest need. Computed first from what
+baseline paired across neighbouring processes; over world sizes, the devices it uses and its paired speed-up against
+the best on one (`search.scaling`); or, when nothing fits, the smallest need. Computed first from what
 the study holds (`Decided`), then printed and logged once."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration
 from pipeline.search.confirmation import ATTR as CONFIRMATION
 from pipeline.search.confirmation import ConfirmationRecord
+from pipeline.search.scaling import Scaling, world_lines
 from pipeline.search.trials import Role, TrialRecord
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
@@ -96,6 +98,7 @@ class Answer:
     predictor_errors: tuple[float, ...] = ()
     decided: int = 0
     speedup: Speedup | None = None
+    scaling: Scaling | None = None  # on several devices: against the best on one, paired
 
 
 def _step_cell(r: TrialRecord, confidence: float) -> str:
@@ -201,8 +204,12 @@ def decide(decided: Decided, name: str, command: list[str], cap_bytes: int, conf
     best, cap_gib, seconds = decided.best, cap_bytes / GIB, decided.gpu_seconds
     if decided.confirmation is not None and best is not None:
         lines += [*confirmation_lines(decided.confirmation, best.label, seconds), ""]
+    scaling = None
     if best is not None:
         lines += _best_lines(decided, best, command, cap_gib)
+        device = decided.calibration.device if decided.calibration else None
+        more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
+        lines += more
         code = exits.OK
     else:
         more, code = _nothing_fits(decided, cap_gib)
@@ -225,6 +232,7 @@ def decide(decided: Decided, name: str, command: list[str], cap_bytes: int, conf
         predictor_errors=errors,
         decided=sum(1 for r in decided.records if r.decided),
         speedup=paired_speedup(decided, best) if best else None,
+        scaling=scaling,
     )
 
 
@@ -238,6 +246,12 @@ def log_answer(tracker: Tracker, parent: str, answer: Answer, finished: bool) ->
     if answer.speedup is not None:
         c = answer.speedup.comparison
         metrics.update(speedup_vs_baseline=c.speedup, speedup_low=c.low, speedup_high=c.high)
+    if answer.best is not None:
+        metrics.update(best_world_size=answer.best.world_size)
+    if answer.scaling is not None:
+        c, (efficiency, low, high) = answer.scaling.comparison, answer.scaling.efficiency
+        metrics.update(speedup_vs_one_device=c.speedup, scaling_efficiency=efficiency)
+        metrics.update(scaling_efficiency_low=low, scaling_efficiency_high=high)
     if answer.predictor_errors:
         errors = answer.predictor_errors
         metrics.update(predictor_error_max=max(errors), predictor_error_mean=sum(errors) / len(errors))

@@ -3,8 +3,10 @@
 (`ConfirmationRecord`: its one writer and its one reader).
 
 Finalists, in priority order: the best eligible trial; the baseline, so that the answer's speed-up over it comes
-from pairs; then the eligible trials whose search median is within `confirm_within` of the best's (every eligible
-trial with `confirm=always`), at most `confirm_k` besides the baseline. The budget is `confirm_share` of the
+from pairs; the best eligible trial of every other world size the study searched, so that the answer's speed-up
+against one device (or what more devices would give) comes from pairs too; then the eligible trials whose search
+median is within `confirm_within` of the best's (every eligible trial with `confirm=always`), at most `confirm_k`
+besides the baseline. The budget is `confirm_share` of the
 study's device time, the round's own included (and at most `confirm_budget_s` where set); when it cannot buy three
 rounds of them all, the lowest-priority finalists are left out, and the answer says so.
 """
@@ -98,8 +100,9 @@ class ConfirmationRecord:
 
 
 def choose(eligible: list[TrialRecord], baseline: TrialRecord | None, settings: Settings) -> list[TrialRecord]:
-    """The finalists in priority order (best, baseline, closest challengers); empty when there is nothing to
-    compare or the round is off."""
+    """The finalists in priority order (best, baseline, the best of every other world size, closest challengers);
+    empty when there is nothing to compare or the round is off. The best of each world size is there so that what
+    more devices give (or what one device gives up) is a paired comparison too."""
     if not eligible or settings.mode == "never":
         return []
     ranked = sorted(eligible, key=lambda r: r.median)
@@ -107,8 +110,17 @@ def choose(eligible: list[TrialRecord], baseline: TrialRecord | None, settings: 
     chosen = [best]
     if baseline is not None and baseline.label != best.label:
         chosen.append(baseline)
+    sizes: dict[int, TrialRecord] = {}
+    for r in ranked:
+        sizes.setdefault(r.world_size, r)
+    others = [r for size, r in sizes.items() if size != best.world_size]
     close = [r for r in ranked[1:] if settings.mode == "always" or r.median <= best.median * (1 + settings.within)]
-    chosen += [r for r in close if baseline is None or r.label != baseline.label][: settings.k - 1]
+    taken, extra = {r.label for r in chosen}, []
+    for r in others + close:
+        if r.label not in taken:
+            taken.add(r.label)
+            extra.append(r)
+    chosen += extra[: settings.k - 1]
     return chosen if len(chosen) > 1 else []
 
 

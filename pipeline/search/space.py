@@ -120,14 +120,15 @@ def check_values(cfg: DictConfig) -> None:
         raise ConfigError("batch.effective", "has no split for this world_size; accepted: a multiple of world_size")
     if not valid:
         raise ConfigError("optimize.space", f"no config in it can run; e.g. {next(iter(invalid.values()))}")
-    for key, values in space.items():
+    # the world sizes first: a split that only an impossible world size makes is that world size's fault
+    for key, values in sorted(space.items(), key=lambda item: item[0] != WORLD_KEY):
         used = {override_text(c.params[key]) for c in valid}
         for value in values:
             if override_text(value) not in used:
-                reason = next(
-                    (why for label, why in invalid.items() if f"{key}={override_text(value)}" in label.split()),
-                    "no valid combination uses it",
-                )
+                reasons = [why for label, why in invalid.items() if f"{key}={override_text(value)}" in label.split()]
+                # a pair whose split does not make the effective batch says nothing of the value itself
+                reasons.sort(key=lambda why: why.startswith(f"{SPLIT_KEY}:"))
+                reason = reasons[0] if reasons else "no valid combination uses it"
                 raise ConfigError(f"optimize.space.{key}", f"value {override_text(value)!r} cannot run: {reason}")
 
 

@@ -175,6 +175,7 @@ class StudyDriver:
             trial,
             {
                 trials.OVERRIDES: candidate.overrides,
+                trials.WORLD_SIZE: int(candidate.config.world_size),
                 trials.PREDICTED: predicted / GIB,
                 trials.KNOBS: {"micro": knobs.micro, "dtype": knobs.dtype, "checkpointing": knobs.checkpointing},
             },

@@ -21,6 +21,7 @@ STATUS, NOTE, PREDICTED, PEAK, FEASIBLE = "status", "reason", "predicted_gib", "
 MEDIAN, CI, TOKENS, STEP_TIMES = "step_time_median_s", "ci", "tokens_per_s", "step_times"
 GPU_SECONDS, RUN_ID, SFT, KNOBS, ROLE, OWNER = "gpu_seconds", "run_id", "sft_kwargs", "knobs", "role", "owner"
 LOSSES, WARMUP_TIMES = "losses", "warmup_times"
+WORLD_SIZE = "world_size"  # the ranks (devices) of the trial's job
 ANSWER = "answer_trial"  # the study's user attribute: the trial it answered with
 REPEAT_OF = "repeat_of"  # a proposal of a decided config: that trial's number
 VALUE_NOTE = "value_note"  # what a COMPLETE trial's value is, where it is not a measured fit
@@ -56,6 +57,7 @@ class TrialRecord:
     knobs: dict[str, Any] = field(default_factory=dict)
     role: Role = Role.TRIAL
     owner: str | None = None  # host:pid:start of the worker that claimed it
+    world_size: int = 1  # the ranks of its job, a device each
 
     @property
     def predictor_error(self) -> float | None:
@@ -95,6 +97,7 @@ class TrialRecord:
             knobs=a.get(KNOBS, {}),
             role=Role(a.get(ROLE, Role.TRIAL)),
             owner=a.get(OWNER),
+            world_size=int(a.get(WORLD_SIZE, 1)),
         )
 
 
