@@ -2,6 +2,7 @@
 
 python -m pipeline.optimize mem_cap=14GiB                          # splits of the effective batch
 python -m pipeline.optimize mem_cap=14GiB optimize=knobs           # splits x checkpointing x dtype x padding-free
+python -m pipeline.optimize mem_cap=14GiB launcher.kind=torchrun '++optimize.space={world_size:[1,2]}'  # x GPUs
 make optimize MEM_CAP=14GiB TRIALS=20 ARGS="model=qwen3-1.7b batch.effective=16 optimize=knobs"
 """
 
