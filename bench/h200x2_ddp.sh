@@ -11,10 +11,12 @@
 #             capped at a T4's 15 GiB on its own H200; speed is the H200's), the seed's 4x1 checkpointed config on one
 #             GPU as the baseline; its answer says how many GPUs it uses and, paired in its confirmation round, its
 #             speed-up and scaling efficiency against the best on one
-# Each stage gets at most its share and what is left of BUDGET_S (default 540 s from the script's start); one that
+# Each stage gets at most its share and what is left of BUDGET_S (default 550 s from the script's start); one that
 # runs past is interrupted with SIGINT (an interrupted sweep or study still records what it finished; the study
 # prints its answer over the trials decided). Logs and stores go to RES (/tmp/ddp); ddp.log (every stage's summary
-# lines and the report) and ddp.tgz (logs, stores) to OUT. Name stages to run only those (default: sweep study).
+# lines and the report) and ddp.tgz (logs, stores) to OUT. Name stages to run only those (default: sweep study): a
+# study cut short at its share (each job is a fresh torchrun launch) gets a call of its own with `... h200x2_ddp.sh
+# study`.
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1): the
 # ranks inherit this environment through torchrun.
 #
@@ -28,7 +30,7 @@ out=${OUT:-bench-out}
 res=${RES:-/tmp/ddp}
 py=${PYTHON:-python3}
 start=$(date +%s)
-budget=${BUDGET_S:-540}
+budget=${BUDGET_S:-550}
 repeats=${REPEATS:-2}
 mkdir -p "$out" "$res"
 : > "$res/ddp.log"
@@ -46,12 +48,13 @@ if [ "${REHEARSAL:-0}" = 1 ]; then
          optimize.confirm_budget_s=90)
   shares=(200 280)
 else
+  # every job is a fresh torchrun launch (~20 s of imports, model and NCCL set-up before its first step): few steps
   sweep=(experiment=seed-t4 gpu=auto launcher.kind=torchrun launcher.timeout_s=240 "${layouts[@]}"
-         repeats="$repeats" train.steps=10 measure.warmup_steps=3)
+         repeats="$repeats" train.steps=8 measure.warmup_steps=3)
   study=(experiment=seed-t4 launcher.kind=torchrun launcher.timeout_s=240 batch.split=4x1 "$space" optimize.trials=6
-         train.steps=10 measure.warmup_steps=3 optimize.confirm_share=0.5 optimize.confirm_k=2
+         train.steps=8 measure.warmup_steps=3 optimize.confirm_share=0.5 optimize.confirm_k=2
          optimize.confirm_budget_s=120)
-  shares=(260 280)
+  shares=(270 270)
 fi
 
 say() { echo "[ddp] $*" | tee -a "$res/ddp.log"; }

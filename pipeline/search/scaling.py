@@ -97,7 +97,7 @@ def world_lines(
         if other is None:
             lines.append(f"  none on {unit(device, size)} is eligible ({_outcomes(decided, size)})")
             continue
-        comparison = paired(record, best.label, other.label)
+        comparison = paired(record, other.label, best.label)  # as the round's own lines put it: against the best
         said = comparison.sentence() if comparison else "not paired with the answer: no comparison is claimed"
         lines.append(f"  the best on {unit(device, size)}, {other.label}: {said}")
     return lines, None
