@@ -244,7 +244,12 @@ def test_mlflow_ui_and_report_in_a_browser(tmp_path):
                     loaded = image.evaluate("img => img.complete && img.naturalWidth > 0 && img.naturalHeight > 0")
                     assert loaded, image.get_attribute("src")
                 headers = page.locator("table th").all_inner_texts()
-                assert headers[:3] == ["config", "status", "step s (median [95% CI])"], headers
+                assert headers[:4] == [
+                    "config",
+                    "status",
+                    "step s (median [95% CI of one run's steps])",
+                    "time vs fastest (95%, paired)",
+                ], headers
                 for name in names:
                     row = page.locator("table tr", has=page.get_by_role("cell", name=name, exact=True))
                     assert row.locator("td").nth(1).inner_text() == "ok", name

@@ -28,6 +28,8 @@ from pipeline.reporting.table import Criteria, comparison_rows, format_table, ra
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
+NOT_RANKED = "not ranked: one run"  # a config measured once has no pair to rank it by
+
 
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
@@ -91,8 +93,7 @@ class SweepCallback(Callback):
             for job in row.jobs:
                 if row.loss_dev is not None:
                     self.tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
-                if row.judgement:
-                    self.tracker.tags(job.run_id, {"rank": rank_text(row)})
+                self.tracker.tags(job.run_id, {"rank": rank_text(row) if row.judgement else NOT_RANKED})
         table = format_table(rows, criteria)
         code, line = exits.jobs_exit_code((j.status, j.summary.fit) for j in jobs)
         print(table, flush=True)
