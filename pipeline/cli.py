@@ -115,6 +115,12 @@ def _checked_argv(
             )
         )
     rest = [a for a in argv if a not in args.overrides]
+    if informational and multirun:
+        flags = (("--cfg", args.cfg), ("--info", args.info), ("--hydra-help", args.hydra_help))
+        flag = next((f for f, on in flags if on), "--shell-completion")
+        _refuse(
+            ConfigError(flag, "shows one job's config, not a sweep's; accepted: the command without -m and repeats")
+        )
     if informational:
         return [*rest, *overrides]
     try:

@@ -10,12 +10,13 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.cli import run_cli
 from tests.helpers.net import free_port
-from tests.helpers.wait import process_gone, wait_for_steps
+from tests.helpers.wait import process_gone, wait_for_steps, wait_until
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 
@@ -222,9 +223,11 @@ def test_report_and_mlflow_server_read_back_a_sweep(tmp_path):
         }
         assert "report/report.html" in report_files and "report/step_time.png" in report_files
     finally:
+        workers = psutil.Process(server.pid).children(recursive=True)
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
-    assert server.returncode is not None
+    # the server stopped with all its workers: nothing of it outlives the test
+    wait_until(lambda: all(process_gone(w.pid) for w in workers), 30, "the server's workers' end")
 
 
 @pytest.mark.slow
