@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,23 +28,13 @@ from typing import TYPE_CHECKING
 import psutil
 import pytest
 
-from tests.helpers.cli import REPO, run_cli
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, screenshots_folder
+from tests.helpers.cli import run_cli
 from tests.helpers.net import free_port
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = [
-    "--no-sandbox",  # runs as root in containers
-    "--headless",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 SPLITS = ["1x4", "2x2", "4x1"]
 COLUMNS = ("step_time_median_s", "tokens_per_s", "peak_gib")  # in the view, with the tag rank
@@ -102,11 +91,6 @@ def _wait_for_url(proc: subprocess.Popen, log: Path, port: int) -> str:
             except OSError:
                 pass
         time.sleep(0.5)
-
-
-def _shots() -> Path | None:
-    folder = os.environ.get("BATCH_SPLIT_SCREENSHOTS")
-    return (REPO / folder) if folder else None
 
 
 def _jobs(folder: Path) -> dict[str, Run]:
@@ -200,7 +184,7 @@ def test_mlflow_ui_and_report_in_a_browser(tmp_path):
 
     port = free_port()
     server, log = _start_ui(tmp_path, port)
-    shots = _shots()
+    shots = screenshots_folder()
     try:
         url = _wait_for_url(server, log, port)
         experiment = next(iter(jobs.values())).info.experiment_id
