@@ -20,7 +20,7 @@ from pipeline.config.compose import CONF_DIR, precheck
 from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.schema import register_configs
-from pipeline.config.stores import check_stores
+from pipeline.config.store_checks import check_stores
 from pipeline.measure.estimate import long_cpu_job_warning
 
 
@@ -145,7 +145,7 @@ def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) ->
     signal.signal(signal.SIGTERM, _terminate)
     sys.argv = [sys.argv[0], *argv]
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    exits.Outcome.reset()
+    exits.ExitCode.reset()
 
     @functools.wraps(task)
     def guarded(cfg: Any) -> Any:
@@ -159,4 +159,4 @@ def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) ->
     except KeyboardInterrupt:
         print("interrupted: runs in progress were marked KILLED", file=sys.stderr)
         return exits.INTERRUPTED
-    return exits.Outcome.code
+    return exits.ExitCode.code

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from pipeline.config.errors import ConfigError
-    from pipeline.config.stores import check_store
+    from pipeline.config.store_checks import check_store
 
     try:
         check_store("--storage", args.storage)

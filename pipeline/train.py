@@ -17,7 +17,7 @@ def train(cfg: DictConfig) -> float | None:
     from pipeline.jobs import task  # after the precheck: bad input never pays for this import
 
     outcome = task.run(cfg)
-    exits.Outcome.set(*exits.jobs_exit_code([(outcome.status, outcome.summary.fit)]))
+    exits.ExitCode.set(*exits.jobs_exit_code([(outcome.status, outcome.summary.fit)]))
     return outcome.summary.median
 
 

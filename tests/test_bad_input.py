@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config.hardware import cuda_device_count
+from pipeline.config.devices import cuda_device_count
 from tests.helpers.cli import run_cli
 from tests.helpers.disks import can_mount, run_on_small_disk
 from tests.helpers.processes import run_with_closed_output

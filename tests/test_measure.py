@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from pipeline.jobs.summary import summarize_job
 from pipeline.measure.callback import StepMeter
 from pipeline.measure.stats import max_relative_deviation, median_ci, order_coverage, summarize
+from pipeline.measure.summary import summarize_job
 from pipeline.records import Fit, Interval, JobSummary, Status, Step, StopRule, fit_of
 from tests.helpers.records import result
 

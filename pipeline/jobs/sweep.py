@@ -103,6 +103,6 @@ class SweepCallback(Callback):
         self.tracker.metrics(parent_id, {"jobs_ok": ok, "jobs_total": len(jobs)})
         self.tracker.tags(parent_id, {runs.STATUS: Status.OK if code == exits.OK else Status.FAILED, runs.NOTE: line})
         self.tracker.end(parent_id, RunState.FINISHED)
-        exits.Outcome.set(code, line)
+        exits.ExitCode.set(code, line)
         SweepContext.clear()
         self.context = None

@@ -46,9 +46,9 @@ from tqdm import tqdm
 from pipeline.config.identity import digest, identity_tree
 from pipeline.config.validate import parse_split, validate
 from pipeline.jobs import runner, task
-from pipeline.jobs.summary import steady_steps
 from pipeline.liveness import HEARTBEAT_S
 from pipeline.measure.flops import Shape
+from pipeline.measure.summary import steady_steps
 from pipeline.records import GIB, RunKind, Status, StopRule
 from pipeline.search import confirmation, trials, workers
 from pipeline.search.answer import Answer, Decided, decide, log_answer
