@@ -25,8 +25,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 
 install: $(VENV)/.installed ## Make .venv with the CPU build of torch 2.13.0 and the pinned stack
 
-demo: install ## Sweep splits 1x4,2x2,4x1 on the tiny CPU model and record them in MLflow
-	$(BIN)/python -m pipeline.train -m batch.split=1x4,2x2,4x1 $(ARGS)
+demo: install ## Sweep splits 1x4,2x2,4x1 three times (paired rounds) on the tiny CPU model, recorded in MLflow
+	$(BIN)/python -m pipeline.train -m batch.split=1x4,2x2,4x1 repeats=3 $(ARGS)
 
 test: install ## Run the default test suite (CPU, under 5 minutes)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -37,8 +37,8 @@ test-slow: install ## Run the slow tests: shared studies, real PostgreSQL/SLURM/
 test-gpu: install ## Run the GPU tests (a CUDA device: the allocator cap, CUDA-event phases, NVML)
 	$(BIN)/python -m pytest -m gpu $(PYTEST_ARGS)
 
-screenshots: install ## Redraw docs/mlflow-ui.png and docs/report.png (the browser test; needs chromium)
-	BATCH_SPLIT_SCREENSHOTS=docs $(BIN)/python -m pytest -m slow tests/test_ui.py $(PYTEST_ARGS)
+screenshots: install ## Redraw docs/mlflow-ui.png, docs/report.png, docs/optuna-dashboard.png (browser tests; chromium)
+	BATCH_SPLIT_SCREENSHOTS=docs $(BIN)/python -m pytest -m slow tests/test_ui.py "tests/test_dashboard.py::test_the_dashboard_reads_a_real_mixed_study_as_it_printed_itself" $(PYTEST_ARGS)
 
 optimize: install ## Optuna study: fastest config under MEM_CAP (e.g. MEM_CAP=14GiB TRIALS=20 ARGS="optimize=knobs")
 	$(BIN)/python -m pipeline.optimize $(if $(MEM_CAP),mem_cap=$(MEM_CAP),) $(if $(TRIALS),optimize.trials=$(TRIALS),) $(ARGS)

@@ -20,7 +20,7 @@ from pipeline.config.compose import CONF_DIR, LEFT_OUT_ENV, plan_sweep
 from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.schema import register_configs
-from pipeline.config.stores import check_stores
+from pipeline.config.store_checks import check_stores
 from pipeline.measure.estimate import long_cpu_job_warning
 
 
@@ -115,6 +115,12 @@ def _checked_argv(
             )
         )
     rest = [a for a in argv if a not in args.overrides]
+    if informational and multirun:
+        flags = (("--cfg", args.cfg), ("--info", args.info), ("--hydra-help", args.hydra_help))
+        flag = next((f for f, on in flags if on), "--shell-completion")
+        _refuse(
+            ConfigError(flag, "shows one job's config, not a sweep's; accepted: the command without -m and repeats")
+        )
     if informational:
         return [*rest, *overrides]
     try:
@@ -151,7 +157,7 @@ def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) ->
     signal.signal(signal.SIGTERM, _terminate)
     sys.argv = [sys.argv[0], *argv]
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    exits.Outcome.reset()
+    exits.ExitCode.reset()
 
     @functools.wraps(task)
     def guarded(cfg: Any) -> Any:
@@ -165,4 +171,4 @@ def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) ->
     except KeyboardInterrupt:
         print("interrupted: runs in progress were marked KILLED", file=sys.stderr)
         return exits.INTERRUPTED
-    return exits.Outcome.code
+    return exits.ExitCode.code

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from pipeline.config.errors import ConfigError
-    from pipeline.config.stores import check_store
+    from pipeline.config.store_checks import check_store
 
     try:
         check_store("--storage", args.storage)
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
         from optuna.storages import RDBStorage
         from optuna_dashboard._app import create_app
 
-        from pipeline.reporting.dashboard import FeasibleBest
+        from pipeline.search.dashboard import FeasibleBest
     except ImportError as err:
         print(f"error: {err.name} is not installed: pip install -e '.[dev]' (make install)", file=sys.stderr)
         sys.exit(exits.FAILED)

@@ -42,7 +42,7 @@ def jobs_exit_code(outcomes: Iterable[tuple[Status, Fit]]) -> tuple[int, str]:
     return FAILED, f"{sum(bad.values())} of {len(outcomes)} jobs did not finish under their cap ({detail})"
 
 
-class Outcome:
+class ExitCode:
     """The exit code the entry point ends with, set by whoever learns how the run went."""
 
     code: int = OK

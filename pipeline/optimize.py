@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 from pipeline import exits
 from pipeline.cli import run_entry
 from pipeline.config.errors import ConfigError
-from pipeline.config.stores import check_store
+from pipeline.config.store_checks import check_store
 from pipeline.config.validate import resolve_cap
 from pipeline.search.space import check_values
 
@@ -33,7 +33,7 @@ def optimize(cfg: DictConfig) -> float | None:
     from pipeline.search.study import StudyDriver  # after the precheck: bad input never pays for this import
 
     answer = StudyDriver(cfg, list(HydraConfig.get().overrides.task)).run()
-    exits.Outcome.set(answer.exit_code)
+    exits.ExitCode.set(answer.exit_code)
     return answer.best.median if answer.best else None
 
 

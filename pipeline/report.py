@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from pipeline.config.errors import ConfigError
-    from pipeline.config.stores import check_store
+    from pipeline.config.store_checks import check_store
     from pipeline.jobs.task import clean_up
     from pipeline.reporting.document import ReportError, write_report
     from pipeline.reporting.table import Criteria

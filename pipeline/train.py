@@ -21,7 +21,7 @@ def train(cfg: DictConfig) -> float | None:
     if layout_mismatch(cfg):  # a combination of a world-size sweep that the precheck left out, and said so
         return None
     outcome = task.run(cfg)
-    exits.Outcome.set(*exits.jobs_exit_code([(outcome.status, outcome.summary.fit)]))
+    exits.ExitCode.set(*exits.jobs_exit_code([(outcome.status, outcome.summary.fit)]))
     return outcome.summary.median
 
 

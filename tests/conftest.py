@@ -29,7 +29,7 @@ def clean_state(tmp_path, monkeypatch):
 
 def pytest_collection_modifyitems(config, items):
     """`gpu` tests need a CUDA device: skipped, with the reason, where there is none."""
-    from pipeline.config.hardware import cuda_device_count
+    from pipeline.config.devices import cuda_device_count
 
     if cuda_device_count():
         return

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config.hardware import cuda_device_count
+from pipeline.config.devices import cuda_device_count
 from tests.helpers.cli import run_cli
 from tests.helpers.disks import can_mount, run_on_small_disk
 from tests.helpers.processes import run_with_closed_output
@@ -28,6 +28,10 @@ CASES = [
     ),
     (["-m", "batch.split=1x4,2x3"], "batch.split: '2x3' x world_size 1 gives 6", "accepted: 1x4, 2x2, 4x1"),
     (["batch.effective=0"], "batch.effective: got 0", "a whole number >= 1"),
+    (["-m", "batch.split=1x4,4x1", "--cfg", "job"], "--cfg: shows one job's config, not a sweep's", "without -m"),
+    (["repeats=2", "--cfg", "job"], "--cfg: shows one job's config, not a sweep's", "without -m and repeats"),
+    (["optimize.confirm_share=0.95"], "optimize.confirm_share: got 0.95", "a number in [0, 0.9)"),
+    (["optimize.confirm_within=-1"], "optimize.confirm_within: got -1", "a number >= 0"),
     (["batch.effective=abc"], "batch.effective: got 'abc'", "an integer"),
     (["mem_cap=14 GB?"], "mem_cap: got '14 GB?'", "a size like 14GiB, 14.5GB or 15000MiB"),
     (["mem_cap=14"], "mem_cap: got '14'", "a size like 14GiB"),

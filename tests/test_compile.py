@@ -8,8 +8,8 @@ import pytest
 
 from pipeline.config.compose import compose_job
 from pipeline.jobs import runner
-from pipeline.jobs.summary import steady_steps, summarize_job
 from pipeline.jobs.task import job_spec
+from pipeline.measure.summary import steady_steps, summarize_job
 from pipeline.records import JobResult, Status
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,8 @@ from optuna.trial import TrialState
 from pipeline.builders.compile import compile_layers, decoder_layers
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.config.compose import compose_job
+from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
-from pipeline.config.hardware import cuda_device_count
 from pipeline.config.identity import config_id
 from pipeline.config.knobs import check_compile
 from pipeline.jobs.task import job_spec

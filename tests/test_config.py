@@ -6,8 +6,8 @@ import pytest
 
 from pipeline.cli import _with_repeats
 from pipeline.config.compose import CONF_DIR, compose_job, precheck
+from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
-from pipeline.config.hardware import cuda_device_count
 from pipeline.config.validate import parse_size, parse_split, validate
 
 GROUP_OPTIONS = [

@@ -41,10 +41,15 @@ optuna = pytest.importorskip("optuna")
 pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed (pip install optuna-dashboard)")
 from optuna.trial import TrialState  # noqa: E402
 
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, screenshots_folder  # noqa: E402
 from tests.helpers.env import child_env  # noqa: E402
 from tests.helpers.net import free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
+try:
+    from playwright import sync_api
+except ImportError:  # the API tests still run; the browser's view is skipped
+    sync_api = None
 
 SPACE = ["1x8", "2x4", "4x2", "8x1"]
 STARTUP_S = 60
@@ -253,3 +258,25 @@ def test_the_dashboard_reads_a_real_mixed_study_as_it_printed_itself(tmp_path):
         assert trial["state"] == "Complete" and trial["values"] and trial["constraints"][0] > 0
     (best,) = shown["best_trials"]
     assert stored[best["number"]].user_attrs["label"] == printed
+    if CHROMIUM is not None and sync_api is not None:
+        _see_it_in_a_browser(url, summary.study_name, best["number"])
+
+
+def _see_it_in_a_browser(storage: str, name: str, best: int) -> None:
+    """The study's page in Chromium: the value named `step s`, the over-the-cap trials in the timeline's
+    "Infeasible" colour, and as best trial the study's answer."""
+    with serving(storage) as base, sync_api.sync_playwright() as playwright:
+        ids = {s["study_name"]: s["study_id"] for s in _get(f"{base}/studies")["study_summaries"]}
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.set_default_timeout(STARTUP_S * 1000)
+            page.goto(f"{base.removesuffix('/api')}/dashboard/studies/{ids[name]}")
+            page.get_by_text(f"Best Trial (number={best})", exact=True).wait_for()
+            page.get_by_text("Infeasible", exact=True).first.wait_for()  # the timeline's legend
+            assert page.get_by_text("step s", exact=True).count() >= 1  # the history's axis and its y-axis choice
+            shots = screenshots_folder()
+            if shots:
+                page.screenshot(path=str(shots / "optuna-dashboard.png"), full_page=True)
+        finally:
+            browser.close()

@@ -9,8 +9,8 @@ import pytest
 
 from pipeline.config.compose import compose_job
 from pipeline.jobs import runner
-from pipeline.jobs.summary import summarize_job
 from pipeline.jobs.task import job_spec
+from pipeline.measure.summary import summarize_job
 from pipeline.records import GIB, Fit, Status
 
 pytestmark = pytest.mark.gpu

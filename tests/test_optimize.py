@@ -101,8 +101,10 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
 
     study = _study(study_dir)
     decided = [
-        t for t in study.get_trials() if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    ]
+        t
+        for t in study.get_trials()
+        if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) and "label" in t.user_attrs
+    ]  # a proposal of a decided config carries `repeat_of` instead of a label of its own
     labels = [t.user_attrs["label"] for t in decided]
     assert len(labels) == len(set(labels)) == 4, labels  # every config decided once, none repeated
     # the probes' fastest candidate that fits is measured first: 8x1's probe is over the cap, so 1x8 (from the 1x1 probe)
@@ -118,19 +120,20 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
         for t in decided
         if t.state == optuna.trial.TrialState.COMPLETE and t.user_attrs.get("feasible")
     }
-    assert f"tiny {answer}" == min(measured, key=measured.get), measured
+    # the search's fastest, unless the confirmation round found a finalist faster in pairs
+    overturned = re.search(r"is [\d.]+x \[[\d.]+, [\d.]+\] faster than tiny (\d+x\d+)", out)
+    assert f"tiny {answer}" == min(measured, key=measured.get) or overturned, measured
     assert grid_median[answer] <= 2.0 * grid_best, (answer, grid_median)
-    # over the cap, measured or predicted: PRUNED with a positive constraint, as optuna-dashboard reads it (a config
-    # over the cap may also be pruned as slow first, before its peak passes the cap: it is never COMPLETE either)
+    # over the cap, measured or predicted: COMPLETE with a value and a positive constraint, infeasible as
+    # optuna-dashboard shows it (a config over the cap may be pruned as slow first: then PRUNED, no value)
     infeasible = {t.user_attrs["label"] for t in decided if t.user_attrs.get("feasible") is False}
     assert infeasible and infeasible <= {"tiny 4x2", "tiny 8x1"}, infeasible
-    over = [t for t in decided if t.user_attrs["label"] in ("tiny 4x2", "tiny 8x1")]
-    assert all(t.state == optuna.trial.TrialState.PRUNED for t in over), [(t.number, t.state) for t in over]
     for t in decided:
         if t.user_attrs["label"] in infeasible:
-            assert t.state == optuna.trial.TrialState.PRUNED and t.value is None
+            assert (t.state == optuna.trial.TrialState.COMPLETE) == (t.value is not None), (t.number, t.state)
             assert t.system_attrs["constraints"][0] == t.system_attrs["constraints:memory_gib"] > 0
-    assert study.best_trial.user_attrs["label"] == f"tiny {answer}"  # Optuna's own best respects the constraint
+    assert study.trials[study.user_attrs["answer_trial"]].user_attrs["label"] == f"tiny {answer}"
+    assert study.best_trial.user_attrs["feasible"]  # Optuna's own best respects the constraint
     records = [TrialRecord.of(t) for t in decided]
     errors = [abs(r.predictor_error) for r in records if r.predictor_error is not None]
     print(f"memory predictor error on the tiny model: max {100 * max(errors):.1f}% over {len(errors)} trials")

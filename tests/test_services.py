@@ -13,6 +13,8 @@ import warnings
 
 import pytest
 
+from tests.helpers.wait import wait_until
+
 # One worker: load the study, then ask/tell `n` trials, each tagged with this process's pid.
 ASK_TELL = """
 import os, sys, optuna
@@ -66,7 +68,9 @@ def test_heartbeat_fails_a_killed_workers_trial_on_postgres(postgres_url):
     while not study.get_trials():
         assert worker.poll() is None and time.monotonic() < deadline, "the worker never started its trial"
         time.sleep(0.2)
-    time.sleep(4)  # past the grace period: a live worker's heartbeat keeps its trial RUNNING
+    started = study.get_trials()[0].datetime_start.timestamp()
+    # a grace period (3 s) and a heartbeat (1 s) past the trial's start: only a live worker's heartbeat keeps it RUNNING
+    wait_until(lambda: time.time() > started + 3 + 1, 30, "the grace period's end", alive=lambda: worker.poll() is None)
     assert optuna.storages.fail_stale_trials(study) is None
     assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.RUNNING]
     os.kill(worker.pid, signal.SIGKILL)

@@ -123,3 +123,28 @@ def test_statuses_kinds_and_roles_are_spelled_only_by_their_enum(what):
         if value in values
     ]
     assert not found, found
+
+
+# The layers of the README's layout, top to bottom: a module imports only from its own layer's package or below.
+LAYERS = [
+    {"train", "optimize", "report", "ui", "ui_server", "dashboard"},
+    {"cli"},
+    {"search"},
+    {"jobs"},
+    {"reporting"},
+    {"compare", "measure", "tracking", "builders"},
+    {"config"},
+    {"records", "exits", "liveness", "__init__"},
+]
+
+
+def _layer(module: str) -> int:
+    part = module.split(".")[1] if "." in module else "__init__"
+    return next(i for i, layer in enumerate(LAYERS) if part in layer)
+
+
+def test_every_import_goes_down_the_layers_of_the_readme():
+    upward = [
+        f"{a} -> {b}" for a, targets in _graph().items() for b in targets if _layer(b) < _layer(a) and a != "pipeline"
+    ]
+    assert not upward, upward

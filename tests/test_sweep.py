@@ -10,12 +10,13 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.helpers.cli import run_cli
 from tests.helpers.net import free_port
-from tests.helpers.wait import process_gone, wait_for_steps
+from tests.helpers.wait import process_gone, wait_for_steps, wait_until
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 
@@ -222,9 +223,11 @@ def test_report_and_mlflow_server_read_back_a_sweep(tmp_path):
         }
         assert "report/report.html" in report_files and "report/step_time.png" in report_files
     finally:
+        workers = psutil.Process(server.pid).children(recursive=True)
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
-    assert server.returncode is not None
+    # the server stopped with all its workers: nothing of it outlives the test
+    wait_until(lambda: all(process_gone(w.pid) for w in workers), 30, "the server's workers' end")
 
 
 @pytest.mark.slow
@@ -269,10 +272,29 @@ def test_repeats_pool_exactly_the_runs_of_one_identity(tmp_path):
     for runs in by_id.values():
         assert sorted(r.data.tags["repeat"] for r in runs) == ["0", "1", "2"]
         assert len({r.data.tags["display_name"] for r in runs}) == 1
-    # three repeats cover the median 75% of the time: said so, and no winner is named at 95%
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("| tiny ")]
-    assert len(rows) == 2 and all("(75%)" in row for row in rows), rows
-    assert "winner" not in " ".join(rows)
+    # three repeats are three paired rounds: each row the median of its runs, the pair's ratio and a rank from it
+    rows = [
+        [c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines() if line.startswith("| tiny ")
+    ]
+    assert len(rows) == 2 and all(row[2].endswith("(3 runs)") for row in rows), rows
+    assert rows[0][3] == "fastest" and re.fullmatch(r"\d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\]", rows[1][3]), rows
+    assert rows[0][9] in ("winner", "equal") and (rows[1][9] == "slower" or rows[1][9].startswith("equal ±")), rows
+
+
+@pytest.mark.slow
+def test_the_cpu_acceptance_sweep_names_8x1_the_winner(tmp_path):
+    """`-m batch.effective=8 batch.split=1x8,8x1 repeats=4` on the tiny model: 8x1 does the same work in one
+    micro-batch instead of eight, about 1.5x faster on a 2-core CPU, and four paired rounds name it the winner."""
+    args = ["-m", "batch.effective=8", "batch.split=1x8,8x1", "repeats=4", "train.steps=12", "measure.warmup_steps=2"]
+    proc = run_cli(*args, "train.progress_bar=false", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {
+        cells[0]: cells
+        for line in proc.stdout.splitlines()
+        if line.startswith("| tiny ")
+        for cells in [[c.strip() for c in line.split("|")[1:-1]]]
+    }
+    assert rows["tiny 8x1"][9] == "winner" and rows["tiny 1x8"][9] == "slower", proc.stdout[-2000:]
 
 
 def test_a_failed_job_makes_the_exit_status_1_and_the_sweep_goes_on(tmp_path):

@@ -78,3 +78,17 @@ def test_notes_are_per_config_not_per_repeat():
 def test_configs_that_share_a_name_but_not_an_identity_stay_apart():
     jobs = [recorded("m 4x1", "a", [0.1] * 10), recorded("m 4x1", "b", [0.2] * 10)]
     assert len(comparison_rows(jobs, Criteria())) == 2
+
+
+def test_the_plot_axis_states_the_coverage_and_source_the_table_states():
+    """One run per config: the whiskers are one run's steps at the table's confidence; with repeats: the paired
+    interval against the fastest, as the table's column says."""
+    from pipeline.reporting.plots import step_label
+
+    single = comparison_rows([recorded("a", "a", [0.1] * 10), recorded("b", "b", [0.2] * 10)], Criteria(0.9))
+    assert "90% interval of one run's steps" in step_label(single, 0.9)
+    assert "90% CI of one run's steps" in format_table(single, Criteria(0.9))
+    jobs = [recorded(n, n, [t * (1 + r / 10)] * 5, r) for r in range(3) for n, t in (("a", 0.1), ("b", 0.2))]
+    paired = comparison_rows(jobs, Criteria(0.9))
+    assert "90% paired interval against the fastest" in step_label(paired, 0.9)
+    assert "time vs fastest (90%, paired)" in format_table(paired, Criteria(0.9))

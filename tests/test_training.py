@@ -12,9 +12,9 @@ from transformers import TrainerCallback
 
 from pipeline.config.compose import compose_job
 from pipeline.jobs.child import Job
-from pipeline.jobs.summary import summarize_job
 from pipeline.jobs.task import job_spec
 from pipeline.measure.callback import IN_STEP_FACTOR
+from pipeline.measure.summary import summarize_job
 from pipeline.records import Fit, JobResult, Status, StopRule
 
 QUIET = ["train.progress_bar=false", "train.steps=8", "measure.warmup_steps=2"]
@@ -182,18 +182,19 @@ class SlowedJob(Job):
 
 
 def test_one_stalled_step_does_not_prune_a_fast_config_but_a_slower_config_is_pruned_early(tmp_path):
-    """The study prunes a trial whose steps 2-4 have a median over the threshold. A fast config (0.5 s of work per
-    step, plus the tiny model's own) with step 3 stalled by 4 s, over 2x the threshold (the old rule pruned on such
-    a single step), trains to the end; the same config doing twice the work on every step is pruned at the end of
-    the window, step 4 of 5. The work is made of known delays, so the outcomes hold on a busy machine."""
+    """The study prunes a trial whose steps 2-4 have a median over the threshold (1 s here). A fast config (0.5 s of
+    work per step, plus the tiny model's own, some 0.05 s) with step 3 stalled by 4 s, over 2x the threshold (the old
+    rule pruned on such a single step), trains to the end; the same config doing more than twice the work on every
+    step (1.2 s) is pruned at the end of the window, step 4 of 5. The work is made of known delays, far from the
+    threshold on either side, so the outcomes hold on a busy machine."""
     spec = job_spec(compose_job("config", [*QUIET, "batch.split=4x1", "train.steps=5"]))
-    spec = dataclasses.replace(spec, stop=StopRule(prune_after=3, prune_threshold_s=0.8))
+    spec = dataclasses.replace(spec, stop=StopRule(prune_after=3, prune_threshold_s=1.0))
     for name in ("stalled", "slow"):
         (tmp_path / name).mkdir()
-    stalled = SlowedJob(spec, tmp_path / "stalled", 0.5, {3: 4.0}).run()
+    stalled = SlowedJob(spec, tmp_path / "stalled", 0.5, {3: 4.0}).run()  # 0.5 s + the model's own: under 1.0
     assert stalled.status is Status.OK, stalled.stopped
     assert [s.step for s in stalled.steps] == [1, 2, 3, 4, 5]
-    assert stalled.steps[2].step_time_s > IN_STEP_FACTOR * 0.8  # the stall was there, and alone decided nothing
-    slow = SlowedJob(spec, tmp_path / "slow", 1.0).run()
+    assert stalled.steps[2].step_time_s > IN_STEP_FACTOR * 1.0  # the stall was there, and alone decided nothing
+    slow = SlowedJob(spec, tmp_path / "slow", 1.2).run()
     assert slow.status is Status.PRUNED and slow.stopped.startswith("pruned at step 4"), slow.stopped
     assert [s.step for s in slow.steps] == [1, 2, 3, 4]

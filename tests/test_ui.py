@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,23 +28,13 @@ from typing import TYPE_CHECKING
 import psutil
 import pytest
 
-from tests.helpers.cli import REPO, run_cli
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, screenshots_folder
+from tests.helpers.cli import run_cli
 from tests.helpers.net import free_port
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMIUM_ARGS = [
-    "--no-sandbox",  # runs as root in containers
-    "--headless",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 SPLITS = ["1x4", "2x2", "4x1"]
 COLUMNS = ("step_time_median_s", "tokens_per_s", "peak_gib")  # in the view, with the tag rank
@@ -102,11 +91,6 @@ def _wait_for_url(proc: subprocess.Popen, log: Path, port: int) -> str:
             except OSError:
                 pass
         time.sleep(0.5)
-
-
-def _shots() -> Path | None:
-    folder = os.environ.get("BATCH_SPLIT_SCREENSHOTS")
-    return (REPO / folder) if folder else None
 
 
 def _jobs(folder: Path) -> dict[str, Run]:
@@ -200,7 +184,7 @@ def test_mlflow_ui_and_report_in_a_browser(tmp_path):
 
     port = free_port()
     server, log = _start_ui(tmp_path, port)
-    shots = _shots()
+    shots = screenshots_folder()
     try:
         url = _wait_for_url(server, log, port)
         experiment = next(iter(jobs.values())).info.experiment_id
@@ -244,7 +228,12 @@ def test_mlflow_ui_and_report_in_a_browser(tmp_path):
                     loaded = image.evaluate("img => img.complete && img.naturalWidth > 0 && img.naturalHeight > 0")
                     assert loaded, image.get_attribute("src")
                 headers = page.locator("table th").all_inner_texts()
-                assert headers[:3] == ["config", "status", "step s (median [95% CI])"], headers
+                assert headers[:4] == [
+                    "config",
+                    "status",
+                    "step s (median [95% CI of one run's steps])",
+                    "time vs fastest (95%, paired)",
+                ], headers
                 for name in names:
                     row = page.locator("table tr", has=page.get_by_role("cell", name=name, exact=True))
                     assert row.locator("td").nth(1).inner_text() == "ok", name

@@ -11,8 +11,8 @@ from optuna.trial import TrialState
 
 from pipeline.compare.sequential import ConfirmationRound
 from pipeline.config.compose import compose_job, plan_sweep
+from pipeline.config.devices import cpu_cores
 from pipeline.config.errors import ConfigError
-from pipeline.config.hardware import cpu_cores
 from pipeline.jobs import ranks
 from pipeline.records import Status
 from pipeline.search import confirmation

@@ -1,7 +1,7 @@
-"""The one comparison engine: every claim that one config is faster than another, between processes.
+"""The one comparison engine: every claim that one config is faster than another, across processes.
 
-`paired` holds the statistic (per-round paired log ratios, Student's t, the judgement with its margin), `rounds`
-the measurements it is made of (medians of fresh-process runs, by config and round), `sequential` the study's
-confirmation round (its plan from the noise already seen, its stopping rule and budget), `ranking` the ranks of a
-sweep's configs from its repeats.
+`paired` holds the statistic (per-round paired log ratios, Student's t, the judgement with the margin it
+certifies), `ranking` ranks a sweep's configs from their repeats, and `sequential` runs a study's confirmation round
+(its plan from the noise already seen, its stopping rule and its budget). Medians come in as `medians[config][round]`:
+the runs of one round are neighbours in time.
 """

@@ -7,8 +7,8 @@ import importlib.util
 
 from omegaconf import DictConfig
 
+from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError, choice
-from pipeline.config.hardware import cuda_device_count
 from pipeline.records import CUDA_GRAPH_MODES, Compile
 
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")

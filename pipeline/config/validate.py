@@ -15,8 +15,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.data import check_data
+from pipeline.config.devices import cpu_cores, cuda_device_count
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
-from pipeline.config.hardware import cpu_cores, cuda_device_count
 from pipeline.config.knobs import check_knobs, on_cuda
 from pipeline.records import GIB, Compile
 

@@ -30,6 +30,8 @@ from pipeline.reporting.table import Criteria, comparison_rows, format_table, ra
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
+NOT_RANKED = "not ranked: one run"  # a config measured once has no pair to rank it by
+
 
 def _clock(seconds: float) -> str:
     seconds = int(seconds)
@@ -93,8 +95,7 @@ class SweepCallback(Callback):
             for job in row.jobs:
                 if row.loss_dev is not None:
                     self.tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
-                if row.judgement:
-                    self.tracker.tags(job.run_id, {"rank": rank_text(row)})
+                self.tracker.tags(job.run_id, {"rank": rank_text(row) if row.judgement else NOT_RANKED})
         table = format_table(rows, criteria)
         code, line = exits.jobs_exit_code((j.status, j.summary.fit) for j in jobs)
         print(table, flush=True)
@@ -104,6 +105,6 @@ class SweepCallback(Callback):
         self.tracker.metrics(parent_id, {"jobs_ok": ok, "jobs_total": len(jobs)})
         self.tracker.tags(parent_id, {runs.STATUS: Status.OK if code == exits.OK else Status.FAILED, runs.NOTE: line})
         self.tracker.end(parent_id, RunState.FINISHED)
-        exits.Outcome.set(code, line)
+        exits.ExitCode.set(code, line)
         SweepContext.clear()
         self.context = None

@@ -19,13 +19,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.compose import CONF_DIR
-from pipeline.config.hardware import cuda_device_count
+from pipeline.config.devices import cuda_device_count
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.validate import validate
 from pipeline.jobs import devicelock, preflight, ranks, runner
 from pipeline.jobs.context import SweepContext, job_overrides
 from pipeline.jobs.files import PROFILE_DIR
-from pipeline.jobs.summary import steady_steps, summarize_job
+from pipeline.measure.summary import steady_steps, summarize_job
 from pipeline.records import Compile, JobResult, JobSpec, JobSummary, RunKind, Status, StopRule
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker

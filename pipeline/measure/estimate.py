@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from pipeline.config.hardware import cpu_matmul_flops, cuda_device_count
+from pipeline.config.devices import cpu_matmul_flops, cuda_device_count
 from pipeline.measure.flops import Shape, flops_per_token
 
 LONG_JOB_S = 600.0

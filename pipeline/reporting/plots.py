@@ -22,7 +22,7 @@ from pipeline.records import PHASES, Status  # noqa: E402
 from pipeline.reporting.table import Row  # noqa: E402
 
 RANK_COLOURS = {Judgement.WINNER: "#2a9d5c", Judgement.EQUAL: "#e9a23b", Judgement.SLOWER: "#4c72b0"}
-FIGSIZE = (8.0, 4.2)  # every plot the same size, so the report's page lines up
+FIGSIZE = (8.0, 4.6)  # every plot the same size, so the report's page lines up
 PHASE_COLOURS = dict(zip(PHASES, ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"), strict=True))
 FITS, OVER, PREDICTED, NEUTRAL = "#55a868", "#c44e52", "#bbbbbb", "#999999"
 MEMORY_STYLES = {
@@ -47,9 +47,17 @@ class Context:
         return f"{what}\n{self.kind} {self.name} · {self.device} · {self.date}"
 
 
+def _legend(ax, handles: list) -> None:
+    """Below the plot, the whole width: never over a bar, and the plot keeps the figure's width."""
+    if handles:
+        ax.legend(
+            handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=min(4, len(handles))
+        )
+
+
 def _save(fig, path: Path) -> Path:
-    fig.tight_layout(rect=(0, 0, 0.78, 1))  # the legend's column on the right; every image the same size
-    fig.savefig(path, dpi=110)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)  # no tight bounding box: every image the same size, so the report's page lines up
     plt.close(fig)
     return path
 
@@ -98,28 +106,37 @@ def step_label(rows: list[Row], confidence: float) -> str:
 def step_times(rows: list[Row], context: Context, confidence: float, path: Path) -> Path:
     fig, ax = _figure(rows)
     ax.set_title(context.title("Step time per config"), fontsize=9)
-    timed = [r for r in rows if r.median is not None]
+    timed = [r for r in rows if r.median is not None or r.first_steps is not None]
     if not timed:
         _empty(ax, "no config has a step time (see the table and the memory plot)")
         return _save(fig, path)
-    top = max([r.median for r in timed] + [e[1] for r in timed if (e := _error(r, rows, confidence))])
+    errors = {r.config_id: _error(r, rows, confidence) for r in rows if r.median is not None}
+    top = max([r.median or r.first_steps for r in timed] + [e[1] for e in errors.values() if e])
     for x, row in enumerate(rows):
-        if row.median is None:
+        if row.median is None and row.first_steps is not None:
+            ax.bar(x, row.first_steps, color="white", edgecolor=NEUTRAL, hatch="///")
+        elif row.median is None:
             ax.text(x, 0.5 * top, _why_no_time(row), ha="center", va="center", fontsize=8, rotation=90, color=OVER)
-            continue
-        colour = RANK_COLOURS.get(row.judgement, NEUTRAL)
-        error = _error(row, rows, confidence)
-        yerr = [[row.median - error[0]], [error[1] - row.median]] if error else None
-        ax.bar(x, row.median, color=colour, yerr=yerr, capsize=5)
-        if error and row.ci is not None and error == (row.ci.low, row.ci.high) and row.ci.level < confidence - 1e-12:
-            ax.text(x, row.ci.high, f"{100 * row.ci.level:.0f}% interval", ha="center", va="bottom", fontsize=7)
+        else:
+            error = errors[row.config_id]
+            yerr = [[row.median - error[0]], [error[1] - row.median]] if error else None
+            ax.bar(x, row.median, color=RANK_COLOURS.get(row.judgement, NEUTRAL), yerr=yerr, capsize=5)
+            if (
+                error
+                and row.ci is not None
+                and error == (row.ci.low, row.ci.high)
+                and row.ci.level < confidence - 1e-12
+            ):
+                ax.text(x, row.ci.high, f"{100 * row.ci.level:.0f}% interval", ha="center", va="bottom", fontsize=7)
     _names(ax, rows)
     ax.set_ylim(0, 1.12 * top)
     ax.set_ylabel(step_label(rows, confidence), fontsize=8)
     handles = [Patch(color=c, label=str(j)) for j, c in RANK_COLOURS.items() if any(r.judgement is j for r in rows)]
     if any(r.median is not None and r.judgement is None for r in rows):
-        handles.append(Patch(color=NEUTRAL, label="not ranked (one run each)"))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        handles.append(Patch(color=NEUTRAL, label="not ranked"))
+    if any(r.median is None and r.first_steps is not None for r in rows):
+        handles.append(Patch(facecolor="white", edgecolor=NEUTRAL, hatch="///", label="stopped early: its first steps"))
+    _legend(ax, handles)
     return _save(fig, path)
 
 
@@ -152,7 +169,7 @@ def phases(rows: list[Row], context: Context, path: Path) -> Path:
         bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
     _names(ax, rows)
     ax.set_ylabel("seconds per optimizer step")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
+    _legend(ax, ax.get_legend_handles_labels()[0])
     return _save(fig, path)
 
 
@@ -194,7 +211,7 @@ def memory(rows: list[Row], context: Context, path: Path) -> Path:
         handles.append(Patch(facecolor="white", edgecolor=PREDICTED, hatch="///", label="predicted (not launched)"))
     if cap:
         handles.append(plt.Line2D([], [], color=OVER, linestyle="--", label=f"cap {cap:.2f} GiB"))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _legend(ax, handles)
     return _save(fig, path)
 
 
@@ -209,5 +226,5 @@ def losses(curves: dict[str, list[tuple[int, float]]], context: Context, path: P
         ax.plot([p[0] for p in points], [p[1] for p in points], label=name, alpha=0.8)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _legend(ax, ax.get_legend_handles_labels()[0])
     return _save(fig, path)

@@ -46,8 +46,9 @@ from tqdm import tqdm
 from pipeline.config.identity import digest, identity_tree
 from pipeline.config.validate import parse_split, validate
 from pipeline.jobs import runner, task
-from pipeline.jobs.summary import steady_steps
+from pipeline.liveness import HEARTBEAT_S
 from pipeline.measure.flops import Shape
+from pipeline.measure.summary import steady_steps
 from pipeline.records import GIB, RunKind, Status, StopRule
 from pipeline.search import confirmation, trials, workers
 from pipeline.search.answer import Answer, Decided, decide, log_answer
@@ -376,8 +377,16 @@ class StudyDriver:
         self._fail_stale()  # a dead worker's config may have been measured here just now: its trial ends too
 
     def _next_trial(self, parent: str, bar: tqdm) -> bool:
-        """Ask the sampler for a config and decide it; False once every config is decided or taken by a worker."""
+        """Ask the sampler for a config and decide it; False once every config is decided. While the only configs
+        left are being measured by other workers, wait for them: a worker that dies leaves its config to be
+        measured again once its heartbeat lapses, and no worker may stop before that."""
         self._fail_stale()
+        open_ids = {c.config_id for c in self.valid} - set(workers.decided(self.study))
+        if not open_ids:
+            return False
+        if open_ids <= workers.taken(self.study, current=-1):
+            time.sleep(HEARTBEAT_S)  # every open config is another live worker's: its result, or its death, comes
+            return True
         trial = self.study.ask()
         workers.own(trial)
         values = suggest(trial, self.space)
@@ -388,7 +397,7 @@ class StudyDriver:
             self._repeat_of(trial, candidate, values)
             remaining = [c for c in self.valid if c.config_id not in taken]
             if not remaining:
-                return False  # everything is decided or being measured by another worker
+                return True  # everything is decided or being measured by another worker: the next call sees which
             # the sampler keeps proposing what is known once the space is nearly decided: hand it an
             # undecided config (drawn, so no order of the space is favoured)
             pick = random.Random(self.o.seed * 100_003 + trial.number).choice(remaining)

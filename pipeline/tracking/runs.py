@@ -37,6 +37,7 @@ CONFIG_ID = "config_id"
 REPEAT = "repeat"
 ROUND = "round"  # a confirmation run's round
 FIT = "fit"
+FIT_BEFORE = "verdict"  # the same tag in stores written before 2026-12-01
 NAME = "display_name"
 PREDICTED = "predicted_gib"
 NOTE = "note"
@@ -283,7 +284,7 @@ def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = MEA
         status = Status(tags.get(STATUS, Status.FAILED))
         if status is Status.RUNNING and run.info.status != RunState.RUNNING:
             status = Status.KILLED if run.info.status == RunState.KILLED else Status.FAILED
-        fit_tag = tags.get(FIT)
+        fit_tag = tags.get(FIT) or tags.get(FIT_BEFORE)
         summary = JobSummary.from_metrics(status, Fit(fit_tag) if fit_tag else Fit.FAILED, metrics)
         jobs.append(
             RecordedJob(

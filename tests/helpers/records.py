@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.jobs.summary import summarize_job
+from pipeline.measure.summary import summarize_job
 from pipeline.records import JobResult, Memory, Placement, RecordedJob, RunKind, Status, Step
 
 
