@@ -57,20 +57,8 @@ else
   shares=(270 270)
 fi
 
-say() { echo "[ddp] $*" | tee -a "$res/ddp.log"; }
-
-stage() {  # stage NAME SHARE COMMAND...: at most SHARE seconds and what is left of the budget; output to NAME.log
-  local name=$1 share=$2 left t0 rc
-  shift 2
-  left=$(( start + budget - $(date +%s) ))
-  [ "$left" -lt "$share" ] && share=$left
-  if [ "$share" -lt 30 ]; then say "$name: skipped, ${left} s of the budget left"; return; fi
-  say "$name: at most ${share} s: $*"
-  t0=$(date +%s)
-  timeout -s INT -k 30 "$share" "$@" > "$res/$name.log" 2>&1
-  rc=$?
-  say "$name: exit $rc after $(( $(date +%s) - t0 )) s$([ $rc = 124 ] && echo ' (interrupted at its share)')"
-}
+NAME=ddp RES=$res START=${start:-} BUDGET=$budget
+source "$(dirname "$0")/stages.sh"
 
 { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
   nvidia-smi topo -m 2>/dev/null | head -4

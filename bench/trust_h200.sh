@@ -34,17 +34,8 @@ else
   shares=(200 250)
 fi
 
-say() { echo "[trust] $*" | tee -a "$res/trust.log"; }
-
-stage() {  # stage NAME SHARE COMMAND...: at most SHARE seconds; output to NAME.log
-  local name=$1 share=$2 t0 rc
-  shift 2
-  say "$name: at most ${share} s: $*"
-  t0=$(date +%s)
-  timeout -s INT -k 30 "$share" "$@" > "$res/$name.log" 2>&1
-  rc=$?
-  say "$name: exit $rc after $(( $(date +%s) - t0 )) s$([ $rc = 124 ] && echo ' (interrupted at its share)')"
-}
+NAME=trust RES=$res START=${start:-} BUDGET=
+source "$(dirname "$0")/stages.sh"
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
   $py -c 'import torch, transformers, trl, peft; print(torch.__version__, transformers.__version__, trl.__version__, peft.__version__)'

@@ -18,6 +18,7 @@ from pipeline.search import confirmation
 from pipeline.search.answer import Decided, paired_speedup
 from pipeline.search.trials import Role, TrialRecord
 from tests.helpers.machine import Machine
+from tests.helpers.settings import confirm_settings
 
 # True step times (s) of a split x checkpointing x dtype space on one GPU, shaped like the H200 study of
 # BENCHMARKS.md: bf16 and fp16 truly tie, checkpointing doubles the step, smaller micro-batches cost more.
@@ -36,21 +37,6 @@ SPACE = {
     "1x4 ckpt=on fp16": 1.50,
 }
 BASELINE = "4x1 ckpt=on fp16"  # the seed's setting
-
-
-def settings(**changes) -> confirmation.Settings:
-    defaults = dict(
-        mode="auto",
-        k=3,
-        within=0.3,
-        share=0.25,
-        budget_s=None,
-        max_steps=30,
-        max_rounds=20,
-        tolerance=0.05,
-        confidence=0.95,
-    )
-    return confirmation.Settings(**{**defaults, **changes})
 
 
 def simulated_study(
@@ -225,16 +211,16 @@ def test_the_finalists_are_the_best_the_baseline_and_the_close_challengers():
     )
     base = TrialRecord(0, TrialState.COMPLETE, label="base", median=2.0, status=Status.OK, role=Role.BASELINE)
     eligible = [near, far, best, base]
-    labels = [r.label for r in confirmation.choose(eligible, base, settings())]
+    labels = [r.label for r in confirmation.choose(eligible, base, confirm_settings())]
     assert labels == ["best", "base", "near"]
-    assert [r.label for r in confirmation.choose(eligible, base, settings(mode="always"))] == [
+    assert [r.label for r in confirmation.choose(eligible, base, confirm_settings(mode="always"))] == [
         "best",
         "base",
         "near",
         "far",
     ]
-    assert confirmation.choose(eligible, base, settings(mode="never")) == []
-    assert confirmation.choose([base], base, settings()) == []  # the baseline is the best: nothing to confirm
+    assert confirmation.choose(eligible, base, confirm_settings(mode="never")) == []
+    assert confirmation.choose([base], base, confirm_settings()) == []  # the baseline is the best: nothing to confirm
 
 
 def test_the_warm_up_of_a_confirmation_run_is_the_transient_its_trial_showed():
@@ -271,7 +257,7 @@ def test_a_studys_paired_speedup_covers_the_truth_and_its_round_decides_within_i
     covered = answered = decided = 0
     shares = []
     for _ in range(STUDIES):
-        decided_study, spent, truth = simulated_study(rng, settings())
+        decided_study, spent, truth = simulated_study(rng, confirm_settings())
         record = decided_study.confirmation
         shares.append(record.state.seconds / (spent + record.state.seconds))
         comparisons = record.state.comparisons(decided_study.best.label)

@@ -22,6 +22,7 @@ from pipeline.search.space import candidates, check_values, knob_space
 from pipeline.search.trials import Role, TrialRecord
 from tests.helpers.cli import run_cli
 from tests.helpers.gloo import on_ranks
+from tests.helpers.settings import confirm_settings
 
 TWO_RANKS = pytest.mark.skipif(cpu_cores() < 2, reason="two ranks on the CPU need two cores")
 WORLD = ["launcher.kind=torchrun", "gpu=cpu", "++optimize.space={world_size:[1,2]}"]
@@ -165,30 +166,17 @@ def _record(number: int, label: str, median: float, world_size: int, **extra) ->
     )
 
 
-def _settings(**changes) -> confirmation.Settings:
-    values = dict(
-        mode="auto",
-        k=3,
-        within=0.3,
-        share=0.25,
-        budget_s=None,
-        max_steps=30,
-        max_rounds=20,
-        tolerance=0.05,
-        confidence=0.95,
-    )
-    return confirmation.Settings(**{**values, **changes})
-
-
 def test_the_finalists_include_the_best_of_every_other_world_size():
     best = _record(1, "4x1 ws=2", 0.10, 2)
     near = _record(2, "2x2 ws=2", 0.11, 2)
     single = _record(3, "4x1 ws=1", 0.30, 1)  # far slower: no challenger, but the answer's reference on one device
     base = _record(0, "1x4 ws=1", 0.50, 1, role=Role.BASELINE)
-    chosen = confirmation.choose([near, single, best, base], base, _settings(k=2))
+    chosen = confirmation.choose([near, single, best, base], base, confirm_settings(k=2))
     assert [r.label for r in chosen] == ["4x1 ws=2", "1x4 ws=1", "4x1 ws=1"]
     alone = [_record(1, "4x1", 0.1, 1), _record(2, "2x2", 0.5, 1)]
-    assert [r.label for r in confirmation.choose(alone, None, _settings())] == []  # nothing within 30%: as before
+    assert [
+        r.label for r in confirmation.choose(alone, None, confirm_settings())
+    ] == []  # nothing within 30%: as before
 
 
 def _round(medians: dict[str, list[float]]) -> ConfirmationRecord:
