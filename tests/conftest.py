@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
@@ -16,7 +19,13 @@ from tests.helpers.services import (  # noqa: F401 - fixtures for every test
 
 @pytest.fixture(autouse=True)
 def clean_state(tmp_path, monkeypatch):
-    """Each test in tmp_path, with no MLflow URI or sweep ids leaking in from the environment or other tests."""
+    """Each test in tmp_path, with no MLflow URI or sweep ids leaking in from the environment or other tests, and a
+    temp folder of its own (TMPDIR, inherited by the processes it starts): the clean-up of one command must not find
+    the folders another test's killed processes left. Beside tmp_path (pytest's retention removes it) and kept short:
+    multiprocessing puts a socket path in it."""
+    temp = Path(tempfile.mkdtemp(prefix="t-", dir=tmp_path.parent))
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     monkeypatch.chdir(tmp_path)
     for key in ("MLFLOW_TRACKING_URI", "BATCH_SPLIT_SWEEP", "BATCH_SPLIT_HOST"):
         monkeypatch.delenv(key, raising=False)
