@@ -262,6 +262,7 @@ class Summary:
     n: int
     median: float
     mean: float
+    trimmed: float  # 20%-trimmed mean (`measure.stats.trimmed_mean`): a confirmation run's figure
     p10: float
     p90: float
     cv: float
@@ -319,6 +320,7 @@ class JobSummary:
                 steady_steps=s.n,
                 step_time_median_s=s.median,
                 step_time_mean_s=s.mean,
+                step_time_trimmed_s=s.trimmed,
                 step_time_p10_s=s.p10,
                 step_time_p90_s=s.p90,
                 step_time_cv=s.cv,
@@ -351,6 +353,7 @@ class JobSummary:
                 n=int(metrics["steady_steps"]),
                 median=metrics["step_time_median_s"],
                 mean=metrics["step_time_mean_s"],
+                trimmed=metrics.get("step_time_trimmed_s", metrics["step_time_mean_s"]),
                 p10=metrics["step_time_p10_s"],
                 p90=metrics["step_time_p90_s"],
                 cv=metrics["step_time_cv"],

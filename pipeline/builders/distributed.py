@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
+from typing import NoReturn
 
 import torch
 
@@ -40,10 +42,20 @@ def init_process_group(cuda: bool, timeout_s: float | None) -> str | None:
 
 
 def leave_process_group() -> None:
-    """Leave the ranks' process group together, before the interpreter exits. A group torn down by the exit itself,
-    while a peer is still leaving, was seen to abort a rank of a finished gloo job ("terminate called without an
-    active exception", SIGABRT), which failed the job after its record was written. Only for ranks that ended
-    together (a finished job, or a stop they agreed on): a rank whose job failed exits at once."""
+    """Leave the ranks' process group together, and end this rank at once (several ranks only). A group torn down
+    by the interpreter's exit, while a peer is still leaving or gloo's threads still hold work, was seen to abort a
+    rank of a finished gloo job ("terminate called without an active exception", SIGABRT) after its record was
+    written, failing the job; a barrier and destroy_process_group alone made it rarer, not gone. So the rank leaves
+    the group beside its peers, flushes its output and exits without the interpreter's finalization. Only for ranks
+    that ended together (a finished job, or a stop they agreed on): a rank whose job failed exits at once."""
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
+        exit_rank()
+
+
+def exit_rank(code: int = 0) -> NoReturn:
+    """End a rank whose work and records are done: output flushed, no interpreter finalization (see above)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -3,9 +3,11 @@ in rounds of fresh processes, neighbours in time, until every comparison with th
 spent; then each comparison says faster, slower, or equal within the margin it certifies.
 
 The plan comes from the noise the study's search has already seen. A comparison's variance per round is
-2 (s_p^2 + s_m^2 / n): s_p a process's own offset, s_m^2 / n the step noise of a median over n steady steps
-(s_m = 1.25 x the steps' coefficient of variation, the median's asymptotic efficiency). A round costs the finalists'
-fixed costs (spawn, setup, compilation, warm-up steps) plus n steady steps each. The run length n is the one that
+2 (s_p^2 + s_m^2 / n): s_p a process's own offset, s_m^2 / n the step noise of a run's figure over n steady steps
+(s_m = RUN_NOISE x the steps' coefficient of variation). A run's figure is the 20%-trimmed mean of its steady steps
+(`measure.stats.trimmed_mean`): its runs are short (a few steps), where a median throws away a third of what the
+steps say (in simulation it decided 3 points less often) and a plain mean is moved by one stalled step. A round
+costs the finalists' fixed costs (spawn, setup, compilation, warm-up steps) plus n steady steps each. The run length n is the one that
 makes the interval narrowest per device-second (variance x cost smallest), between `min_steps` and `max_steps`,
 with s_p = PROCESS_SPREAD; the rounds are as many as the budget buys. A comparison is looked at after every round
 from the third (two rounds give a t-interval on one degree of freedom, twelve times its standard error wide); a
@@ -23,7 +25,7 @@ from scipy.stats import t as student_t
 from pipeline.compare.paired import Comparison, Judgement, compare
 
 PROCESS_SPREAD = 0.05  # prior sd of one process's own log offset: neighbouring processes on an H200 (BENCHMARKS.md)
-MEDIAN_EFFICIENCY = 1.2533  # sd of a median over that of a mean, for normal step times: sqrt(pi / 2)
+RUN_NOISE = 1.05  # sd of a run's figure (the 20%-trimmed mean of its steps) over the steps' sd / sqrt(n), normal
 MIN_ROUNDS = 3
 COST_MARGIN = 1.1  # a round is counted this much over its predicted cost
 
@@ -40,33 +42,42 @@ class Finalist:
 
 @dataclass(frozen=True)
 class Plan:
+    """The planned run length, and what a run of each finalist costs: its fixed part (start-up and warm-up steps)
+    plus its steady steps."""
+
     steps: int  # steady steps per run
-    run_s: dict[str, float]  # predicted device seconds of one run of each finalist
+    fixed_s: dict[str, float]  # per finalist: device seconds of a run beyond its steady steps
+    step_s: dict[str, float]  # per finalist: seconds of one steady step
     budget_s: float
+    min_steps: int = 1
+
+    def cost(self, names: list[str], steps: int | None = None) -> float:
+        """Predicted device seconds of one run of each of `names`, of `steps` steady steps (the plan's by default)."""
+        steps = self.steps if steps is None else steps
+        return sum(self.fixed_s[name] + steps * self.step_s[name] for name in names)
 
     @property
     def affordable_rounds(self) -> int:
-        round_s = COST_MARGIN * sum(self.run_s.values())
+        round_s = COST_MARGIN * self.cost(list(self.fixed_s))
         return int(self.budget_s // round_s) if round_s > 0 else 0
 
 
 def plan(finalists: list[Finalist], budget_s: float, min_steps: int, max_steps: int, warmup: int = 0) -> Plan:
     """The run length whose rounds, as many as the budget buys, give the narrowest expected interval; every run
     also pays its start-up and `warmup` steps."""
-    noise = max(MEDIAN_EFFICIENCY * f.cv for f in finalists)
-
-    def round_s(n: int) -> float:
-        return sum(f.fixed_s + (warmup + n) * f.step_s for f in finalists)
+    noise = max(RUN_NOISE * f.cv for f in finalists)
+    fixed = {f.name: f.fixed_s + warmup * f.step_s for f in finalists}
+    step = {f.name: f.step_s for f in finalists}
 
     def width(n: int) -> float:
-        rounds = int(budget_s // (COST_MARGIN * round_s(n)))
+        rounds = int(budget_s // (COST_MARGIN * sum(fixed[k] + n * step[k] for k in fixed)))
         if rounds < MIN_ROUNDS:
             return math.inf
         return student_t.ppf(0.975, rounds - 1) * math.sqrt(2 * (PROCESS_SPREAD**2 + noise**2 / n) / rounds)
 
     lengths = range(min_steps, max(min_steps, max_steps) + 1)
     steps = min(lengths, key=lambda n: (width(n), n))
-    return Plan(steps, {f.name: f.fixed_s + (warmup + steps) * f.step_s for f in finalists}, budget_s)
+    return Plan(steps, fixed, step, budget_s, min_steps)
 
 
 def fit(
@@ -83,19 +94,21 @@ def fit(
         kept.pop()
 
 
-Measure = Callable[[str, int, int], tuple[float | None, float]]  # (finalist, round, steady steps) -> (median, s)
+Measure = Callable[[str, int, int], tuple[float | None, float]]  # (finalist, round, steady steps) -> (figure, s)
 
 
 @dataclass
 class ConfirmationRound:
-    """The rounds of `finalists` (the best first), their medians by finalist and round, and the seconds spent."""
+    """The rounds of `finalists` (the best first): each run's figure (the trimmed mean of its steady steps) by
+    finalist and round, the steady steps of each round, and the seconds spent."""
 
     finalists: list[str]
     confidence: float
     tolerance: float
-    medians: dict[str, dict[int, float]] = field(default_factory=dict)
+    times: dict[str, dict[int, float]] = field(default_factory=dict)
     seconds: float = 0.0
     failed: list[str] = field(default_factory=list)
+    steps: dict[int, int] = field(default_factory=dict)  # steady steps of each round's runs
 
     @property
     def best(self) -> str:
@@ -104,8 +117,8 @@ class ConfirmationRound:
     def comparisons(self, reference: str | None = None) -> list[Comparison]:
         """Every other finalist that ran against `reference` (the best by default), paired by round."""
         reference = reference or self.best
-        others = [f for f in self.finalists if f != reference and f in self.medians]
-        return [compare(f, reference, self.medians, self.confidence) for f in others]
+        others = [f for f in self.finalists if f != reference and f in self.times]
+        return [compare(f, reference, self.times, self.confidence) for f in others]
 
     def open(self) -> list[str]:
         """The finalists still measured: the best, and those whose comparison with it is not settled."""
@@ -115,27 +128,51 @@ class ConfirmationRound:
     def run(self, measure: Measure, chosen: Plan, max_rounds: int) -> None:
         """Rounds in rotated order (A B C, B C A, ...) until every comparison is settled, the best fails, the
         rounds reach `max_rounds`, or the next whole round would not fit the budget (a round cut short leaves its
-        first runs without a pair). A round fits when its predicted cost, COST_MARGIN over the plan's, fits beside
-        the plan's cost of the rounds so far, or beside what they really took where that was more. Mostly the plan
-        decides, not the real seconds: how long a run takes goes with how slow it was, and a stopping rule that
-        saw it would bias the comparison (seen in simulation: 93% coverage at 95%, against 95% so)."""
-        planned = 0.0
+        first runs without a pair). The first MIN_ROUNDS rounds are what makes an interval at all, so they are
+        secured: before each, the run length is shortened (to `min_steps` at most) where the rounds so far cost
+        more than planned and the rest of the first MIN_ROUNDS would not fit otherwise. A run's length changes
+        only the noise of its figure, not its centre, so this does not bias the comparison. Later rounds run
+        when their predicted cost, COST_MARGIN over the plan's, fits beside the plan's cost of the rounds so far,
+        or beside what they really took where that was more. Mostly the plan decides, not the real seconds: how
+        long a run takes goes with how slow it was, and a stopping rule that saw it would bias the comparison
+        (seen in simulation: 93% coverage at 95%, against 95% so)."""
+        planned = predicted_so_far = 0.0
+        steps = chosen.steps
         for number in range(max_rounds):
-            active = self.open() if number >= MIN_ROUNDS else [f for f in self.finalists if f not in self.failed]
+            early = number < MIN_ROUNDS
+            active = [f for f in self.finalists if f not in self.failed] if early else self.open()
             if len(active) < 2 or self.best not in active:
                 return
-            predicted = COST_MARGIN * sum(chosen.run_s[name] for name in active)
-            if max(planned, self.seconds) + predicted > chosen.budget_s:
+            if early:
+                # the cost rate the rounds so far showed (the plan's margin before any ran), never below the plan
+                rate = max(1.0, self.seconds / predicted_so_far) if predicted_so_far else COST_MARGIN
+                steps = self._secured_steps(chosen, active, MIN_ROUNDS - number, rate)
+                fits = self.seconds + rate * chosen.cost(active, steps) <= chosen.budget_s
+            else:
+                fits = max(planned, self.seconds) + COST_MARGIN * chosen.cost(active, steps) <= chosen.budget_s
+            if not fits:
                 return
-            planned += predicted
-            shift = number % len(active)
-            for name in active[shift:] + active[:shift]:
-                median, seconds = measure(name, number, chosen.steps)
-                self.seconds += seconds
-                if median is None:
-                    self.failed.append(name)
-                else:
-                    self.medians.setdefault(name, {})[number] = median
+            planned += COST_MARGIN * chosen.cost(active, steps)
+            predicted_so_far += chosen.cost(active, steps)
+            self.steps[number] = steps
+            self._round(measure, active, number, steps)
+
+    def _secured_steps(self, chosen: Plan, active: list[str], left: int, rate: float) -> int:
+        """The longest run, up to the plan's, with which `left` more rounds fit the budget at `rate` times their
+        predicted cost; `min_steps` when none does."""
+        room = chosen.budget_s - self.seconds
+        fitting = [n for n in range(chosen.min_steps, chosen.steps + 1) if left * rate * chosen.cost(active, n) <= room]
+        return max(fitting, default=chosen.min_steps)
+
+    def _round(self, measure: Measure, active: list[str], number: int, steps: int) -> None:
+        shift = number % len(active)
+        for name in active[shift:] + active[:shift]:
+            figure, seconds = measure(name, number, steps)
+            self.seconds += seconds
+            if figure is None:
+                self.failed.append(name)
+            else:
+                self.times.setdefault(name, {})[number] = figure
 
     def winner(self) -> str:
         """The best, unless a finalist was found faster than it: then the fastest of those."""

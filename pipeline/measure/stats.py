@@ -52,6 +52,17 @@ def median_ci(sorted_values: list[float], confidence: float = 0.95) -> Interval:
     return Interval(sorted_values[r - 1], sorted_values[n - r], order_coverage(n, r))
 
 
+TRIM = 0.2  # share of the steps left out at each end by `trimmed_mean`
+
+
+def trimmed_mean(values: list[float], share: float = TRIM) -> float:
+    """The mean of the values left once floor(share x n) are dropped at each end: nearly as efficient as the mean
+    on normal noise (the median loses a third), and one stalled step among five or more does not move it."""
+    ordered = sorted(values)
+    cut = int(share * len(ordered))
+    return statistics.fmean(ordered[cut : len(ordered) - cut])
+
+
 def summarize(values: list[float], confidence: float = 0.95) -> Summary | None:
     if not values:
         return None
@@ -62,6 +73,7 @@ def summarize(values: list[float], confidence: float = 0.95) -> Summary | None:
         n=len(ordered),
         median=statistics.median(ordered),
         mean=mean,
+        trimmed=trimmed_mean(ordered),
         p10=quantile(ordered, 0.10),
         p90=quantile(ordered, 0.90),
         cv=stdev / mean if mean else 0.0,

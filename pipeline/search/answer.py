@@ -143,7 +143,7 @@ def confirmation_lines(record: ConfirmationRecord, winner: str, total_s: float) 
             f"{', '.join(names)}: raise optimize.confirm_share (or optimize.confirm_budget_s), or train more steps"
         ]
     lines = [
-        f"confirmation round: {record.rounds} rounds of {record.steps} steady steps, {s.seconds:.0f} s "
+        f"confirmation round: {record.rounds} rounds of {record.steps_text()} steady steps, {s.seconds:.0f} s "
         f"({100 * s.seconds / total_s:.0f}% of the study's device time; budget {record.budget_s:.0f} s): "
         + ", ".join(names)
     ]
@@ -159,7 +159,7 @@ def paired_speedup(decided: Decided, best: TrialRecord) -> Speedup | None:
     record, baseline = decided.confirmation, decided.baseline
     if record is None or baseline is None or record.baseline != baseline.label:
         return None
-    comparison = compare(best.label, baseline.label, record.state.medians, record.state.confidence)
+    comparison = compare(best.label, baseline.label, record.state.times, record.state.confidence)
     return Speedup(comparison, baseline) if comparison.judgement is not None else None
 
 

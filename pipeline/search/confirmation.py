@@ -65,14 +65,19 @@ class ConfirmationRecord:
 
     state: ConfirmationRound
     warmup: int  # steps of each run left out (its transient, as the trials showed it)
-    steps: int  # steady steps of each run
+    steps: int  # steady steps of each run, as planned (a round may have run shorter ones: `state.steps`)
     budget_s: float
     baseline: str | None  # the baseline's label, when it took part
     left_out: tuple[str, ...] = ()  # finalists the budget could not take
 
     @property
     def rounds(self) -> int:
-        return max((len(m) for m in self.state.medians.values()), default=0)
+        return max((len(m) for m in self.state.times.values()), default=0)
+
+    def steps_text(self) -> str:
+        """The steady steps of the rounds' runs: `5`, or `4-5` where rounds were shortened to fit the budget."""
+        run = sorted(set(self.state.steps.values())) or [self.steps]
+        return f"{run[0]}" if run[0] == run[-1] else f"{run[0]}-{run[-1]}"
 
     def to_attr(self) -> dict:
         s = self.state
@@ -80,7 +85,8 @@ class ConfirmationRecord:
             "finalists": s.finalists,
             "confidence": s.confidence,
             "tolerance": s.tolerance,
-            "medians": {name: {str(r): v for r, v in rounds.items()} for name, rounds in s.medians.items()},
+            "times": {name: {str(r): v for r, v in rounds.items()} for name, rounds in s.times.items()},
+            "round_steps": {str(r): n for r, n in s.steps.items()},
             "seconds": s.seconds,
             "failed": s.failed,
             "warmup": self.warmup,
@@ -92,9 +98,17 @@ class ConfirmationRecord:
 
     @classmethod
     def of(cls, attr: dict) -> ConfirmationRecord:
-        medians = {name: {int(r): v for r, v in rounds.items()} for name, rounds in attr["medians"].items()}
+        stored = attr["times"] if "times" in attr else attr["medians"]  # "medians": studies of earlier versions
+        times = {name: {int(r): v for r, v in rounds.items()} for name, rounds in stored.items()}
+        steps = {int(r): n for r, n in attr.get("round_steps", {}).items()}
         state = ConfirmationRound(
-            list(attr["finalists"]), attr["confidence"], attr["tolerance"], medians, attr["seconds"], attr["failed"]
+            list(attr["finalists"]),
+            attr["confidence"],
+            attr["tolerance"],
+            times,
+            attr["seconds"],
+            attr["failed"],
+            steps,
         )
         return cls(state, attr["warmup"], attr["steps"], attr["budget_s"], attr["baseline"], tuple(attr["left_out"]))
 

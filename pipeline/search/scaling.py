@@ -62,7 +62,7 @@ def paired(record: ConfirmationRecord | None, config: str, reference: str) -> Co
     """`config` against `reference` over the rounds of the confirmation round where both ran; None without two."""
     if record is None:
         return None
-    comparison = compare(config, reference, record.state.medians, record.state.confidence)
+    comparison = compare(config, reference, record.state.times, record.state.confidence)
     return comparison if comparison.judgement is not None else None
 
 

@@ -310,7 +310,8 @@ class StudyDriver:
         self, record: trials.TrialRecord, number: int, warmup: int, steps: int, parent: str
     ) -> tuple[float | None, float]:
         """One confirmation run of a finalist: `steps` steady steps after `warmup`, in a fresh process; uncapped
-        for a baseline that did not fit (it is measured for its speed, not judged against the cap)."""
+        for a baseline that did not fit (it is measured for its speed, not judged against the cap). Its figure is
+        the trimmed mean of its steady steps (`compare.sequential` says why)."""
         config = OmegaConf.create(OmegaConf.to_container(self.by_id[record.config_id].config))
         config.measure.warmup_steps = warmup
         config.train.steps = warmup + steps
@@ -326,8 +327,8 @@ class StudyDriver:
             run_name=f"confirm {number}: {record.label}",
             tags={runs.STUDY: self.name, runs.ROUND: number},
         )
-        median = outcome.summary.median if outcome.status is Status.OK else None
-        return median, outcome.summary.wall_s
+        figure = outcome.summary.step_time.trimmed if outcome.status is Status.OK and outcome.summary.step_time else None
+        return figure, outcome.summary.wall_s
 
     # ---- the loop -----------------------------------------------------------------------------------------------------
     def run(self) -> Answer:

@@ -12,11 +12,12 @@ from pathlib import Path
 def _rank_main(fn: Callable, rank: int, world_size: int, folder: str, args: tuple) -> None:
     import torch.distributed as dist
 
+    from pipeline.builders.distributed import leave_process_group
+
     dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world_size)
     value = fn(rank, *args)
-    dist.barrier()  # leave together: a group torn down while a peer still talks to it can abort (jobs.child)
-    dist.destroy_process_group()
     (Path(folder) / f"rank-{rank}.json").write_text(json.dumps(value), encoding="utf-8")
+    leave_process_group()  # as a job's ranks leave: together, and without the interpreter's finalization
 
 
 def on_ranks(fn: Callable, world_size: int, folder: Path, *args, timeout: float = 120) -> list:
