@@ -100,8 +100,9 @@ def compare_speedups(config: str, reference: str, speedups: list[float], confide
     return Comparison(config, reference, tuple(speedups), confidence, math.exp(mean), low, high, judgement)
 
 
-def compare(config: str, reference: str, medians: Mapping[str, Mapping[int, float]], confidence: float) -> Comparison:
-    """`config` against `reference` from their per-round medians (`medians[name][round]`), paired by round."""
-    mine, theirs = medians.get(config, {}), medians.get(reference, {})
+def compare(config: str, reference: str, times: Mapping[str, Mapping[int, float]], confidence: float) -> Comparison:
+    """`config` against `reference` from each run's step time (`times[name][round]`: a sweep repeat's median, a
+    confirmation run's trimmed mean), paired by round."""
+    mine, theirs = times.get(config, {}), times.get(reference, {})
     common = sorted(set(mine) & set(theirs))
     return compare_speedups(config, reference, [theirs[r] / mine[r] for r in common], confidence)
