@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.search.trials import TrialRecord
 from tests.helpers.env import child_env
-from tests.helpers.wait import wait_for_steps
+from tests.helpers.wait import wait_for_steps, wait_until
 
 # A workload whose memory grows clearly with the micro-batch (a 2048-token vocabulary, 256-token sequences). The cap
 # goes between the 2x4 and 4x2 peaks that the exhaustive sweep measures (resident memory depends on the machine), so
@@ -300,3 +300,74 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
         timeout=300,
     )
     assert missing.returncode == 2 and "run one first: python -m pipeline.optimize" in missing.stderr, missing.stderr
+
+
+def _partial_rounds(cwd) -> int:
+    """The rounds the study's confirmation round has stored so far (0 before its first)."""
+    from pipeline.search import confirmation
+
+    try:
+        attrs = _study(cwd).user_attrs
+    except (ValueError, SQLAlchemyError):
+        return 0
+    return (
+        confirmation.ConfirmationRecord.of(attrs[confirmation.PARTIAL]).rounds if confirmation.PARTIAL in attrs else 0
+    )
+
+
+@pytest.mark.slow
+def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_same_command_runs_it_again(tmp_path):
+    """Ctrl-C once the round has stored its first round (the second and third always run: a round is judged from its
+    third on, so the signal lands inside the round): the answer shows what the round had and says it stopped, never
+    that the round is off; the storage keeps its pairs; the same command runs the round again to its end."""
+    import signal
+
+    from pipeline.search import confirmation
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.optimize",
+        "mem_cap=4GiB",
+        "optimize.study_name=stopped",  # the same study for the two commands below
+        "optimize.trials=2",
+        "batch.effective=4",
+        "model.vocab_size=2048",
+        "train.max_length=256",
+        "train.steps=10",
+        "measure.warmup_steps=2",
+        "train.progress_bar=false",
+        "optimize.confirm=always",
+        "optimize.confirm_share=0.8",
+        "optimize.prune_factor=100",  # both trials measured in full: two finalists however busy the machine is
+    ]
+    worker = subprocess.Popen(
+        [*cmd, "optimize.confirm_rounds=20"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=child_env(),
+    )
+    wait_until(lambda: _partial_rounds(tmp_path) >= 1, 300, "a confirmation round", alive=lambda: worker.poll() is None)
+    worker.send_signal(signal.SIGINT)
+    out, _ = worker.communicate(timeout=120)
+    assert worker.returncode == 130, out[-3000:]
+    attrs = _study(tmp_path).user_attrs
+    assert confirmation.ATTR not in attrs
+    stored = confirmation.ConfirmationRecord.of(attrs[confirmation.PARTIAL])
+    assert not stored.finished and 1 <= stored.rounds < 3
+    stopped = "confirmation round (the study stopped during the round; the same command runs it again): "
+    assert f"{stopped}{stored.rounds} rounds of" in out, out[-3000:]
+    assert "the confirmation round is off" not in out
+    paired = f"paired over {stored.rounds} rounds with the baseline"
+    assert paired in out or f"the study stopped during its round, after {stored.rounds} round(s)" in out
+
+    again = subprocess.run(
+        [*cmd, "optimize.confirm_rounds=3"], cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600
+    )
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert f"the last one stopped after {stored.rounds} round(s); it runs again" in again.stdout
+    final = confirmation.ConfirmationRecord.of(_study(tmp_path).user_attrs[confirmation.ATTR])
+    assert final.finished and final.rounds == 3
+    assert "confirmation round: 3 rounds of" in again.stdout

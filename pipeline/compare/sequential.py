@@ -125,7 +125,9 @@ class ConfirmationRound:
         settled = {c.config for c in self.comparisons() if c.settled(self.tolerance)}
         return [f for f in self.finalists if f not in settled and f not in self.failed]
 
-    def run(self, measure: Measure, chosen: Plan, max_rounds: int) -> None:
+    def run(
+        self, measure: Measure, chosen: Plan, max_rounds: int, after_round: Callable[[], None] = lambda: None
+    ) -> None:
         """Rounds in rotated order (A B C, B C A, ...) until every comparison is settled, the best fails, the
         rounds reach `max_rounds`, or the next whole round would not fit the budget (a round cut short leaves its
         first runs without a pair). The first MIN_ROUNDS rounds are what makes an interval at all, so they are
@@ -156,6 +158,7 @@ class ConfirmationRound:
             predicted_so_far += chosen.cost(active, steps)
             self.steps[number] = steps
             self._round(measure, active, number, steps)
+            after_round()
 
     def _secured_steps(self, chosen: Plan, active: list[str], left: int, rate: float) -> int:
         """The longest run, up to the plan's, with which `left` more rounds fit the budget at `rate` times their

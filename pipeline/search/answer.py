@@ -21,6 +21,7 @@ from pipeline.search import trials
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration
 from pipeline.search.confirmation import ATTR as CONFIRMATION
+from pipeline.search.confirmation import PARTIAL as CONFIRMATION_SO_FAR
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.scaling import Scaling, world_lines
 from pipeline.search.trials import Role, TrialRecord
@@ -47,7 +48,7 @@ class Decided:
             trials.baseline(study),
             trials.eligible(study, max_loss_dev),
             Calibration.of(attrs[CALIBRATION]) if CALIBRATION in attrs else None,
-            ConfirmationRecord.of(attrs[CONFIRMATION]) if CONFIRMATION in attrs else None,
+            _confirmation(attrs),
         )
 
     @property
@@ -67,6 +68,14 @@ class Decided:
         seconds = sum(r.gpu_seconds for r in self.records)
         seconds += self.calibration.gpu_seconds if self.calibration else 0.0
         return seconds + (self.confirmation.state.seconds if self.confirmation else 0.0)
+
+
+def _confirmation(attrs: dict) -> ConfirmationRecord | None:
+    """The finished round's record, or what a round the study stopped during had measured, or None."""
+    for key in (CONFIRMATION, CONFIRMATION_SO_FAR):
+        if key in attrs:
+            return ConfirmationRecord.of(attrs[key])
+    return None
 
 
 @dataclass(frozen=True)
@@ -142,8 +151,9 @@ def confirmation_lines(record: ConfirmationRecord, winner: str, total_s: float) 
             f"confirmation round: not run; its budget, {record.budget_s:.0f} s, buys fewer than two rounds of "
             f"{', '.join(names)}: raise optimize.confirm_share (or optimize.confirm_budget_s), or train more steps"
         ]
+    stopped = "" if record.finished else " (the study stopped during the round; the same command runs it again)"
     lines = [
-        f"confirmation round: {record.rounds} rounds of {record.steps_text()} steady steps, {s.seconds:.0f} s "
+        f"confirmation round{stopped}: {record.rounds} rounds of {record.steps_text()} steady steps, {s.seconds:.0f} s "
         f"({100 * s.seconds / total_s:.0f}% of the study's device time; budget {record.budget_s:.0f} s): "
         + ", ".join(names)
     ]
@@ -163,7 +173,9 @@ def paired_speedup(decided: Decided, best: TrialRecord) -> Speedup | None:
     return Speedup(comparison, baseline) if comparison.judgement is not None else None
 
 
-def _best_lines(decided: Decided, best: TrialRecord, command: list[str], cap_gib: float) -> list[str]:
+def _best_lines(
+    decided: Decided, best: TrialRecord, command: list[str], cap_gib: float, confirm_off: bool
+) -> list[str]:
     lines = [
         f"best feasible: {best.label}  ({best.median:.4f} s/step in the search, peak {best.peak_gib:.2f} GiB of "
         f"{cap_gib:.2f} GiB)",
@@ -176,10 +188,16 @@ def _best_lines(decided: Decided, best: TrialRecord, command: list[str], cap_gib
     elif baseline is not None:
         gain = paired_speedup(decided, best)
         record = decided.confirmation
-        why = "the confirmation round is off (optimize.confirm=never)" if record is None else ""
-        why = why or ("its budget bought no rounds" if record.rounds == 0 else "the baseline was not paired with it")
+        if record is None:
+            why = "the confirmation round is off (optimize.confirm=never)" if confirm_off else _NO_ROUND
+        else:
+            why = "its budget bought no rounds" if record.rounds == 0 else "the baseline was not paired with it"
+            why = why if record.finished else f"the study stopped during its round, after {record.rounds} round(s)"
         lines.append(f"  {gain.text()}" if gain else f"  no speed-up over the baseline is claimed: {why}")
     return lines
+
+
+_NO_ROUND = "the study stopped before its confirmation round paired anything (the same command runs it)"
 
 
 def _nothing_fits(decided: Decided, cap_gib: float) -> tuple[list[str], int]:
@@ -196,7 +214,9 @@ def _nothing_fits(decided: Decided, cap_gib: float) -> tuple[list[str], int]:
     return [message], code
 
 
-def decide(decided: Decided, name: str, command: list[str], cap_bytes: int, confidence: float) -> Answer:
+def decide(
+    decided: Decided, name: str, command: list[str], cap_bytes: int, confidence: float, confirm_off: bool = False
+) -> Answer:
     """Everything the study has decided, by any worker, turned into its answer."""
     shown = [r for r in decided.records if r.state != TrialState.FAIL or r.status is not None]
     errors = tuple(abs(r.predictor_error) for r in decided.records if r.predictor_error is not None)
@@ -206,7 +226,7 @@ def decide(decided: Decided, name: str, command: list[str], cap_bytes: int, conf
         lines += [*confirmation_lines(decided.confirmation, best.label, seconds), ""]
     scaling = None
     if best is not None:
-        lines += _best_lines(decided, best, command, cap_gib)
+        lines += _best_lines(decided, best, command, cap_gib, confirm_off)
         device = decided.calibration.device if decided.calibration else None
         more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
         lines += more

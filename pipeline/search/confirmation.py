@@ -13,6 +13,7 @@ rounds of them all, the lowest-priority finalists are left out, and the answer s
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from pipeline.compare.sequential import MIN_ROUNDS, ConfirmationRound, Finalist,
 from pipeline.search.trials import TrialRecord
 
 MIN_STEPS = 3  # steady steps of a confirmation run at least: a median of fewer is one step's noise
-ATTR = "confirmation"  # the study's user attribute that holds the record
+ATTR = "confirmation"  # the study's user attribute that holds the record of the finished round
+PARTIAL = "confirmation_partial"  # the record so far, after every round: what an interrupted round had measured
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class ConfirmationRecord:
     budget_s: float
     baseline: str | None  # the baseline's label, when it took part
     left_out: tuple[str, ...] = ()  # finalists the budget could not take
+    finished: bool = True  # False: the study stopped during the round (the same command runs it again)
 
     @property
     def rounds(self) -> int:
@@ -94,6 +97,7 @@ class ConfirmationRecord:
             "budget_s": self.budget_s,
             "baseline": self.baseline,
             "left_out": list(self.left_out),
+            "finished": self.finished,
         }
 
     @classmethod
@@ -110,7 +114,15 @@ class ConfirmationRecord:
             attr["failed"],
             steps,
         )
-        return cls(state, attr["warmup"], attr["steps"], attr["budget_s"], attr["baseline"], tuple(attr["left_out"]))
+        return cls(
+            state,
+            attr["warmup"],
+            attr["steps"],
+            attr["budget_s"],
+            attr["baseline"],
+            tuple(attr["left_out"]),
+            attr.get("finished", True),
+        )
 
 
 def choose(eligible: list[TrialRecord], baseline: TrialRecord | None, settings: Settings) -> list[TrialRecord]:
@@ -160,9 +172,17 @@ def transient(record: TrialRecord) -> int:
 Run = Callable[[TrialRecord, int, int, int], tuple[float | None, float]]  # (finalist, round, warm-up, steps)
 
 
-def run_round(chosen: list[TrialRecord], baseline: str | None, settings: Settings, spent_s: float, run: Run):
-    """Plan the round from what the search measured, run it, and return its record. Every run of the round has the
-    same warm-up: the longest transient any finalist's trial showed."""
+def run_round(
+    chosen: list[TrialRecord],
+    baseline: str | None,
+    settings: Settings,
+    spent_s: float,
+    run: Run,
+    save: Callable[[ConfirmationRecord], None] = lambda record: None,
+) -> ConfirmationRecord:
+    """Plan the round from what the search measured, run it, and return its record; `save` gets the record so far
+    (unfinished) after every round, so a study stopped during the round keeps what it measured. Every run of the
+    round has the same warm-up: the longest transient any finalist's trial showed."""
     budget = settings.budget(spent_s)
     warmup = max(transient(r) for r in chosen)
     facts = [finalist(r) for r in chosen]
@@ -171,14 +191,17 @@ def run_round(chosen: list[TrialRecord], baseline: str | None, settings: Setting
     by_label = {r.label: r for r in chosen}
     state = ConfirmationRound(names, settings.confidence, settings.tolerance)
     left_out = tuple(r.label for r in chosen if r.label not in names)
-    record = ConfirmationRecord(state, warmup, plan.steps, budget, baseline if baseline in names else None, left_out)
+    record = ConfirmationRecord(
+        state, warmup, plan.steps, budget, baseline if baseline in names else None, left_out, finished=False
+    )
     if plan.affordable_rounds < 2:
         print(f"[study] confirmation round: not run, {budget:.0f} s buy fewer than two rounds", flush=True)
-        return record  # one round pairs nothing
+        return dataclasses.replace(record, finished=True)  # one round pairs nothing
     print(
         f"[study] confirmation round: {', '.join(names)}; runs of {warmup} + {plan.steps} steps, budget {budget:.0f} s "
         f"({100 * settings.share:g}% of the study's device time), at least {MIN_ROUNDS} rounds if it allows",
         flush=True,
     )
-    state.run(lambda name, number, steps: run(by_label[name], number, warmup, steps), plan, settings.max_rounds)
-    return record
+    measure = lambda name, number, steps: run(by_label[name], number, warmup, steps)  # noqa: E731
+    state.run(measure, plan, settings.max_rounds, after_round=lambda: save(record))
+    return dataclasses.replace(record, finished=True)

@@ -297,12 +297,19 @@ class StudyDriver:
             if not mine:
                 return
             baseline = decided.baseline.label if decided.baseline else None
+            if decided.confirmation is not None:  # the record of a round this study stopped during
+                print(
+                    f"[study] confirmation round: the last one stopped after {decided.confirmation.rounds} "
+                    "round(s); it runs again",
+                    flush=True,
+                )
             record = confirmation.run_round(
                 chosen,
                 baseline,
                 settings,
                 decided.gpu_seconds,
                 lambda r, n, warmup, steps: self._confirm_run(r, n, warmup, steps, parent),
+                save=lambda partial: self.study.set_user_attr(confirmation.PARTIAL, partial.to_attr()),
             )
             self.study.set_user_attr(confirmation.ATTR, record.to_attr())
 
@@ -327,7 +334,9 @@ class StudyDriver:
             run_name=f"confirm {number}: {record.label}",
             tags={runs.STUDY: self.name, runs.ROUND: number},
         )
-        figure = outcome.summary.step_time.trimmed if outcome.status is Status.OK and outcome.summary.step_time else None
+        figure = (
+            outcome.summary.step_time.trimmed if outcome.status is Status.OK and outcome.summary.step_time else None
+        )
         return figure, outcome.summary.wall_s
 
     # ---- the loop -----------------------------------------------------------------------------------------------------
@@ -352,7 +361,14 @@ class StudyDriver:
         finally:
             workers.release_own(self.study)  # interrupted mid-trial: not decided, may run again
             decided = Decided.of(self.study, self.o.max_loss_dev)
-            answer = decide(decided, self.name, self.command, self.cap, self.cfg.measure.confidence)
+            answer = decide(
+                decided,
+                self.name,
+                self.command,
+                self.cap,
+                self.cfg.measure.confidence,
+                confirm_off=self.o.confirm == "never",
+            )
             if finished and answer.best is not None:
                 self.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
             print(answer.text, flush=True)
