@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import tempfile
 from pathlib import Path
 
+import psutil
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
@@ -32,8 +35,35 @@ def clean_state(tmp_path, monkeypatch):
     # device locks of this test only: tests run one at a time, but other sessions on the machine must not queue them
     monkeypatch.setenv("BATCH_SPLIT_LOCK_DIR", str(tmp_path.parent / f"{tmp_path.name}-locks"))
     GlobalHydra.instance().clear()
+    before = {child.pid for child in psutil.Process().children()}
     yield
     GlobalHydra.instance().clear()
+    _end_leftover_commands(before)
+
+
+def _end_leftover_commands(before: set[int]) -> None:
+    """Kill what a test started and left running (a command it gave up waiting on, after a failed assert), with
+    everything under it: a leftover sweep would hold a device lock and train on beside the next tests. Not the
+    processes multiprocessing keeps for this interpreter (fork server, resource tracker)."""
+    for child in psutil.Process().children():
+        try:
+            if child.pid in before or "multiprocessing" in " ".join(child.cmdline()):
+                continue
+            tree = [child, *child.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for process in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(tree, timeout=10)
+
+
+def pytest_configure(config):
+    """Ctrl-C reaches the processes the tests start, wherever pytest runs: a shell's background job (`make test &`,
+    nohup) starts with SIGINT ignored, children inherit that through exec, and the tests that interrupt a sweep or a
+    study would then wait on a process that never hears them."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config, items):

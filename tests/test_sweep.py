@@ -287,7 +287,8 @@ def test_the_cpu_acceptance_sweep_names_8x1_the_winner(tmp_path):
     micro-batch instead of eight, 1.2-1.6x faster on a 2-core CPU (quiet or busy), and four paired rounds name it the
     winner."""
     args = ["-m", "batch.effective=8", "batch.split=1x8,8x1", "repeats=4"]  # the default 30 steps, 25 of them steady
-    proc = run_cli(*args, "train.progress_bar=false", cwd=tmp_path)
+    # 3-4 minutes on a quiet 2-core machine; several times that on a busy one, which must not fail it
+    proc = run_cli(*args, "train.progress_bar=false", cwd=tmp_path, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {
         cells[0]: cells

@@ -41,6 +41,10 @@ SBIN_PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/us
 SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "sinfo", "squeue", "scancel", "sbatch", "srun")
 ACCOUNTING_TOOLS = ("mariadb-install-db", "mariadbd", "slurmdbd", "sacct", "sacctmgr")
 
+# The machine's temp folder, as it was before any test gave itself its own (conftest): servers run as their own
+# accounts (postgres, munge), which cannot enter a test's temp folder under pytest's private one.
+SERVER_TEMP = tempfile.gettempdir()
+
 
 class Unavailable(Exception):
     """This machine cannot run the service; the message says why and what to install."""
@@ -127,7 +131,7 @@ def running_postgres(parent: Path | None = None, keep_logs_in: Path | None = Non
     with its unix socket in that folder, yield it, then stop it (fast shutdown) and remove the folder."""
     bindir = postgres_bindir()
     user, group = _server_account()
-    root = Path(tempfile.mkdtemp(prefix="pg-", dir=parent))
+    root = Path(tempfile.mkdtemp(prefix="pg-", dir=parent or SERVER_TEMP))
     if user:
         shutil.chown(root, user, group)
     as_owner = {"cwd": root, "capture_output": True, "text": True}
@@ -214,7 +218,7 @@ def running_mlflow(
     """Start `mlflow server` (this interpreter's MLflow) on a free loopback port, on `backend_uri`, with the
     artifacts it serves in a new folder under `parent`; one web worker and no job runner. Yield it once /health
     answers, then stop it (its own process group: the server and the web worker it starts) and remove the folder."""
-    root = Path(tempfile.mkdtemp(prefix="mlflow-", dir=parent))
+    root = Path(tempfile.mkdtemp(prefix="mlflow-", dir=parent or SERVER_TEMP))
     log = root / "mlflow-server.log"
     port = free_port()
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri]
@@ -424,7 +428,7 @@ def running_slurm(
     as children of this process, with everything in a new folder under `parent`; wait until the node is idle, yield
     the cluster, then cancel what is left in its queue, stop the daemons and remove the folder."""
     tools = slurm_binaries(accounting)
-    root = Path(tempfile.mkdtemp(prefix="slurm-", dir=parent))
+    root = Path(tempfile.mkdtemp(prefix="slurm-", dir=parent or SERVER_TEMP))
     for sub in ("state", "spool"):
         (root / sub).mkdir()
     key = root / "munge.key"
