@@ -20,7 +20,7 @@ def test_repeats_pool_by_identity_rank_from_pairs_and_report_the_loss_deviation(
     rows = {r.name: r for r in comparison_rows(jobs, Criteria())}
     assert len(rows["m 4x1"].jobs) == 4 and rows["m 4x1"].runs == 4 and rows["m 4x1"].ci is None
     assert rows["m 4x1"].judgement is Judgement.WINNER and rows["m 1x4"].judgement is Judgement.SLOWER
-    assert paired_text(rows["m 4x1"]) == "fastest" and paired_text(rows["m 1x4"]).startswith("2.8")
+    assert paired_text(rows["m 4x1"]) == "fastest" and paired_text(rows["m 1x4"]).startswith("2.9")  # 0.305 / 0.105
     assert rows["m 1x4"].loss_dev == 0.0
     assert rows["m 4x1"].loss_dev == pytest.approx(0.05 / (5.0 - 0.1 * 19))
 
@@ -40,6 +40,31 @@ def test_the_h200_sweep_with_four_repeats_names_its_winner():
     assert (
         "0.4150 (4 runs)" in table and "step s (median of runs)" in table
     )  # several runs: the median of their medians, no single run's interval
+
+
+def test_a_study_report_judges_from_the_studys_answer_when_the_pairs_cannot_tell():
+    """Two configs the pairs cannot separate, b's mean a little lower: a sweep's table starts from b, a study's
+    report from the study's answer a (as the study judged), and both say equal."""
+    jobs = []
+    for repeat, (a, b) in enumerate([(1.0, 0.9), (1.0, 1.2), (1.0, 0.8)]):
+        jobs += [recorded("a", "a", [a] * 5, repeat), recorded("b", "b", [b] * 5, repeat)]
+    plain = {r.name: r for r in comparison_rows(jobs, Criteria())}
+    assert plain["a"].comparison is not None and plain["b"].comparison is None  # b is the reference
+    study = {r.name: r for r in comparison_rows(jobs, Criteria(), prefer="a")}
+    assert study["a"].comparison is None and study["b"].judgement is Judgement.EQUAL
+    assert paired_text(study["a"]) == "fastest"
+
+
+def test_a_paired_run_counts_by_the_trimmed_mean_of_its_steps_as_the_study_does():
+    """One stalled step in each of b's runs: its medians and trimmed means stay below a's, so b wins; a mean would
+    have made b the slower."""
+    jobs = []
+    for repeat in range(3):
+        jobs.append(recorded("a", "a", [1.0 + 0.01 * repeat] * 5, repeat))
+        jobs.append(recorded("b", "b", [0.8, 0.8, 0.8, 0.8, 5.0], repeat))
+    rows = {r.name: r for r in comparison_rows(jobs, Criteria())}
+    assert rows["b"].judgement is Judgement.WINNER and rows["a"].judgement is Judgement.SLOWER
+    assert rows["b"].rounds == {0: pytest.approx(0.8), 1: pytest.approx(0.8), 2: pytest.approx(0.8)}
 
 
 def test_one_run_per_config_ranks_nothing_and_says_why():

@@ -29,13 +29,16 @@ class Ranking:
         return [name for name, c in self.comparisons.items() if c.judgement is Judgement.EQUAL]
 
 
-def rank(medians: Mapping[str, Mapping[int, float]], confidence: float) -> Ranking | None:
-    """`medians[config][round]`: the per-round medians of the configs that compete (those that fit). None when
-    fewer than two configs have two rounds or more."""
-    ranked = {name: rounds for name, rounds in medians.items() if len(rounds) >= 2}
+def rank(times: Mapping[str, Mapping[int, float]], confidence: float, prefer: str | None = None) -> Ranking | None:
+    """`times[config][round]`: each run's figure, of the configs that compete (those that fit). None when fewer than
+    two configs have two rounds or more. The reference starts at `prefer` where it was ranked (a study's answer: the
+    report then judges from where the study did), else at the lowest mean; either way it moves to a config found
+    faster than it."""
+    ranked = {name: rounds for name, rounds in times.items() if len(rounds) >= 2}
     if len(ranked) < 2:
         return None
-    reference = min(ranked, key=lambda name: statistics.fmean(math.log(v) for v in ranked[name].values()))
+    reference = prefer if prefer in ranked else None
+    reference = reference or min(ranked, key=lambda name: statistics.fmean(math.log(v) for v in ranked[name].values()))
     for _ in ranked:  # a paired comparison may find a config faster than the one with the lowest mean: move to it
         comparisons = {name: compare(name, reference, ranked, confidence) for name in ranked if name != reference}
         faster = [c for c in comparisons.values() if c.judgement is Judgement.FASTER]

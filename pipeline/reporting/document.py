@@ -112,7 +112,7 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
     tags = parent.data.tags
     name = tags.get(runs.SWEEP) or tags[runs.STUDY]
     jobs = runs.read_jobs(tracker, parent.info.run_id)
-    rows = order(comparison_rows(jobs, criteria))
+    rows = order(comparison_rows(jobs, criteria, prefer=tags.get(runs.BEST_CONFIG)))
     context = _context(tracker, parent, name, jobs)
     out = out_root / name
     out.mkdir(parents=True, exist_ok=True)

@@ -125,14 +125,19 @@ def notes(jobs: list[RecordedJob], criteria: Criteria) -> list[str]:
 
 
 def _rounds(jobs: list[RecordedJob]) -> dict[int, float]:
+    """Each paired run's figure by round: the trimmed mean of its steady steps, as the study's confirmation round
+    judges (`compare.sequential`), so a sweep, a study and their reports rank from the same numbers."""
     return {
-        j.round: j.summary.median for j in jobs if j.round is not None and j.summary.median and j.status is Status.OK
+        j.round: j.summary.step_time.trimmed
+        for j in jobs
+        if j.round is not None and j.summary.step_time is not None and j.status is Status.OK
     }
 
 
-def comparison_rows(jobs: list[RecordedJob], criteria: Criteria) -> list[Row]:
-    """Group runs by config identity; rank the configs that fit (or ran without a cap) from their paired rounds;
-    give each config its largest loss deviation from the reference: the first run that finished."""
+def comparison_rows(jobs: list[RecordedJob], criteria: Criteria, prefer: str | None = None) -> list[Row]:
+    """Group runs by config identity; rank the configs that fit (or ran without a cap) from their paired rounds
+    (from `prefer`, a config id, where it is ranked: a study's answer); give each config its largest loss deviation
+    from the reference: the first run that finished."""
     groups: dict[str, list[RecordedJob]] = defaultdict(list)
     for job in jobs:
         groups[job.config_id].append(job)
@@ -148,7 +153,7 @@ def comparison_rows(jobs: list[RecordedJob], criteria: Criteria) -> list[Row]:
             deviations = [max_relative_deviation(list(j.losses), list(reference)) for j in members if j.losses]
             row.loss_dev = max((d for d in deviations if d is not None), default=None)
         rows.append(row)
-    ranking = rank({r.config_id: r.rounds for r in rows if r.fit.feasible}, criteria.confidence)
+    ranking = rank({r.config_id: r.rounds for r in rows if r.fit.feasible}, criteria.confidence, prefer)
     if ranking is not None:
         _apply(rows, ranking)
     return rows

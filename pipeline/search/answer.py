@@ -262,7 +262,7 @@ def log_answer(tracker: Tracker, parent: str, answer: Answer, finished: bool) ->
     metrics = {"trials_decided": answer.decided, "gpu_seconds": answer.gpu_seconds}
     if answer.best is not None:
         metrics.update(best_step_time_median_s=answer.best.median, best_peak_gib=answer.best.peak_gib)
-        tracker.tags(parent, {"answer": answer.command, "best_config_id": answer.best.config_id})
+        tracker.tags(parent, {"answer": answer.command, runs.BEST_CONFIG: answer.best.config_id})
     if answer.speedup is not None:
         c = answer.speedup.comparison
         metrics.update(speedup_vs_baseline=c.speedup, speedup_low=c.low, speedup_high=c.high)

@@ -36,6 +36,7 @@ STUDY = "study"
 CONFIG_ID = "config_id"
 REPEAT = "repeat"
 ROUND = "round"  # a confirmation run's round
+BEST_CONFIG = "best_config_id"  # on a study's parent run: the config id of its answer
 FIT = "fit"
 FIT_BEFORE = "verdict"  # the same tag in stores written before 2026-12-01
 NAME = "display_name"
