@@ -246,11 +246,23 @@ def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
     out, _ = worker.communicate(timeout=60)
     assert worker.returncode == 130, out[-2000:]
     assert "interrupted" in out
-    assert not [t for t in _study(tmp_path).get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+    # stopped in its first trial, the baseline's: no verdict on what fits, only that nothing is decided yet
+    assert "nothing fits" not in out and "the study stopped before it decided one" in out, out[-2000:]
+    trials = _study(tmp_path).get_trials()
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    (stopped,) = [t for t in trials if t.user_attrs.get("role") == "baseline"]
+    assert stopped.state == optuna.trial.TrialState.FAIL
     runs = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}").search_runs(["1"])
     assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
     (parent,) = [r for r in runs if r.data.tags.get("kind") == "study"]
     assert parent.info.status == "KILLED"
+    # the same command goes on, and measures its baseline again, in full and as the baseline
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:]
+    baselines = [t for t in _study(tmp_path).get_trials() if t.user_attrs.get("role") == "baseline"]
+    assert [t.state for t in baselines] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
+    assert baselines[1].user_attrs["status"] == "ok"
+    assert re.search(r"\| ok +\| .* baseline +\|", again.stdout), again.stdout[-3000:]
 
 
 def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path):

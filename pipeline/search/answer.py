@@ -200,6 +200,9 @@ def _best_lines(
 _NO_ROUND = "the study stopped before its confirmation round paired anything (the same command runs it)"
 
 
+_STOPPED_EARLY = "no config fits yet: the study stopped before it decided one (the same command goes on)"
+
+
 def _nothing_fits(decided: Decided, cap_gib: float) -> tuple[list[str], int]:
     records = decided.records
     needs = [r.predicted_gib for r in records if r.predicted_gib is not None]
@@ -215,9 +218,16 @@ def _nothing_fits(decided: Decided, cap_gib: float) -> tuple[list[str], int]:
 
 
 def decide(
-    decided: Decided, name: str, command: list[str], cap_bytes: int, confidence: float, confirm_off: bool = False
+    decided: Decided,
+    name: str,
+    command: list[str],
+    cap_bytes: int,
+    confidence: float,
+    confirm_off: bool = False,
+    stopped: bool = False,
 ) -> Answer:
-    """Everything the study has decided, by any worker, turned into its answer."""
+    """Everything the study has decided, by any worker, turned into its answer; `stopped`: the study was interrupted,
+    so where nothing fits yet, that is no verdict."""
     shown = [r for r in decided.records if r.state != TrialState.FAIL or r.status is not None]
     errors = tuple(abs(r.predictor_error) for r in decided.records if r.predictor_error is not None)
     lines = ["", format_trials(shown, confidence, decided.baseline), ""]
@@ -232,7 +242,7 @@ def decide(
         lines += more
         code = exits.OK
     else:
-        more, code = _nothing_fits(decided, cap_gib)
+        more, code = ([_STOPPED_EARLY], exits.OK) if stopped else _nothing_fits(decided, cap_gib)
         lines += more
     if errors:
         mean = 100 * sum(errors) / len(errors)

@@ -160,6 +160,17 @@ class StudyDriver:
             # the probes' fastest candidate next: the best so far early, so slow configs are pruned soon
             self.study.enqueue_trial(self.base_values(found.first[0]), skip_if_exists=True)
 
+    def _requeue_baseline(self) -> None:
+        """A baseline trial the study was stopped during (failed, not decided) is queued again with its role, so the
+        resumed study still measures its baseline in full (Optuna's `skip_if_exists` would see the failed one)."""
+        if not (self.o.baseline and self._base_in_space()):
+            return
+        marked = [
+            t for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get(trials.ROLE) == trials.Role.BASELINE
+        ]
+        if marked and all(t.state == TrialState.FAIL for t in marked):
+            self.study.enqueue_trial(self.base_values(), user_attrs={trials.ROLE: trials.Role.BASELINE})
+
     def _base_in_space(self) -> bool:
         """Whether the base config is one of the candidates (its values are in the space, and it is valid)."""
         values = tuple(self.base_values().items())
@@ -355,6 +366,7 @@ class StudyDriver:
             )
             runner.warm_up(self.cfg.launcher.kind)
             self.calibrate(parent)
+            self._requeue_baseline()
             self._loop(parent)
             self.confirm(parent)
             finished = True
@@ -368,6 +380,7 @@ class StudyDriver:
                 self.cap,
                 self.cfg.measure.confidence,
                 confirm_off=self.o.confirm == "never",
+                stopped=not finished,
             )
             if finished and answer.best is not None:
                 self.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
