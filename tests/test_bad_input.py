@@ -160,6 +160,17 @@ OPTIMIZE_CASES = [
         "'++optimize.space=",
     ),
     (["mem_cap=1GiB", "tracking.uri=bogus://x"], "tracking.uri: got 'bogus://x'", "sqlite:///"),
+    (  # an MLflow server's address is no Optuna storage: it got through, then failed at run time with exit 1
+        ["mem_cap=1GiB", "optimize.storage=http://127.0.0.1:9"],
+        "optimize.storage: got 'http://127.0.0.1:9'",
+        "accepted: sqlite:///path/to/optuna.db or a database URL such as postgresql://user@host/db",
+    ),
+    (["mem_cap=1GiB", "optimize.storage=nope"], "optimize.storage: got 'nope'", "sqlite:///path/to/optuna.db"),
+    (  # a database that does not answer says what is accepted too
+        ["mem_cap=1GiB", "optimize.storage=postgresql://u@127.0.0.1:9/x"],
+        "optimize.storage: 'postgresql://u@127.0.0.1:9/x' cannot be opened",
+        "accepted: a database that answers",
+    ),
     (  # a database driver that is not installed (the cluster extra brings psycopg, not pg8000)
         ["mem_cap=1GiB", "optimize.storage=postgresql+pg8000://u@127.0.0.1/x"],
         "optimize.storage: 'postgresql+pg8000://u@127.0.0.1/x' needs the Python driver 'pg8000'",

@@ -20,6 +20,14 @@ from pipeline.config.errors import ConfigError, StoreUnavailable
 
 TIMEOUT_S = 3.0
 URI_FORM = "sqlite:///path/to/mlflow.db, http(s)://host:port of an MLflow server, or a database URL"
+STORAGE_FORM = "sqlite:///path/to/optuna.db or a database URL such as postgresql://user@host/db (Optuna's RDB storage)"
+FORMS = {"optimize.storage": STORAGE_FORM}  # the accepted form by field; URI_FORM for MLflow's tracking URI
+
+
+def _form(field: str) -> str:
+    return FORMS.get(field, URI_FORM)
+
+
 PROBE_BYTES = 2**20  # a new MLflow database is about this size; Hydra's config files are a few KiB
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
@@ -81,7 +89,7 @@ def check_sqlite(field: str, uri: str, root: str | None = None) -> None:
     existing file is an SQLite database."""
     path = Path(_sqlite_file(uri)).expanduser()
     if not str(path).strip() or path.is_dir():
-        raise ConfigError(field, f"'{uri}' names no database file; accepted: {URI_FORM}")
+        raise ConfigError(field, f"'{uri}' names no database file; accepted: {_form(field)}")
     folder = path.absolute().parent
     if not folder.is_dir() and not _inside(folder, root):
         under_root = f", or under paths.root '{root}' (the command makes it)" if root else ""
@@ -96,7 +104,7 @@ def check_sqlite(field: str, uri: str, root: str | None = None) -> None:
                 db.execute("PRAGMA schema_version").fetchone()
         except sqlite3.DatabaseError as err:
             raise ConfigError(
-                field, f"'{path}' is not a usable SQLite database ({err}); accepted: {URI_FORM}"
+                field, f"'{path}' is not a usable SQLite database ({err}); accepted: {_form(field)}"
             ) from None
 
 
@@ -128,7 +136,9 @@ def check_database(field: str, uri: str) -> None:
         ) from None
     except sqlalchemy.exc.SQLAlchemyError as err:
         first = str(err.orig if getattr(err, "orig", None) else err).strip().splitlines()[0]
-        raise ConfigError(field, f"'{_hide_password(uri)}' cannot be opened: {first}") from None
+        raise ConfigError(
+            field, f"'{_hide_password(uri)}' cannot be opened: {first}; accepted: a database that answers"
+        ) from None
 
 
 def _timeout_args(uri: str) -> dict:
@@ -147,12 +157,12 @@ def check_store(field: str, uri: str, root: str | None = None) -> None:
     scheme = urllib.parse.urlparse(uri).scheme
     if uri.startswith("sqlite:///"):
         check_sqlite(field, uri, root)
-    elif scheme in ("http", "https"):
+    elif scheme in ("http", "https") and field not in FORMS:
         check_server(field, uri)
     elif scheme.split("+")[0] in ("postgresql", "postgres", "mysql", "mssql", "oracle"):
         check_database(field, uri)
     else:
-        raise ConfigError(field, f"got '{uri}'; accepted: {URI_FORM}")
+        raise ConfigError(field, f"got '{uri}'; accepted: {_form(field)}")
 
 
 def check_stores(root: str, tracking_uri: str, storage: str | None = None) -> None:
