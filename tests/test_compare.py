@@ -112,11 +112,21 @@ def test_judgements_and_the_margin_an_interval_certifies():
         "faster than B (95%, paired over 3 rounds)"
     )
     equal = compare_speedups("B", "A", [1.02, 0.97, 1.01, 0.99, 1.0], 0.95)
-    assert equal.judgement is Judgement.EQUAL and equal.margin == max(equal.high - 1, 1 - equal.low)
+    assert equal.judgement is Judgement.EQUAL and equal.margin == max(equal.high, 1 / equal.low) - 1
     assert equal.margin < 0.05 and equal.settled(0.05)
     assert f"equal within ±{math.ceil(100 * equal.margin)}%" in equal.sentence()
     wide = compare_speedups("B", "A", [1.2, 0.8, 1.1], 0.95)
     assert wide.judgement is Judgement.EQUAL and wide.margin > 0.3 and not wide.settled(0.05)
+    # the margin holds both ways: the time ratio's interval (the inverse) lies within it too
+    assert 1 / wide.low <= 1 + wide.margin + 1e-12 and wide.high <= 1 + wide.margin + 1e-12
+    # rounds that leave a factor of two or more open do not pass it off as a percentage
+    lost = compare_speedups("B", "A", [3.0, 0.4, 1.0], 0.95)
+    factor = max(lost.high, 1 / lost.low)
+    assert (
+        lost.margin >= 1 and f"not told apart (within {math.ceil(10 * factor) / 10:.1f}x either way)" in lost.sentence()
+    )
+    judged, _, confidence = lost.sentence().partition(" (95%, paired")
+    assert "%" not in judged and confidence
     # one round is no comparison, and never settled
     alone = compare_speedups("B", "A", [1.7], 0.95)
     assert alone.judgement is None and not alone.settled(0.05) and "no comparison" in alone.sentence()

@@ -8,8 +8,9 @@ The interval is Student's t on their mean, at the requested confidence; the spee
 
 Judgement of A against B, from the interval [low, high] of A's speed-up:
 - FASTER (low > 1) or SLOWER (high < 1);
-- EQUAL within ±m otherwise, m = max(high - 1, 1 - low): the margin the interval certifies. The comparison is
-  settled when m is within the tolerance; a comparison that ran out of rounds first still states its margin.
+- EQUAL within ±m otherwise, m = max(high, 1 / low) - 1: the margin the interval certifies, either way (the time
+  ratio's interval is the inverse). The comparison is settled when m is within the tolerance; a comparison that ran
+  out of rounds first still states its margin, and from +100% on says the rounds did not tell the two apart.
 One run each (fewer than two rounds) is no comparison: a single process's interval covers its own steps only.
 """
 
@@ -52,10 +53,11 @@ class Comparison:
 
     @property
     def margin(self) -> float | None:
-        """For EQUAL: the largest relative difference the interval leaves open."""
+        """For EQUAL: the largest relative difference the interval leaves open, either way (the interval of the
+        speed-up and that of the time ratio, its inverse, both lie within a factor 1 + margin of 1)."""
         if self.judgement is not Judgement.EQUAL:
             return None
-        return max(self.high - 1.0, 1.0 - self.low)
+        return max(self.high, 1.0 / self.low) - 1.0
 
     def settled(self, tolerance: float) -> bool:
         """Faster, slower, or equal within `tolerance`: no more rounds needed."""
@@ -72,7 +74,7 @@ class Comparison:
         if self.judgement is None:
             return f"{self.config} against {self.reference}: one round only, no comparison"
         if self.judgement is Judgement.EQUAL:
-            return f"{self.config} and {self.reference}: equal within ±{margin_text(self.margin)} {paired}"
+            return f"{self.config} and {self.reference}: {equal_text(self.margin)} {paired}"
         if self.judgement is Judgement.FASTER:
             return f"{self.config} is {self.interval_text()} faster than {self.reference} {paired}"
         inverse = f"{1 / self.speedup:.2f}x [{1 / self.high:.2f}, {1 / self.low:.2f}]"
@@ -82,9 +84,22 @@ class Comparison:
         return {"config": self.config, "reference": self.reference, "speedups": list(self.speedups)}
 
 
+WIDE = 1.0  # a margin from +100% on: the rounds cannot tell the configs apart, and a percentage says nothing
+
+
 def margin_text(margin: float) -> str:
-    """A margin rounded up to a whole percent (what is certified may not be rounded down)."""
-    return f"{math.ceil(100 * margin - 1e-9):.0f}%"
+    """A margin rounded up to a whole percent (what is certified may not be rounded down): `±12%`; from WIDE on,
+    the factor it leaves open either way: `within 13.6x`."""
+    if margin >= WIDE:
+        return f"within {math.ceil(10 * (1 + margin)) / 10:.1f}x"
+    return f"±{math.ceil(100 * margin - 1e-9):.0f}%"
+
+
+def equal_text(margin: float) -> str:
+    """`equal within ±12%`, or `not told apart (within 13.6x either way)` where the rounds leave that open."""
+    if margin >= WIDE:
+        return f"not told apart ({margin_text(margin)} either way)"
+    return f"equal within {margin_text(margin)}"
 
 
 def compare_speedups(config: str, reference: str, speedups: list[float], confidence: float) -> Comparison:

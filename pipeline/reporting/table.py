@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from pipeline.compare.paired import Comparison, Judgement, margin_text
+from pipeline.compare.paired import WIDE, Comparison, Judgement, margin_text
 from pipeline.compare.ranking import Ranking, rank
 from pipeline.measure.stats import max_relative_deviation
 from pipeline.records import PHASES, Fit, Interval, RecordedJob, RunKind, Status
@@ -210,7 +210,8 @@ def paired_text(row: Row) -> str:
 
 def rank_text(row: Row) -> str:
     if row.judgement is Judgement.EQUAL and row.comparison is not None:
-        return f"equal ±{margin_text(row.comparison.margin)}"
+        margin = row.comparison.margin
+        return f"equal {margin_text(margin)}" if margin < WIDE else f"not told apart ({margin_text(margin)})"
     return str(row.judgement or "-")
 
 
