@@ -55,7 +55,7 @@ CASES = [
         "train.compile_mode: reduce-overhead applies to compiled code and train.torch_compile is off",
         "accepted with it: default (or train.torch_compile=regional or whole)",
     ),
-    (["train.steps=[1"], "override: ", "key=value"),
+    (["train.steps=[1"], "train.steps: '[1' cannot be read by Hydra's override grammar", "key='a value'"),
     (["model=gpt9"], "model: unknown option 'gpt9'", "qwen3-1.7b"),
     (["gpu=v100"], "gpu: unknown option 'v100'", "a100-40gb"),
     (["data=imagenet"], "data: unknown option 'imagenet'", "synthetic"),
@@ -152,6 +152,12 @@ OPTIMIZE_CASES = [
         "fp32",
     ),
     (["mem_cap=1GiB", "optimize.sampler=grid"], "optimize.sampler: got 'grid'", "tpe, random, bruteforce"),
+    (["mem_cap=1GiB", "++optimize.space=abc"], "optimize.space: got a str", "'++optimize.space={train.dtype:"),
+    (  # was `override: LexerNoViableAltException: ...`
+        ["mem_cap=1GiB", 'optimize.study_name=a"b'],
+        "optimize.study_name: 'a\"b' cannot be read by Hydra's override grammar",
+        "key='a value'",
+    ),
     (["-m", "mem_cap=1GiB"], "-m: pipeline.optimize runs one study", "without -m"),
     (["mem_cap=1GiB", "repeats=3"], "-m: pipeline.optimize runs one study", "without repeats"),
     (

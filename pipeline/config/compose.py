@@ -143,7 +143,7 @@ def translate(err: BaseException) -> ConfigError:
     if isinstance(err, MissingConfigException):
         return _missing_option(err)
     if isinstance(err, OverrideParseException):
-        return ConfigError("override", f"{_first_line(err)}; accepted: key=value, group=option, a,b,c to sweep with -m")
+        return _unparsable(err)
     cause = err
     while cause.__cause__ is not None and not isinstance(cause, OmegaConfBaseException):
         cause = cause.__cause__
@@ -155,17 +155,35 @@ def translate(err: BaseException) -> ConfigError:
             return ConfigError(key, f"required but not set; accepted: {accepted}")
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and re.search(r"not in (struct|')", str(cause)):
             if key.startswith("optimize.space."):
-                return ConfigError(
-                    "optimize.space",
-                    "Hydra adds no key to it with '='; accepted: '++optimize.space={train.dtype:[fp16,bf16],...}' "
-                    "(the whole space, config keys with their candidate values)",
-                )
+                return ConfigError("optimize.space", f"Hydra adds no key to it with '='; accepted: {SPACE_FORM}")
             return ConfigError(key, f"unknown key; accepted keys here: {', '.join(_keys_near(key))}")
+        if isinstance(cause, ValidationError) and key == "optimize.space":
+            given = re.search(r"Cannot assign (\w+)", str(cause))
+            return ConfigError(key, f"got {f'a {given.group(1)}' if given else 'no mapping'}; accepted: {SPACE_FORM}")
         if isinstance(cause, ValidationError):
             return ConfigError(key, _type_message(str(cause)))
         return ConfigError(key, _first_line(cause))
     key = _key_from_message(str(err))
     return ConfigError(key or "override", _first_line(err))
+
+
+SPACE_FORM = (
+    "'++optimize.space={train.dtype:[fp16,bf16],...}' (the whole space, config keys with their candidate values)"
+)
+
+
+def _unparsable(err: OverrideParseException) -> ConfigError:
+    """An override Hydra's grammar cannot read: named by its key where one can be made out, with how to quote."""
+    override = getattr(err, "override", "") or ""
+    key, sep, value = override.partition("=")
+    key = key.lstrip("+~")
+    if sep and re.fullmatch(r"[\w.\-/@]+", key):
+        return ConfigError(
+            key,
+            f"{value!r} cannot be read by Hydra's override grammar; accepted: a plain value, or one in quotes "
+            f"(key='a value' or key=\"a value\"), a,b,c to sweep with -m",
+        )
+    return ConfigError("override", f"{_first_line(err)}; accepted: key=value, group=option, a,b,c to sweep with -m")
 
 
 def _missing_option(err: MissingConfigException) -> ConfigError:
