@@ -222,16 +222,18 @@ def test_optuna_best_trial_agrees(storage):
 
 
 def test_the_dashboard_reads_a_real_mixed_study_as_it_printed_itself(tmp_path):
-    """A study of the pipeline itself (tiny model) under a cap that rules out the largest micro-batches, one by
-    prediction, one measured: the dashboard shows every decided trial's constraint as the storage holds it, the
-    over-the-cap ones complete with a positive constraint (infeasible), and as best the answer the study printed."""
+    """A study of the pipeline itself (tiny model) under a cap that rules out the largest micro-batches (8x1 always,
+    by prediction or measured; 4x2 on most machines): the dashboard shows every decided trial's constraint as the
+    storage holds it, the over-the-cap ones complete with a positive constraint (infeasible), and as best the answer
+    the study printed. The cap leaves room over 1x8's peak (0.47 GiB, 0.54 seen on a busy machine): a study where
+    nothing fits has no best to show."""
     import re
 
     cmd = [
         sys.executable,
         "-m",
         "pipeline.optimize",
-        "mem_cap=0.5GiB",
+        "mem_cap=0.56GiB",
         "batch.effective=8",
         "model.vocab_size=2048",
         "train.max_length=256",
