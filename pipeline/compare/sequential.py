@@ -7,11 +7,12 @@ The plan comes from the noise the study's search has already seen. A comparison'
 (s_m = RUN_NOISE x the steps' coefficient of variation). A run's figure is the 20%-trimmed mean of its steady steps
 (`measure.stats.trimmed_mean`): its runs are short (a few steps), where a median throws away a third of what the
 steps say (in simulation it decided 3 points less often) and a plain mean is moved by one stalled step. A round
-costs the finalists' fixed costs (spawn, setup, compilation, warm-up steps) plus n steady steps each. The run length n is the one that
-makes the interval narrowest per device-second (variance x cost smallest), between `min_steps` and `max_steps`,
-with s_p = PROCESS_SPREAD; the rounds are as many as the budget buys. A comparison is looked at after every round
-from the third (two rounds give a t-interval on one degree of freedom, twelve times its standard error wide); a
-finalist whose comparison with the best is settled leaves the rounds, so the budget goes where it is undecided.
+costs the finalists' fixed costs (spawn, setup, compilation, warm-up steps) plus n steady steps each. The run
+length n is the one that makes the interval narrowest per device-second (variance x cost smallest), between
+`min_steps` and `max_steps`, with s_p = PROCESS_SPREAD; the rounds are as many as the budget buys. A comparison is
+looked at after every round from the third (two rounds give a t-interval on one degree of freedom, twelve times its
+standard error wide); a finalist whose comparison with the best is settled leaves the rounds, so the budget goes
+where it is undecided.
 """
 
 from __future__ import annotations
