@@ -370,7 +370,7 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
     stored = confirmation.ConfirmationRecord.of(attrs[confirmation.PARTIAL])
     assert not stored.finished and 1 <= stored.rounds < 3
     stopped = "confirmation round (the study stopped during the round; the same command runs it again): "
-    assert f"{stopped}{stored.rounds} rounds of" in out, out[-3000:]
+    assert f"{stopped}{stored.rounds} round{'s' if stored.rounds > 1 else ''} of" in out, out[-3000:]
     assert "the confirmation round is off" not in out
     paired = f"paired over {stored.rounds} rounds with the baseline"
     assert paired in out or f"the study stopped during its round, after {stored.rounds} round(s)" in out

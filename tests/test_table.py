@@ -115,5 +115,39 @@ def test_the_plot_axis_states_the_coverage_and_source_the_table_states():
     assert "90% CI of one run's steps" in format_table(single, Criteria(0.9))
     jobs = [recorded(n, n, [t * (1 + r / 10)] * 5, r) for r in range(3) for n, t in (("a", 0.1), ("b", 0.2))]
     paired = comparison_rows(jobs, Criteria(0.9))
-    assert "90% paired interval against the fastest" in step_label(paired, 0.9)
+    assert "the fastest's median x the paired ratio; whiskers: 90% paired interval" in step_label(paired, 0.9)
     assert "time vs fastest (90%, paired)" in format_table(paired, Criteria(0.9))
+
+
+def test_a_config_whose_median_and_pairs_disagree_is_drawn_from_its_pairs(tmp_path):
+    """a's runs have the lower median, but two slow steps in each make it slower by the pairs (their trimmed means):
+    its bar and whiskers come from the pairs, as the table's column, and the plot is drawn (its whiskers were
+    placed around the median before, negative, and the report failed)."""
+    from pipeline.reporting.plots import Context, _bar, step_times
+
+    jobs = []
+    for repeat in range(3):
+        jobs.append(recorded("a", "a", [0.5, 0.5, 0.5, 2.0 + 0.01 * repeat, 2.0], repeat))
+        jobs.append(recorded("b", "b", [0.8 + 0.01 * repeat] * 5, repeat))
+    rows = {r.name: r for r in comparison_rows(jobs, Criteria())}
+    assert rows["a"].median < rows["b"].median and rows["a"].judgement is Judgement.SLOWER
+    height, (low, high) = _bar(rows["a"], list(rows.values()))
+    assert low <= height <= high and height == pytest.approx(rows["b"].median / rows["a"].comparison.speedup)
+    context = Context("Sweep", "s", "cpu", "2026-12-01", None, True)
+    assert step_times(list(rows.values()), context, 0.95, tmp_path / "steps.png").stat().st_size > 0
+
+
+def test_the_reports_headline_says_which_ties_are_close_and_which_the_rounds_could_not_tell_apart():
+    from pipeline.reporting.document import fastest_line
+
+    jobs = []
+    for repeat, (a, b, c) in enumerate([(1.0, 1.01, 0.4), (1.0, 0.99, 2.6), (1.0, 1.0, 1.0)]):
+        jobs += [recorded("a", "a", [a] * 5, repeat), recorded("b", "b", [b] * 5, repeat)]
+        jobs.append(recorded("c", "c", [c] * 5, repeat))
+    rows = comparison_rows(jobs, Criteria(), prefer="a")
+    by_name = {r.name: r for r in rows}
+    assert by_name["b"].comparison.margin < 0.1 and by_name["c"].comparison.margin > 1
+    line = fastest_line(rows, None)
+    assert line.startswith("Fastest: **a**, 1.0000 s/step; equal with b (±")
+    assert "; not told apart from c (within " in line and line.endswith("x either way) (paired rounds)")
+    assert "((" not in line and "))" not in line

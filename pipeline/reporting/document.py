@@ -11,7 +11,7 @@ import datetime
 import html
 from pathlib import Path
 
-from pipeline.compare.paired import Judgement
+from pipeline.compare.paired import WIDE, Judgement, margin_text
 from pipeline.records import RecordedJob, RunKind, Status
 from pipeline.reporting import plots
 from pipeline.reporting.table import (
@@ -90,8 +90,15 @@ def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
         compared = [r for r in rows if r.comparison is not None]
         if reference.judgement is Judgement.WINNER:
             return line + f" (faster than {', '.join(r.name for r in compared)}: paired rounds)"
-        ties = [f"{r.name} ({rank_text(r)})" for r in compared if r.judgement is Judgement.EQUAL]
-        return line + f"; equal with {', '.join(ties)} (paired rounds)"
+        tied = [r for r in compared if r.judgement is Judgement.EQUAL]
+        close = [f"{r.name} ({margin_text(r.comparison.margin)})" for r in tied if r.comparison.margin < WIDE]
+        apart = [
+            f"{r.name} ({margin_text(r.comparison.margin)} either way)" for r in tied if r.comparison.margin >= WIDE
+        ]
+        said = ([f"equal with {', '.join(close)}"] if close else []) + (
+            [f"not told apart from {', '.join(apart)}"] if apart else []
+        )
+        return line + f"; {'; '.join(said)} (paired rounds)"
     timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == str(Status.OK)]
     if timed:
         best = min(timed, key=lambda r: r.median)

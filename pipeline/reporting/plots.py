@@ -83,22 +83,26 @@ def _empty(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def _error(row: Row, rows: list[Row], confidence: float) -> tuple[float, float] | None:
-    """The bar's interval: paired against the fastest where the rows are ranked, else one run's steps."""
+def _bar(row: Row, rows: list[Row]) -> tuple[float, tuple[float, float] | None]:
+    """The bar's height and interval. Where the rows are ranked, both come from the pairs, as the table's `time vs
+    fastest`: the fastest's median times the config's paired time ratio, and its paired interval (a config's own
+    median may fall outside it: the median pools runs the pairs weigh otherwise). Else the config's median and one
+    run's interval."""
     if row.comparison is not None:
         reference = next(r for r in rows if r.judgement is not None and r.comparison is None)
         c = row.comparison
-        return reference.median / c.high, reference.median / c.low
+        return reference.median / c.speedup, (reference.median / c.high, reference.median / c.low)
     if row.ci is not None and not any(r.judgement for r in rows):
-        return row.ci.low, row.ci.high
-    return None
+        return row.median, (row.ci.low, row.ci.high)
+    return row.median, None
 
 
 def step_label(rows: list[Row], confidence: float) -> str:
     """What the step-time plot's bars and whiskers are: the same coverage the table states."""
     if any(r.judgement for r in rows):
         return (
-            f"seconds per optimizer step\n(median; whiskers: {100 * confidence:g}% paired interval against the fastest)"
+            "seconds per optimizer step\n(the fastest's median x the paired ratio; whiskers: "
+            f"{100 * confidence:g}% paired interval)"
         )
     return f"seconds per optimizer step\n(median; whiskers: {100 * confidence:g}% interval of one run's steps)"
 
@@ -110,17 +114,18 @@ def step_times(rows: list[Row], context: Context, confidence: float, path: Path)
     if not timed:
         _empty(ax, "no config has a step time (see the table and the memory plot)")
         return _save(fig, path)
-    errors = {r.config_id: _error(r, rows, confidence) for r in rows if r.median is not None}
-    top = max([r.median or r.first_steps for r in timed] + [e[1] for e in errors.values() if e])
+    bars = {r.config_id: _bar(r, rows) for r in rows if r.median is not None}
+    top = max([r.median or r.first_steps for r in timed] + [h for h, _ in bars.values()])
+    top = max([top] + [e[1] for _, e in bars.values() if e])
     for x, row in enumerate(rows):
         if row.median is None and row.first_steps is not None:
             ax.bar(x, row.first_steps, color="white", edgecolor=NEUTRAL, hatch="///")
         elif row.median is None:
             ax.text(x, 0.5 * top, _why_no_time(row), ha="center", va="center", fontsize=8, rotation=90, color=OVER)
         else:
-            error = errors[row.config_id]
-            yerr = [[row.median - error[0]], [error[1] - row.median]] if error else None
-            ax.bar(x, row.median, color=RANK_COLOURS.get(row.judgement, NEUTRAL), yerr=yerr, capsize=5)
+            height, error = bars[row.config_id]
+            yerr = [[height - error[0]], [error[1] - height]] if error else None
+            ax.bar(x, height, color=RANK_COLOURS.get(row.judgement, NEUTRAL), yerr=yerr, capsize=5)
             if (
                 error
                 and row.ci is not None

@@ -153,7 +153,8 @@ def confirmation_lines(record: ConfirmationRecord, winner: str, total_s: float) 
         ]
     stopped = "" if record.finished else " (the study stopped during the round; the same command runs it again)"
     lines = [
-        f"confirmation round{stopped}: {record.rounds} rounds of {record.steps_text()} steady steps, {s.seconds:.0f} s "
+        f"confirmation round{stopped}: {record.rounds} round{'s' if record.rounds != 1 else ''} of "
+        f"{record.steps_text()} steady steps, {s.seconds:.0f} s "
         f"({100 * s.seconds / total_s:.0f}% of the study's device time; budget {record.budget_s:.0f} s): "
         + ", ".join(names)
     ]
