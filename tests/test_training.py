@@ -181,20 +181,31 @@ class SlowedJob(Job):
         self.trainer.add_callback(self.delay)
 
 
-def test_one_stalled_step_does_not_prune_a_fast_config_but_a_slower_config_is_pruned_early(tmp_path):
-    """The study prunes a trial whose steps 2-4 have a median over the threshold (1 s here). A fast config (0.5 s of
-    work per step, plus the tiny model's own, some 0.05 s) with step 3 stalled by 4 s, over 2x the threshold (the old
+@pytest.fixture
+def one_thread():
+    """Torch on one thread for a test whose steps must take a known time: with its default two threads spinning
+    against other processes on a busy 2-core machine, the tiny model's own share of a step grew to 1-1.5 s."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_one_stalled_step_does_not_prune_a_fast_config_but_a_slower_config_is_pruned_early(tmp_path, one_thread):
+    """The study prunes a trial whose steps 2-4 have a median over the threshold (2 s here). A fast config (0.5 s of
+    work per step, plus the tiny model's own, some 0.05 s) with step 3 stalled by 5 s, over 2x the threshold (the old
     rule pruned on such a single step), trains to the end; the same config doing more than twice the work on every
-    step (1.2 s) is pruned at the end of the window, step 4 of 5. The work is made of known delays, far from the
-    threshold on either side, so the outcomes hold on a busy machine."""
+    step (2.4 s) is pruned at the end of the window, step 4 of 5. The work is made of known delays, seconds from the
+    threshold and from 2x it on either side, so the outcomes hold on a busy machine (at a 1 s threshold, a step of
+    the fast config once took over 2 s on a 2-core machine running a browser and two studies beside the tests)."""
     spec = job_spec(compose_job("config", [*QUIET, "batch.split=4x1", "train.steps=5"]))
-    spec = dataclasses.replace(spec, stop=StopRule(prune_after=3, prune_threshold_s=1.0))
+    spec = dataclasses.replace(spec, stop=StopRule(prune_after=3, prune_threshold_s=2.0))
     for name in ("stalled", "slow"):
         (tmp_path / name).mkdir()
-    stalled = SlowedJob(spec, tmp_path / "stalled", 0.5, {3: 4.0}).run()  # 0.5 s + the model's own: under 1.0
+    stalled = SlowedJob(spec, tmp_path / "stalled", 0.5, {3: 5.0}).run()  # 0.5 s + the model's own: under 2.0
     assert stalled.status is Status.OK, stalled.stopped
     assert [s.step for s in stalled.steps] == [1, 2, 3, 4, 5]
-    assert stalled.steps[2].step_time_s > IN_STEP_FACTOR * 1.0  # the stall was there, and alone decided nothing
-    slow = SlowedJob(spec, tmp_path / "slow", 1.2).run()
+    assert stalled.steps[2].step_time_s > IN_STEP_FACTOR * 2.0  # the stall was there, and alone decided nothing
+    slow = SlowedJob(spec, tmp_path / "slow", 2.4).run()
     assert slow.status is Status.PRUNED and slow.stopped.startswith("pruned at step 4"), slow.stopped
     assert [s.step for s in slow.steps] == [1, 2, 3, 4]
