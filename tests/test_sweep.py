@@ -277,8 +277,21 @@ def test_repeats_pool_exactly_the_runs_of_one_identity(tmp_path):
         [c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines() if line.startswith("| tiny ")
     ]
     assert len(rows) == 2 and all(row[2].endswith("(3 runs)") for row in rows), rows
-    assert rows[0][3] == "fastest" and re.fullmatch(r"\d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\]", rows[1][3]), rows
-    assert rows[0][9] in ("winner", "equal") and (rows[1][9] == "slower" or rows[1][9].startswith("equal ±")), rows
+    interval = re.fullmatch(r"(\d+\.\d\d)x \[(\d+\.\d\d), (\d+\.\d\d)\]", rows[1][3])
+    assert rows[0][3] == "fastest" and interval, rows
+    # the rank follows from the interval beside it: above 1 is slower; across 1, a tie with the margin it leaves
+    low, high = float(interval[2]), float(interval[3])
+    if rows[1][9] == "slower":
+        assert low >= 1.0 and rows[0][9] == "winner", rows
+    else:
+        assert low <= 1.0 <= high and rows[0][9] == "equal", rows
+        margin = max(high, 1 / low) - 1
+        tie = re.fullmatch(r"equal ±(\d+)%|not told apart \(within (\d+\.\d)x\)", rows[1][9])
+        assert tie, rows
+        # the margin is rounded up (to 1% or to 0.1x); the bounds in the cell are rounded to 2 decimals
+        shown, step = (int(tie[1]) / 100, 0.01) if tie[1] else (float(tie[2]) - 1, 0.1)
+        error = 0.005 + 0.005 / low**2
+        assert margin - error <= shown <= margin + step + error, (shown, margin, rows)
 
 
 @pytest.mark.slow
