@@ -71,7 +71,7 @@ def plan(finalists: list[Finalist], budget_s: float, min_steps: int, max_steps: 
     step = {f.name: f.step_s for f in finalists}
 
     def width(n: int) -> float:
-        rounds = int(budget_s // (COST_MARGIN * sum(fixed[k] + n * step[k] for k in fixed)))
+        rounds = Plan(n, fixed, step, budget_s, min_steps).affordable_rounds
         if rounds < MIN_ROUNDS:
             return math.inf
         return student_t.ppf(0.975, rounds - 1) * math.sqrt(2 * (PROCESS_SPREAD**2 + noise**2 / n) / rounds)
