@@ -39,10 +39,11 @@ def _optimize(cwd, cap, *extra, **kwargs):
 
 
 def _study(cwd):
-    """The study of `cwd`'s store (not the lock studies `<name>:calibration` that exist while a worker calibrates)."""
-    summaries = optuna.get_all_study_summaries(f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}")
-    (summary,) = [s for s in summaries if ":" not in s.study_name]
-    return optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}")
+    """The study of `cwd`'s store (not the lock studies `<name>:calibration` that exist while a worker calibrates).
+    By name only: a summary reads every study's trials, and a lock study may be removed in between."""
+    storage = f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}"
+    (name,) = [n for n in optuna.get_all_study_names(storage) if ":" not in n]
+    return optuna.load_study(study_name=name, storage=storage)
 
 
 def _trials_so_far(cwd) -> list:
