@@ -23,6 +23,7 @@ from mlflow.tracking import MlflowClient
 
 from pipeline.tracking.store import store_lock
 from tests.helpers.cli import run_cli
+from tests.helpers.runs import the_study
 from tests.helpers.wait import wait_for_steps
 
 GRACE_S = 10.0  # BATCH_SPLIT_GRACE_S of the workers: how long a silent remote worker's trial stays claimed
@@ -102,8 +103,7 @@ def _only_study(storage: str) -> optuna.Study:
     """The one study in `storage` (workers also make and remove a `<name>:calibration` lock study). Opened under
     the workers' lock: opening a fresh database creates its tables, which must not race theirs."""
     with store_lock(storage):
-        (name,) = [n for n in optuna.get_all_study_names(storage) if not n.endswith(":calibration")]
-        return optuna.load_study(study_name=name, storage=storage)
+        return the_study(storage)
 
 
 def _kill_one_mid_trial(tmp_path, storage: str, workers: dict[str, subprocess.Popen]):
@@ -125,7 +125,7 @@ def _kill_one_mid_trial(tmp_path, storage: str, workers: dict[str, subprocess.Po
     workers[victim].send_signal(signal.SIGKILL)
     killed_at = time.time()
     workers[victim].wait()
-    # the trial it held: its newest not finished (the survivor may already have marked it FAIL, its heartbeat lapsed)
+    # the trial it held: its newest RUNNING or FAIL one (the survivor may already have failed it, its heartbeat lapsed)
     held = [
         t
         for t in _only_study(storage).get_trials(states=(optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.FAIL))

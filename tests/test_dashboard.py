@@ -44,6 +44,7 @@ from optuna.trial import TrialState  # noqa: E402
 from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, screenshots_folder  # noqa: E402
 from tests.helpers.env import child_env  # noqa: E402
 from tests.helpers.net import free_port  # noqa: E402
+from tests.helpers.runs import the_study  # noqa: E402
 
 pytestmark = pytest.mark.slow
 try:
@@ -246,10 +247,10 @@ def test_the_dashboard_reads_a_real_mixed_study_as_it_printed_itself(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     printed = re.search(r"best feasible: (tiny \d+x\d+) ", proc.stdout).group(1)
     url = f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"
-    (summary,) = [s for s in optuna.get_all_study_summaries(url) if ":" not in s.study_name]
-    stored = {t.number: t for t in optuna.load_study(study_name=summary.study_name, storage=url).trials}
+    study = the_study(url)
+    stored = {t.number: t for t in study.trials}
     with serving(url) as base:
-        shown = _study(base, summary.study_name)
+        shown = _study(base, study.study_name)
     decided = [t for t in shown["trials"] if "label" in stored[t["number"]].user_attrs]
     assert len(decided) == 4
     over = [t for t in decided if stored[t["number"]].user_attrs["status"] in ("skipped", "over-cap", "oom")]
@@ -261,7 +262,7 @@ def test_the_dashboard_reads_a_real_mixed_study_as_it_printed_itself(tmp_path):
     (best,) = shown["best_trials"]
     assert stored[best["number"]].user_attrs["label"] == printed
     if CHROMIUM is not None and sync_api is not None:
-        _see_it_in_a_browser(url, summary.study_name, best["number"])
+        _see_it_in_a_browser(url, study.study_name, best["number"])
 
 
 def _see_it_in_a_browser(storage: str, name: str, best: int) -> None:

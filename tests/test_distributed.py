@@ -139,11 +139,11 @@ def test_a_world_size_sweep_keeps_the_effective_batch_and_its_losses_agree(tmp_p
 def test_a_study_over_world_sizes_answers_with_how_many_ranks_it_uses(tmp_path):
     """Issue 23: `optimize.space={world_size:[1,2]}` on the tiny model with gloo: both world sizes' splits are
     decided, and the answer says how many processes the best config uses."""
-    import optuna
     from mlflow.tracking import MlflowClient
 
     from pipeline.search.trials import TrialRecord
     from tests.helpers.cli import run_cli
+    from tests.helpers.runs import the_study
 
     args = ["mem_cap=2GiB", "launcher.kind=torchrun", "++optimize.space={world_size:[1,2]}", "optimize.trials=5"]
     args += ["optimize.confirm=never", "train.steps=6", "measure.warmup_steps=2", "gpu=cpu", "train.progress_bar=false"]
@@ -151,8 +151,7 @@ def test_a_study_over_world_sizes_answers_with_how_many_ranks_it_uses(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "5 valid configs" in proc.stdout
     storage = f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"
-    (summary,) = [s for s in optuna.get_all_study_summaries(storage) if ":" not in s.study_name]
-    study = optuna.load_study(study_name=summary.study_name, storage=storage)
+    study = the_study(storage)
     decided = [TrialRecord.of(t) for t in study.get_trials() if t.user_attrs.get("label")]
     assert {(r.overrides[0], r.world_size) for r in decided} == {
         ("batch.split=1x4", 1),

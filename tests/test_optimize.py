@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.search.trials import TrialRecord
 from tests.helpers.env import child_env
+from tests.helpers.runs import the_study
 from tests.helpers.wait import wait_for_steps, wait_until
 
 # A workload whose memory grows clearly with the micro-batch (a 2048-token vocabulary, 256-token sequences). The cap
@@ -39,11 +40,8 @@ def _optimize(cwd, cap, *extra, **kwargs):
 
 
 def _study(cwd):
-    """The study of `cwd`'s store (not the lock studies `<name>:calibration` that exist while a worker calibrates).
-    By name only: a summary reads every study's trials, and a lock study may be removed in between."""
-    storage = f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}"
-    (name,) = [n for n in optuna.get_all_study_names(storage) if ":" not in n]
-    return optuna.load_study(study_name=name, storage=storage)
+    """The study of `cwd`'s store."""
+    return the_study(f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}")
 
 
 def _trials_so_far(cwd) -> list:

@@ -1,9 +1,10 @@
-"""What a store under a test's folder holds, read with MLflow's own client."""
+"""What a store under a test's folder holds, read with MLflow's and Optuna's own clients."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
 from mlflow.tracking import MlflowClient
 
 
@@ -12,3 +13,10 @@ def mlflow_runs(folder: Path, experiment: str = "batch-split", root: str = "mlru
     client = MlflowClient(f"sqlite:///{folder / root / 'mlflow.db'}")
     found = client.get_experiment_by_name(experiment)
     return client.search_runs([found.experiment_id]) if found else []
+
+
+def the_study(storage: str) -> optuna.Study:
+    """The one study in `storage`, not the lock studies `<name>:calibration` that a worker makes and removes while
+    it calibrates. Found by name: a summary reads every study's trials, and a lock study may be gone in between."""
+    (name,) = [n for n in optuna.get_all_study_names(storage) if ":" not in n]
+    return optuna.load_study(study_name=name, storage=storage)
