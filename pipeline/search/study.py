@@ -40,6 +40,7 @@ import warnings
 
 import optuna
 from omegaconf import DictConfig, OmegaConf
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 from tqdm import tqdm
 
@@ -418,6 +419,20 @@ class StudyDriver:
             time.sleep(HEARTBEAT_S)  # every open config is another live worker's: its result, or its death, comes
             return True
         trial = self.study.ask()
+        try:
+            self._decide(trial, parent, bar)
+        except (UpdateFinishedTrialError, ValueError):  # ValueError: Optuna's "Cannot tell a FAIL trial"
+            if not workers.closed_elsewhere(self.study, trial):
+                raise
+            print(
+                f"[study] trial {trial.number} was closed by another worker, which took this one for gone; skipped, "
+                "its config stays open",
+                flush=True,
+            )
+        return True
+
+    def _decide(self, trial: optuna.Trial, parent: str, bar: tqdm) -> None:
+        """Claim the sampler's proposal and measure it, or tell it as the repeat of a decided config."""
         workers.own(trial)
         values = suggest(trial, self.space)
         candidate = next((c for c in self.valid if c.values == values), None)
@@ -427,23 +442,22 @@ class StudyDriver:
             self._repeat_of(trial, candidate, values)
             remaining = [c for c in self.valid if c.config_id not in taken]
             if not remaining:
-                return True  # everything is decided or being measured by another worker: the next call sees which
+                return  # everything is decided or being measured by another worker: the next call sees which
             # the sampler keeps proposing what is known once the space is nearly decided: hand it an
             # undecided config (drawn, so no order of the space is favoured)
             pick = random.Random(self.o.seed * 100_003 + trial.number).choice(remaining)
             self.study.enqueue_trial(pick.params, skip_if_exists=False)
-            return True
+            return
         # the claim: workers sharing the study see the config taken from here on
         trials.write(trial, {trials.LABEL: candidate.label, trials.CONFIG_ID: candidate.config_id})
         if workers.claimed_earlier(self.study, trial.number, candidate.config_id):
             self.study.tell(trial, state=TrialState.FAIL)  # another worker asked for it first
-            return True
+            return
         started = time.time()
         with workers.trial_heartbeat(self.study, trial):
             self.evaluate(trial, candidate, parent)
         bar.set_postfix_str(f"{candidate.label}: {time.time() - started:.0f} s")
         bar.update(1)
-        return True
 
     def _repeat_of(self, trial: optuna.Trial, candidate: Candidate | None, values) -> None:
         """A proposal of a config already decided: told as its decision was (state, value, constraint), labelled

@@ -2,11 +2,14 @@
 first, who calibrates, and what a dead worker left behind.
 
 A worker writes its owner (`host:pid:start`) on every trial it asks for and beats a heartbeat on it while it works,
-and claims a config (its identity, `config_id`) on the trial before measuring it. Another worker treats a config as
+and claims a config (its identity, `config_id`) on the trial before measuring it. A trial is RUNNING from the
+instant it is asked for, before its worker has written its owner: such a trial is young, not stale, until it has
+been RUNNING for `liveness.GRACE_S` without an owner (the asking worker died in that instant). Another worker treats a config as
 taken when it is decided (COMPLETE or PRUNED) or claimed by a live worker; if two claim one config in the same
 instant, the lower trial number keeps it. A worker on this host is alive while its process is; one on another host
 while its heartbeat is fresh (`liveness.GRACE_S`), so a live remote worker is never declared dead. A trial whose
-worker is gone is stale: the next worker to look marks it FAIL.
+worker is gone is stale: the next worker to look marks it FAIL. A worker whose own trial was closed that way (a live
+worker taken for dead, its heartbeat late on a busy machine) skips it (`closed_elsewhere`): the config stays open.
 """
 
 from __future__ import annotations
@@ -15,12 +18,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import optuna
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
-from pipeline.liveness import HEARTBEAT_S, Owner
+from pipeline.liveness import GRACE_S, HEARTBEAT_S, Owner
 from pipeline.search.trials import CONFIG_ID, DONE, OWNER
 
 HEARTBEAT = "heartbeat"
@@ -30,6 +34,19 @@ def live(attrs: dict) -> bool:
     """Whether the worker named in a trial's (or lock study's) attributes is alive."""
     owner = Owner.parse(attrs.get(OWNER, ""))
     return owner is not None and owner.alive(attrs.get(HEARTBEAT))
+
+
+def _trial_live(trial: FrozenTrial) -> bool:
+    """Whether a RUNNING trial's worker is alive: by its owner, or, before the owner is written, by its age."""
+    if OWNER in trial.user_attrs:
+        return live(trial.user_attrs)
+    started = trial.datetime_start
+    return started is not None and (datetime.now() - started).total_seconds() < GRACE_S
+
+
+def closed_elsewhere(study: optuna.Study, trial: optuna.Trial) -> bool:
+    """Whether this worker's trial was finished by another worker (which took this one for dead)."""
+    return study._storage.get_trial(trial._trial_id).state.is_finished()
 
 
 def _running(study: optuna.Study) -> list[FrozenTrial]:
@@ -62,7 +79,7 @@ def fail_stale(study: optuna.Study) -> list[str]:
     have failed one first)."""
     owners = []
     for trial in _running(study):
-        if not live(trial.user_attrs):
+        if not _trial_live(trial):
             with contextlib.suppress(UpdateFinishedTrialError):
                 study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
                 owners.append(trial.user_attrs.get(OWNER, ""))

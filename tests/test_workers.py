@@ -1,0 +1,121 @@
+"""Workers sharing one study: the interleavings that once ended a survivor's study, forced on a real Optuna storage
+(and, for the driver, a real study of tiny CPU jobs), not waited for with a sleep.
+
+The race seen on a 2-core machine: worker B asks the sampler for a trial (RUNNING from that instant, no owner written
+yet), worker A looks for stale trials in that instant, takes the ownerless trial for a dead worker's and marks it FAIL,
+and B's next write to its own trial raised `UpdateFinishedTrialError`, which ended B's study.
+"""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from pipeline.config.compose import compose_job
+from pipeline.jobs import task
+from pipeline.records import RunKind
+from pipeline.search import workers
+from pipeline.search.study import StudyDriver
+
+
+def _two_handles(tmp_path) -> tuple[optuna.Study, optuna.Study]:
+    """One study opened by two workers, each through its own handle on the same sqlite storage."""
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    mine = optuna.create_study(study_name="shared", storage=storage)
+    return mine, optuna.load_study(study_name="shared", storage=storage)
+
+
+def test_a_trial_asked_for_but_not_yet_owned_is_not_a_dead_workers(tmp_path):
+    mine, other = _two_handles(tmp_path)
+    trial = mine.ask()  # RUNNING, its owner not written yet: the instant the race fell in
+    assert workers.fail_stale(other) == []
+    assert other.trials[0].state is TrialState.RUNNING
+    workers.own(trial)  # the asking worker goes on: its trial is still its own
+    assert mine.trials[0].user_attrs["owner"]
+
+
+def test_a_trial_left_ownerless_past_the_grace_is_stale(tmp_path, monkeypatch):
+    """The other side of the rule: a worker that died between asking and owning leaves a trial that does end."""
+    mine, other = _two_handles(tmp_path)
+    mine.ask()
+    monkeypatch.setattr(workers, "GRACE_S", 0.0)  # as if the grace had passed since it was asked for
+    assert workers.fail_stale(other) == [""]
+    assert other.trials[0].state is TrialState.FAIL
+
+
+@pytest.fixture
+def tiny_study(tmp_path):
+    """A study of the tiny model's two splits, its round off, on this test's own store."""
+    overrides = [
+        "mem_cap=4GiB",
+        "batch.effective=2",
+        "batch.split=1x2",
+        "optimize.trials=2",
+        "optimize.confirm=never",
+        "train.steps=4",
+        "measure.warmup_steps=1",
+        "optimize.probe_steps=2",
+    ]
+    driver = StudyDriver(compose_job("config", overrides), overrides)
+    other = optuna.load_study(study_name=driver.name, storage=driver.storage)
+    return driver, other
+
+
+def _close_as_another_worker(other: optuna.Study, trial) -> None:
+    """What a worker that took this one for gone does to its trial (`workers.fail_stale`)."""
+    other._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+
+
+def _every_config_decided_once(driver: StudyDriver) -> list[str]:
+    """The config ids of the decided trials (not the repeats of one), each config's once."""
+    decided = driver.study.get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    ids = [t.user_attrs["config_id"] for t in decided if "label" in t.user_attrs]
+    assert sorted(ids) == sorted(c.config_id for c in driver.valid), [(t.number, t.state) for t in decided]
+    return ids
+
+
+def test_a_trial_closed_by_another_worker_before_it_is_owned_is_skipped_and_the_study_finishes(
+    tiny_study, monkeypatch, capsys
+):
+    driver, other = tiny_study
+    real_own, closed = workers.own, []
+
+    def own(trial):
+        if not closed:  # the first trial: closed between the ask and the owner's write
+            closed.append(trial.number)
+            _close_as_another_worker(other, trial)
+        real_own(trial)
+
+    monkeypatch.setattr(workers, "own", own)
+    answer = driver.run()
+    out = capsys.readouterr().out
+    assert f"[study] trial {closed[0]} was closed by another worker" in out, out[-3000:]
+    assert answer.exit_code == 0 and answer.best is not None, out[-3000:]
+    assert driver.study.trials[closed[0]].state is TrialState.FAIL
+    _every_config_decided_once(driver)
+
+
+@pytest.mark.slow
+def test_a_trial_closed_by_another_worker_while_its_job_ran_is_skipped_and_measured_again(
+    tiny_study, monkeypatch, capsys
+):
+    driver, other = tiny_study
+    real_run, closed = task.run, []
+
+    def run(cfg, **kwargs):
+        outcome = real_run(cfg, **kwargs)
+        if kwargs.get("kind") is RunKind.TRIAL and not closed:  # the first trial's job has ended: now it is closed
+            running = driver.study.get_trials(states=(TrialState.RUNNING,))
+            closed.append(running[0].number)
+            _close_as_another_worker(other, running[0])
+        return outcome
+
+    monkeypatch.setattr(task, "run", run)
+    answer = driver.run()
+    out = capsys.readouterr().out
+    assert f"[study] trial {closed[0]} was closed by another worker" in out, out[-3000:]
+    assert answer.exit_code == 0 and answer.best is not None, out[-3000:]
+    lost = driver.study.trials[closed[0]]
+    assert lost.state is TrialState.FAIL
+    assert lost.user_attrs["config_id"] in _every_config_decided_once(driver)  # measured again
