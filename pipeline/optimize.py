@@ -16,17 +16,20 @@ from pipeline.cli import run_entry
 from pipeline.config.errors import ConfigError
 from pipeline.config.store_checks import check_store
 from pipeline.config.validate import resolve_cap
+from pipeline.search.opening import check_binding
 from pipeline.search.space import check_values
 
 
 def check_study(cfg: DictConfig) -> None:
-    """What a study needs beyond a valid job: a cap, and a space in which every value can run."""
-    if resolve_cap(cfg)[0] is None:
+    """What a study needs beyond a valid job: a cap, a space it can search, and a study name that is this config's."""
+    cap = resolve_cap(cfg)[0]
+    if cap is None:
         raise ConfigError(
             "mem_cap", "required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4"
         )
     check_store("optimize.storage", cfg.optimize.storage, cfg.paths.root)
     check_values(cfg)
+    check_binding(cfg, cap)
 
 
 def optimize(cfg: DictConfig) -> float | None:

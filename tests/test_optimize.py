@@ -270,8 +270,9 @@ def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
 
 
 def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path):
-    """A cap below what any config needs: the probes measure, every candidate is skipped by prediction, the answer
-    names the smallest need, the exit code is 3, and the storage has no best trial for Optuna or its dashboard."""
+    """A cap below what any config needs: the probes measure, the baseline is measured uncapped (for its speed: it
+    does not fit either), every other candidate is skipped by prediction, the answer names the smallest need, the
+    exit code is 3, and the storage has no best trial for Optuna or its dashboard."""
     cmd = [
         sys.executable,
         "-m",
@@ -290,7 +291,9 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     assert len(trials) == 3
     # infeasible, with the probes' step estimate as their value (what optuna-dashboard plots and marks infeasible)
     assert all(t.state == optuna.trial.TrialState.COMPLETE and t.system_attrs["constraints"][0] > 0 for t in trials)
-    assert all(t.value > 0 and t.user_attrs["status"] == "skipped" for t in trials)
+    statuses = sorted((t.user_attrs.get("role", "trial"), t.user_attrs["status"]) for t in trials)
+    assert statuses == [("baseline", "ok"), ("trial", "skipped"), ("trial", "skipped")]
+    assert all(t.value > 0 for t in trials) and not any(t.user_attrs["feasible"] for t in trials)
     with pytest.raises(ValueError):
         study.best_trial  # noqa: B018 - Optuna's own reading: no feasible trial, so no best
     report = subprocess.run(
@@ -305,7 +308,7 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     (md,) = (tmp_path / "mlruns" / "reports").glob("*/report.md")
     text = md.read_text()
     assert "**Nothing fits under the cap of 0.10 GiB**: the smallest need is" in text and "(predicted)" in text
-    assert text.count("| skipped") == 3
+    assert text.count("| skipped") == 2
     assert "Device: device not recorded" not in text and "Device: " in text  # the probes ran on it
     missing = subprocess.run(
         [sys.executable, "-m", "pipeline.report", "--study", "nope"],
@@ -378,10 +381,10 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
     claim = [line for line in out.splitlines() if "baseline" in line and line.startswith("  ")][-1]
     assert (
         claim
-        in (
-            "  the baseline itself (the command line's config) is the fastest that fits",
-            f"  no speed-up over the baseline is claimed: the study stopped during its round, after {stored.rounds} round(s)",
-        )
+        == "  no speed-up over the baseline is claimed: the baseline itself (the command line's config) is the "
+        "fastest that fits"
+        or claim.startswith("  no speed-up over the baseline is claimed: ")
+        and claim.endswith("(the study stopped during its round; the same command runs it again)")
         or f"paired over {stored.rounds} rounds with the baseline" in claim
     ), claim
 

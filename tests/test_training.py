@@ -53,6 +53,29 @@ def test_splits_with_variable_lengths_agree(tmp_path):
     assert max(abs(x - y) / abs(y) for x, y in zip(a, b, strict=True)) <= 1e-5
 
 
+def test_padding_free_trains_and_keeps_each_sequence_to_itself(tmp_path):
+    """Padding-free flattens a micro-batch into one row: with variable lengths, its losses equal padding's only if
+    every sequence attends to itself alone (sdpa reads the sequence boundaries from the position ids). TRL refuses
+    padding-free without packing when max_length is set; the job truncates the data up front instead."""
+    common = ["data.distribution=uniform", "data.min_length=16", "batch.split=4x1"]
+    padded = losses(make_job(tmp_path / "padded", *common).run())
+    job = make_job(tmp_path / "free", *common, "train.padding=padding_free")
+    free = losses(job.run())
+    assert job.sft_kwargs["padding_free"] is True and job.sft_kwargs["max_length"] is None
+    assert max(abs(x - y) / abs(y) for x, y in zip(free, padded, strict=True)) <= 1e-5
+
+
+def test_padding_free_truncates_text_records_to_max_length(tmp_path):
+    """A text record longer than train.max_length trains padding-free: cut to max_length tokens up front."""
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps({"text": "word " * 400}) + "\n" for _ in range(8)), encoding="utf-8")
+    job = make_job(tmp_path, "data=jsonl", f"data.path={path}", "train.padding=padding_free", "train.max_length=64")
+    result = job.run()
+    assert result.status is Status.OK, result.traceback
+    assert {len(ids) for ids in job.dataset["input_ids"]} == {64}
+    assert all(s.tokens == 4 * 64 for s in result.steps)
+
+
 def test_only_adapter_weights_change(tmp_path):
     job = make_job(tmp_path)
     job._setup_device()

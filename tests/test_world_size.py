@@ -18,7 +18,7 @@ from pipeline.records import Status
 from pipeline.search import confirmation
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.scaling import world_lines
-from pipeline.search.space import candidates, check_values, knob_space
+from pipeline.search.space import check_values, combinations, knob_space
 from pipeline.search.trials import Role, TrialRecord
 from tests.helpers.cli import run_cli
 from tests.helpers.gloo import on_ranks
@@ -33,7 +33,7 @@ def test_candidates_are_every_split_and_world_size_whose_product_is_the_effectiv
     cfg = compose_job("config", [*WORLD, "batch.effective=4"])
     space = knob_space(cfg)
     assert space["batch.split"] == ["1x2", "1x4", "2x1", "2x2", "4x1"]  # both world sizes' splits, by micro-batch
-    valid, invalid = candidates(cfg)
+    valid, invalid = combinations(cfg)
     pairs = sorted((c.split, c.config.world_size) for c in valid)
     assert pairs == [("1x2", 2), ("1x4", 1), ("2x1", 2), ("2x2", 1), ("4x1", 1)]
     assert all(c.config.batch.effective == 4 for c in valid)

@@ -83,3 +83,21 @@ def build_dataset(
     dataset = dataset.select_columns([keep])
     taken = take_records(iter(dataset), needed, count_tokens, tokens)
     return dataset.select(range(len(taken)))
+
+
+def truncated(dataset: Dataset, tokenizer, max_length: int) -> Dataset:
+    """Records as token ids of at most `max_length`, tokenized as TRL would (a chat through its template, a text
+    with an end-of-sequence token): padding-free training without packing takes its inputs truncated already."""
+    if "input_ids" in dataset.column_names:
+        return dataset.map(lambda r: {"input_ids": r["input_ids"][:max_length]})
+    eos = tokenizer.eos_token or ""
+
+    def tokenize(record: dict) -> dict:
+        if "messages" in record:
+            ids = tokenizer.apply_chat_template(record["messages"], tokenize=True, return_dict=True)["input_ids"]
+        else:
+            text = record["text"] if record["text"].endswith(eos) else record["text"] + eos
+            ids = tokenizer(text)["input_ids"]
+        return {"input_ids": ids[:max_length]}
+
+    return dataset.map(tokenize, remove_columns=dataset.column_names)

@@ -31,7 +31,9 @@ def sft_kwargs(
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=accumulation,
         max_steps=train["steps"],
-        max_length=train["max_length"],
+        # padding-free without packing: TRL enforces no max_length itself and refuses one, so the job's data comes
+        # truncated already (`builders.dataset.truncated`)
+        max_length=None if padding == "padding_free" else train["max_length"],
         learning_rate=train["learning_rate"],
         lr_scheduler_type=train["lr_scheduler"],
         warmup_steps=train["warmup_steps"],

@@ -9,17 +9,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pipeline.config.errors import ConfigError, at_least, choice
+from pipeline.config.errors import ConfigError, at_least
+from pipeline.config.schema import DataKind, Distribution
 
-DATA_KINDS = ("synthetic", "jsonl", "hub")
-DISTRIBUTIONS = ("fixed", "uniform")
 JSONL_FORM = "a readable JSON-lines file, each record with 'text' (a string) or 'messages' (a list of {role, content})"
 
 
 def check_data(d: DictConfig, max_length: int, effective: int) -> None:
-    choice("data.kind", d.kind, DATA_KINDS)
-    if d.kind == "synthetic":
-        choice("data.distribution", d.distribution, DISTRIBUTIONS)
+    if d.kind == DataKind.SYNTHETIC:
         at_least("data.length", d.length, 2)
         if d.length > max_length:
             raise ConfigError(
@@ -31,11 +28,11 @@ def check_data(d: DictConfig, max_length: int, effective: int) -> None:
                 f"{d.num_samples} cannot fill every step of batch.effective {effective}; accepted: a multiple of "
                 f"{effective} (the samples repeat, pass after pass), or null (exactly what the steps consume)",
             )
-        if d.distribution == "uniform" and (d.min_length is None or not (1 <= d.min_length <= d.length)):
+        if d.distribution == Distribution.UNIFORM and (d.min_length is None or not (1 <= d.min_length <= d.length)):
             raise ConfigError(
                 "data.min_length", f"got {d.min_length}; accepted with distribution=uniform: 1 to {d.length}"
             )
-    elif d.kind == "jsonl":
+    elif d.kind == DataKind.JSONL:
         if not d.path:
             raise ConfigError("data.path", f"missing; accepted: {JSONL_FORM}")
         file = Path(d.path).expanduser()

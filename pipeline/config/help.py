@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.config.compose import group_options
-from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config
+from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, choices_of, field_choices
 
 GROUP_ORDER = ("model", "lora", "gpu", "batch", "data", "train", "optimize", "experiment")
 
@@ -28,7 +28,10 @@ def help_text(prog: str, doc: str, sweeps: bool = True) -> str:
     lines += [
         f"  {f.name:<11} keys: {', '.join(k.name for k in dataclasses.fields(f.default_factory))}" for f in nested
     ]
-    lines += ["", "Top-level keys: " + ", ".join(f.name for f in top if f not in nested), "", "Examples:"]
+    lines += ["", "Top-level keys: " + ", ".join(f.name for f in top if f not in nested)]
+    lines += ["", "Keys with a fixed set of values (key=value):"]
+    lines += [f"  {key:<27} {' | '.join(choices_of(key))}" for key in field_choices()]
+    lines += ["", "Examples:"]
     lines += [f"  {line.strip()}" for line in examples.strip().splitlines() if line.strip()]
     lines += [
         "",

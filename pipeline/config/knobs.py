@@ -8,34 +8,30 @@ import importlib.util
 from omegaconf import DictConfig
 
 from pipeline.config.devices import cuda_device_count
-from pipeline.config.errors import ConfigError, choice
+from pipeline.config.errors import ConfigError
+from pipeline.config.schema import CPU, AdapterDtype, Attention, CompileMode, Dtype, Padding
 from pipeline.records import CUDA_GRAPH_MODES, Compile
 
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 COMPILE_FORMS = "off, regional, whole (true is regional, false is off)"
-ADAPTER_DTYPES = ("fp32", "compute")
-ATTENTION = {  # implementation -> the package it needs (None: built into torch and transformers)
-    "eager": None,
-    "sdpa": None,
-    "flex_attention": None,
-    "flash_attention_2": "flash_attn",
-    "flash_attention_3": "flash_attn_interface",
+PACKAGES = {  # the attention implementations that need a package beyond torch and transformers
+    Attention.FLASH_ATTENTION_2: "flash_attn",
+    Attention.FLASH_ATTENTION_3: "flash_attn_interface",
 }
 
 
 def on_cuda(gpu: DictConfig) -> bool:
     """Whether the job will run on a CUDA device."""
-    return gpu.name != "cpu" and cuda_device_count() > 0
+    return gpu.name != CPU and cuda_device_count() > 0
 
 
 def compute_dtype(t: DictConfig, gpu: DictConfig) -> str | None:
     """The dtype the job will compute in, where it can be told before a device is opened (None: auto on an
     unknown card)."""
-    if t.dtype != "auto":
+    if t.dtype != Dtype.AUTO:
         return t.dtype
     if not on_cuda(gpu):
-        return "fp32"
-    return {True: "bf16", False: "fp16", None: None}[gpu.bf16]
+        return Dtype.FP32
+    return {True: Dtype.BF16, False: Dtype.FP16, None: None}[gpu.bf16]
 
 
 def compile_choice(value: object) -> Compile:
@@ -52,8 +48,7 @@ def check_compile(t: DictConfig, accumulation: int, cuda: bool) -> Compile:
     being accumulated, which live in the graph's memory); regional graphs also fail inside gradient checkpointing's
     recomputation (pytorch/pytorch#154306: the recorded layer sees its input freed, the replay does not)."""
     compiled = compile_choice(t.torch_compile)
-    choice("train.compile_mode", t.compile_mode, COMPILE_MODES)
-    if compiled is Compile.OFF and t.compile_mode != "default":
+    if compiled is Compile.OFF and t.compile_mode != CompileMode.DEFAULT:
         raise ConfigError(
             "train.compile_mode",
             f"{t.compile_mode} applies to compiled code and train.torch_compile is off; accepted with it: default "
@@ -73,7 +68,7 @@ def check_compile(t: DictConfig, accumulation: int, cuda: bool) -> Compile:
             "gradients (CUDA graphs own their outputs); accepted: a split Mx1, or default, "
             "max-autotune-no-cudagraphs",
         )
-    if t.padding != "max_length":
+    if t.padding != Padding.MAX_LENGTH:
         raise ConfigError(
             "train.compile_mode",
             f"{t.compile_mode} records one CUDA graph per batch shape; accepted with it: train.padding=max_length",
@@ -100,17 +95,15 @@ def check_knobs(t: DictConfig, gpu: DictConfig, model: DictConfig, accumulation:
             "train.liger_kernel", f"Liger kernels need a CUDA device; accepted with gpu={gpu.name} here: false"
         )
     compiled = check_compile(t, accumulation, cuda)
-    choice("train.adapter_dtype", t.adapter_dtype, ADAPTER_DTYPES)
-    if t.adapter_dtype == "compute" and compute_dtype(t, gpu) == "fp16":
+    if t.adapter_dtype == AdapterDtype.COMPUTE and compute_dtype(t, gpu) == Dtype.FP16:
         raise ConfigError(
             "train.adapter_dtype",
             "compute with fp16 cannot train: the gradient scaler of fp16 training refuses fp16 "
             "weights, and AdamW's epsilon is 0 in fp16; accepted with fp16: fp32 (or train.dtype=bf16)",
         )
-    choice("model.attn_implementation", model.attn_implementation, tuple(ATTENTION))
-    package = ATTENTION[model.attn_implementation]
+    package = PACKAGES.get(model.attn_implementation)
     if package and importlib.util.find_spec(package) is None:
-        installed = [name for name, needs in ATTENTION.items() if needs is None or importlib.util.find_spec(needs)]
+        installed = [a for a in Attention if a not in PACKAGES or importlib.util.find_spec(PACKAGES[a])]
         raise ConfigError(
             "model.attn_implementation",
             f"{model.attn_implementation} needs the {package} package, which is not "

@@ -1,17 +1,121 @@
-"""Typed schemas of every config group, registered in Hydra's ConfigStore.
+"""Typed schemas of every config group, registered in Hydra's ConfigStore, with the choices of every field that
+has a fixed set of values.
 
 Each YAML option in conf/<group>/ starts its defaults list with `<group>_schema`, so OmegaConf checks its keys and
-types against the dataclass here. Rules that span fields (split against effective batch, cap format, ranges) live in
-`pipeline.config.validate`, checked once before anything runs.
+types against the dataclass here. A field with a fixed set of values keeps them on the field, as an enum with its
+help (`chosen(...)`, in the manner of TRL's `SFTConfig` metadata): validation (`field_choices`), `--help` and the
+test of the YAML comments read them from there. The fields stay strings for OmegaConf, so a value is written as
+the user types it (`reduce-overhead`); code compares it with the enum's members, which are strings too. Rules that
+span fields (split against effective batch, cap format, ranges) live in `pipeline.config.validate`, checked once
+before anything runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
+
+from pipeline.records import Compile
+
+CPU = "cpu"  # the gpu profile (and device) of a job measured on the CPU
+
+
+class Dtype(StrEnum):
+    AUTO = "auto"
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
+class Padding(StrEnum):
+    LONGEST = "longest"
+    MAX_LENGTH = "max_length"
+    PADDING_FREE = "padding_free"
+    PACKING = "packing"
+
+
+class Optimizer(StrEnum):
+    ADAMW_TORCH = "adamw_torch"
+    ADAMW_TORCH_FUSED = "adamw_torch_fused"
+    ADAFACTOR = "adafactor"
+    SGD = "sgd"
+
+
+class Scheduler(StrEnum):
+    LINEAR = "linear"
+    COSINE = "cosine"
+    CONSTANT = "constant"
+    CONSTANT_WITH_WARMUP = "constant_with_warmup"
+
+
+class CompileMode(StrEnum):
+    DEFAULT = "default"
+    REDUCE_OVERHEAD = "reduce-overhead"
+    MAX_AUTOTUNE_NO_CUDAGRAPHS = "max-autotune-no-cudagraphs"
+    MAX_AUTOTUNE = "max-autotune"
+
+
+class AdapterDtype(StrEnum):
+    FP32 = "fp32"
+    COMPUTE = "compute"
+
+
+class Attention(StrEnum):
+    EAGER = "eager"
+    SDPA = "sdpa"
+    FLEX_ATTENTION = "flex_attention"
+    FLASH_ATTENTION_2 = "flash_attention_2"
+    FLASH_ATTENTION_3 = "flash_attention_3"
+
+
+class ModelSource(StrEnum):
+    CONFIG = "config"
+    PRETRAINED = "pretrained"
+
+
+class LoraBias(StrEnum):
+    NONE = "none"
+    ALL = "all"
+    LORA_ONLY = "lora_only"
+
+
+class DataKind(StrEnum):
+    SYNTHETIC = "synthetic"
+    JSONL = "jsonl"
+    HUB = "hub"
+
+
+class Distribution(StrEnum):
+    FIXED = "fixed"
+    UNIFORM = "uniform"
+
+
+class Sampler(StrEnum):
+    TPE = "tpe"
+    RANDOM = "random"
+    BRUTEFORCE = "bruteforce"
+
+
+class ConfirmMode(StrEnum):
+    AUTO = "auto"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+class LauncherKind(StrEnum):
+    FORKSERVER = "forkserver"
+    SUBPROCESS = "subprocess"
+    TORCHRUN = "torchrun"
+
+
+def chosen(default: StrEnum, help: str, aliases: tuple[str, ...] = ()) -> Any:
+    """A field whose value is one of `type(default)`'s members (or one of `aliases`, which its reader resolves)."""
+    return field(default=default.value, metadata={"choices": type(default), "help": help, "aliases": aliases})
 
 
 @dataclass
@@ -23,7 +127,9 @@ class ModelConfig:
     """
 
     name: str = MISSING
-    source: str = "config"
+    source: str = chosen(
+        ModelSource.CONFIG, "config: the architecture with random weights; pretrained: from_pretrained"
+    )
     name_or_path: str | None = None
     model_type: str = "qwen3"
     hidden_size: int | None = None
@@ -37,7 +143,7 @@ class ModelConfig:
     rope_theta: float = 1_000_000.0
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
-    attn_implementation: str = "sdpa"
+    attn_implementation: str = chosen(Attention.SDPA, "the attention kernels (flash_attention_*: their package, a GPU)")
 
 
 @dataclass
@@ -46,7 +152,7 @@ class LoraConfig:
     alpha: int = 32
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
-    bias: str = "none"
+    bias: str = chosen(LoraBias.NONE, "which biases train beside the adapters")
 
 
 @dataclass
@@ -70,11 +176,13 @@ class BatchConfig:
 class DataConfig:
     """`kind` picks the source: synthetic token ids, a local jsonl file, or a hub dataset (id or local folder)."""
 
-    kind: str = MISSING
+    kind: str = field(
+        default=MISSING, metadata={"choices": DataKind, "help": "where the samples come from", "aliases": ()}
+    )
     num_samples: int | None = None
     length: int = 128
     min_length: int | None = None
-    distribution: str = "fixed"
+    distribution: str = chosen(Distribution.FIXED, "synthetic lengths: all `length`, or uniform from min_length")
     path: str | None = None
     name: str | None = None
     subset: str | None = None
@@ -85,20 +193,22 @@ class DataConfig:
 class TrainConfig:
     steps: int = 30
     max_length: int = 128
-    dtype: str = "auto"
+    dtype: str = chosen(Dtype.AUTO, "auto: bf16 where supported, fp16 on other GPUs, fp32 on the CPU")
     gradient_checkpointing: bool = False
-    optimizer: str = "adamw_torch"
+    optimizer: str = chosen(Optimizer.ADAMW_TORCH, "the Trainer's `optim`")
     learning_rate: float = 2e-4
-    lr_scheduler: str = "linear"
+    lr_scheduler: str = chosen(Scheduler.LINEAR, "the Trainer's `lr_scheduler_type`")
     warmup_steps: int = 5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     seed: int = 42
-    padding: str = "longest"
+    padding: str = chosen(Padding.LONGEST, "longest: to the batch's longest; max_length: every batch one shape")
     liger_kernel: bool = False
-    torch_compile: str = "off"  # off | regional | whole (true: regional, false: off)
-    compile_mode: str = "default"
-    adapter_dtype: str = "fp32"
+    torch_compile: str = chosen(
+        Compile.OFF, "regional: each decoder layer; whole: the model (true: regional, false: off)", ("true", "false")
+    )
+    compile_mode: str = chosen(CompileMode.DEFAULT, "CUDA graphs: reduce-overhead, max-autotune")
+    adapter_dtype: str = chosen(AdapterDtype.FP32, "compute: LoRA weights in the compute dtype, no casts")
     progress_bar: bool = False
 
 
@@ -122,7 +232,7 @@ class OptimizeConfig:
     size among them (`world_size: [1, 2]`: the splits of each world size, every one checked against the devices)."""
 
     trials: int = 12
-    sampler: str = "tpe"
+    sampler: str = chosen(Sampler.TPE, "Optuna's sampler of the configs after the first")
     seed: int = 0
     storage: str = MISSING
     study_name: str | None = None
@@ -133,7 +243,9 @@ class OptimizeConfig:
     skip_margin: float = 0.1
     baseline: bool = True  # measure the base config in full, never pruned: the answer is a ratio against it
     max_loss_dev: float = 0.05  # a config whose losses deviate more from the baseline's is no answer
-    confirm: str = "auto"  # auto: the best, the baseline and the close challengers in paired rounds; always; never
+    confirm: str = chosen(  # auto: the best, the baseline and the close challengers in paired rounds
+        ConfirmMode.AUTO, "auto: the best, the baseline, the close challengers; always: every eligible one; never"
+    )
     confirm_k: int = 3  # finalists at most, the best included, the baseline not counted
     confirm_within: float = 0.3  # challengers: search median within this of the best's (drift reaches 15-30%)
     confirm_share: float = 0.25  # of the study's device time (the round's own included) the round may spend
@@ -155,7 +267,7 @@ class LauncherConfig:
     """How each job gets its own process. `forkserver` forks from a server that has imported the training stack
     once (never touching CUDA); `subprocess` starts a fresh interpreter per job."""
 
-    kind: str = "forkserver"
+    kind: str = chosen(LauncherKind.FORKSERVER, "forkserver: forked from a server that imported the stack once")
     timeout_s: float | None = None
 
 
@@ -195,6 +307,29 @@ GROUPS: dict[str, type] = {
     "train": TrainConfig,
     "optimize": OptimizeConfig,
 }
+
+
+def field_choices() -> dict[str, tuple[type[StrEnum], tuple[str, ...]]]:
+    """Every field with a fixed set of values, by its dotted key: (its enum, its aliases)."""
+    found = {}
+    for section, schema in {**GROUPS, "launcher": LauncherConfig}.items():
+        for f in dataclasses.fields(schema):
+            if "choices" in f.metadata:
+                found[f"{section}.{f.name}"] = (f.metadata["choices"], f.metadata["aliases"])
+    return found
+
+
+def choices_of(key: str) -> tuple[str, ...] | None:
+    """The accepted values of the field at `key` (its enum's, then its aliases), or None for a field without a
+    fixed set; true and false for a boolean field."""
+    section, _, name = key.partition(".")
+    schema = {**GROUPS, "launcher": LauncherConfig}.get(section)
+    spec = next((f for f in dataclasses.fields(schema) if f.name == name), None) if schema else None
+    if spec is None:
+        return None
+    if "choices" in spec.metadata:
+        return (*(m.value for m in spec.metadata["choices"]), *spec.metadata["aliases"])
+    return ("true", "false") if spec.type in ("bool", bool) else None
 
 
 def register_configs() -> None:

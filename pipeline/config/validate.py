@@ -18,17 +18,9 @@ from pipeline.config.data import check_data
 from pipeline.config.devices import cpu_cores, cuda_device_count
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
 from pipeline.config.knobs import check_knobs, on_cuda
+from pipeline.config.schema import CPU, Dtype, LauncherKind, ModelSource, field_choices
 from pipeline.records import GIB, Compile
 
-DTYPES = ("auto", "fp32", "fp16", "bf16")
-PADDINGS = ("longest", "max_length", "padding_free", "packing")
-OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adafactor", "sgd")
-SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
-SOURCES = ("config", "pretrained")
-LAUNCHERS = ("forkserver", "subprocess", "torchrun")
-LORA_BIAS = ("none", "all", "lora_only")
-SAMPLERS = ("tpe", "random", "bruteforce")
-CONFIRM_MODES = ("auto", "always", "never")
 ARCH_FIELDS = (
     "hidden_size",
     "intermediate_size",
@@ -120,10 +112,18 @@ def layout_mismatch(cfg: DictConfig) -> str | None:
     )
 
 
+def check_choices(cfg: DictConfig) -> None:
+    """Every field with a fixed set of values (the schema's enums) holds one of them."""
+    for key, (enum, aliases) in field_choices().items():
+        if aliases:
+            continue  # a field with aliases is read by its own parser, which names them (train.torch_compile)
+        choice(key, OmegaConf.select(cfg, key), tuple(m.value for m in enum))
+
+
 def check_world_size(cfg: DictConfig) -> None:
     """Several ranks run under torchrun, one per device: a CUDA device each (as many as are visible), or a CPU
     core each on a machine measured without CUDA (ranks sharing a core would measure the scheduler)."""
-    if cfg.world_size > 1 and cfg.launcher.kind != "torchrun":
+    if cfg.world_size > 1 and cfg.launcher.kind != LauncherKind.TORCHRUN:
         raise ConfigError(
             "world_size",
             f"{cfg.world_size} processes need launcher.kind=torchrun; accepted with {cfg.launcher.kind}: 1",
@@ -140,8 +140,7 @@ def check_world_size(cfg: DictConfig) -> None:
 
 
 def check_model(m: DictConfig) -> None:
-    choice("model.source", m.source, SOURCES)
-    if m.source == "pretrained":
+    if m.source == ModelSource.PRETRAINED:
         if not m.name_or_path:
             raise ConfigError("model.name_or_path", "required with model.source=pretrained; a hub id or a directory")
         path = str(m.name_or_path)
@@ -164,7 +163,6 @@ def check_lora(lora: DictConfig) -> None:
     in_range("lora.dropout", lora.dropout, 0.0, 1.0)
     if not lora.target_modules:
         raise ConfigError("lora.target_modules", "empty; accepted: [all-linear] or module names like [q_proj, v_proj]")
-    choice("lora.bias", lora.bias, LORA_BIAS)
 
 
 def check_gpu(gpu: DictConfig) -> None:
@@ -176,13 +174,13 @@ def check_gpu(gpu: DictConfig) -> None:
 
 def check_device(gpu: DictConfig, t: DictConfig) -> None:
     """A card profile emulates that card's memory on a CUDA device: without one it would measure nothing real."""
-    if gpu.name not in ("auto", "cpu") and cuda_device_count() == 0:
+    if gpu.name not in ("auto", CPU) and cuda_device_count() == 0:
         raise ConfigError(
             "gpu",
             f"gpu={gpu.name} emulates a {gpu.name.upper()}'s memory on a CUDA device, and this machine has none; "
             "accepted here: gpu=auto or gpu=cpu",
         )
-    if t.dtype == "fp16" and not on_cuda(gpu):
+    if t.dtype == Dtype.FP16 and not on_cuda(gpu):
         raise ConfigError(
             "train.dtype", f"fp16 needs a CUDA device; accepted with gpu={gpu.name} here: auto, fp32, bf16"
         )
@@ -192,7 +190,7 @@ def resolve_cap(cfg: DictConfig) -> tuple[int | None, str | None]:
     """The memory cap in bytes and where it came from: mem_cap, else a named gpu profile's memory."""
     if cfg.mem_cap is not None:
         return parse_size(cfg.mem_cap), "mem_cap"
-    if cfg.gpu.name not in ("auto", "cpu") and cfg.gpu.memory_gib:
+    if cfg.gpu.name not in ("auto", CPU) and cfg.gpu.memory_gib:
         return int(cfg.gpu.memory_gib * GIB), f"gpu={cfg.gpu.name}"
     return None, None
 
@@ -220,7 +218,7 @@ MAX_STEPS = 10**8  # a hundred million optimizer steps: far beyond a measurement
 
 def max_positions(m: DictConfig) -> int | None:
     """The model's longest sequence: from the group, or from a local pretrained model's config.json."""
-    if m.source == "config":
+    if m.source == ModelSource.CONFIG:
         return m.max_position_embeddings
     config = Path(str(m.name_or_path)).expanduser() / "config.json"
     if config.is_file():
@@ -238,12 +236,8 @@ def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig, m: DictConf
             "train.max_length",
             f"{t.max_length} exceeds the model's max_position_embeddings {positions}; accepted: 2 to {positions}",
         )
-    choice("train.dtype", t.dtype, DTYPES)
-    if t.dtype == "bf16" and gpu.bf16 is False and gpu.name != "cpu":
+    if t.dtype == Dtype.BF16 and gpu.bf16 is False and gpu.name != CPU:
         raise ConfigError("train.dtype", f"bf16 is not supported by gpu={gpu.name}; accepted: auto, fp16, fp32")
-    choice("train.optimizer", t.optimizer, OPTIMIZERS)
-    choice("train.lr_scheduler", t.lr_scheduler, SCHEDULERS)
-    choice("train.padding", t.padding, PADDINGS)
     if t.learning_rate <= 0:
         raise ConfigError("train.learning_rate", f"got {t.learning_rate}; accepted: a number > 0")
     at_least("train.warmup_steps", t.warmup_steps, 0)
@@ -274,13 +268,11 @@ def check_profile(measure: DictConfig, t: DictConfig) -> None:
 
 def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
     at_least("optimize.trials", o.trials, 1)
-    choice("optimize.sampler", o.sampler, SAMPLERS)
     at_least("optimize.probe_steps", o.probe_steps, 2)
     at_least("optimize.prune_steps", o.prune_steps, 1)
     if o.prune_factor < 1.0:
         raise ConfigError("optimize.prune_factor", f"got {o.prune_factor}; accepted: a number >= 1")
     at_least("optimize.skip_margin", o.skip_margin, 0, "a number")
-    choice("optimize.confirm", o.confirm, CONFIRM_MODES)
     at_least("optimize.confirm_k", o.confirm_k, 1)
     at_least("optimize.confirm_within", o.confirm_within, 0, "a number")
     in_range("optimize.confirm_share", o.confirm_share, 0.0, 0.9)
@@ -316,6 +308,7 @@ def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
 
 def validate(cfg: DictConfig) -> Resolved:
     """Check every rule; return the values parsed on the way. Raises ConfigError on the first bad field."""
+    check_choices(cfg)
     check_model(cfg.model)
     check_lora(cfg.lora)
     check_gpu(cfg.gpu)
@@ -329,7 +322,6 @@ def validate(cfg: DictConfig) -> Resolved:
         check_optimize(cfg.optimize, cfg)
     cap_bytes, cap_source = resolve_cap(cfg)
     at_least("repeats", cfg.repeats, 1)
-    choice("launcher.kind", cfg.launcher.kind, LAUNCHERS)
     check_world_size(cfg)
     if cfg.launcher.timeout_s is not None and cfg.launcher.timeout_s <= 0:
         raise ConfigError("launcher.timeout_s", f"got {cfg.launcher.timeout_s}; accepted: seconds > 0 or null")

@@ -29,6 +29,7 @@ import trl
 
 from pipeline.builders.compile import compile_layers
 from pipeline.builders.dataset import build_dataset
+from pipeline.builders.dataset import truncated as build_truncated
 from pipeline.builders.device import resolve_placement, torch_dtype
 from pipeline.builders.distributed import init_process_group, leave_process_group, local_rank, world_size
 from pipeline.builders.lora import build_lora_config, build_peft_model
@@ -36,6 +37,7 @@ from pipeline.builders.model import build_model
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.builders.tokenizer import build_tokenizer
 from pipeline.builders.trainer import build_trainer
+from pipeline.config.schema import Padding
 from pipeline.config.validate import ARCH_FIELDS
 from pipeline.jobs import ranks, watchdog
 from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
@@ -153,6 +155,8 @@ class Job:
             self._count_tokens if packing else None,
             needed * train["max_length"] if packing else 0,
         )
+        if train["padding"] == Padding.PADDING_FREE:
+            self.dataset = build_truncated(self.dataset, self.tokenizer, train["max_length"])
 
     def _count_tokens(self, record: dict) -> int:
         """A text or chat record's tokens as TRL sees them, at most max_length (TRL's packing truncates the rest)."""

@@ -13,17 +13,19 @@ import optuna
 from optuna.trial import TrialState
 
 from pipeline import exits
-from pipeline.compare.paired import Comparison, compare
 from pipeline.config.identity import parse_override
 from pipeline.records import GIB, RunState, Status
 from pipeline.reporting.table import interval_text, markdown_table, num, step_header
-from pipeline.search import trials
+from pipeline.search import speedup, trials
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration
 from pipeline.search.confirmation import ATTR as CONFIRMATION
 from pipeline.search.confirmation import PARTIAL as CONFIRMATION_SO_FAR
 from pipeline.search.confirmation import ConfirmationRecord
+from pipeline.search.prior import Coverage
 from pipeline.search.scaling import Scaling, world_lines
+from pipeline.search.space import LeftOut
+from pipeline.search.speedup import Claim, Speedup
 from pipeline.search.trials import Role, TrialRecord
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
@@ -34,10 +36,11 @@ class Decided:
     """What a study holds, by any worker: its trials, its baseline, its calibration and confirmation round."""
 
     records: list[TrialRecord]
-    baseline: TrialRecord | None
+    baseline: TrialRecord | None  # the baseline measured in full
     eligible: list[TrialRecord]
     calibration: Calibration | None
     confirmation: ConfirmationRecord | None
+    baseline_tried: list[TrialRecord] = field(default_factory=list)  # every ended trial of the baseline
 
     @classmethod
     def of(cls, study: optuna.Study, max_loss_dev: float) -> Decided:
@@ -49,6 +52,7 @@ class Decided:
             trials.eligible(study, max_loss_dev),
             Calibration.of(attrs[CALIBRATION]) if CALIBRATION in attrs else None,
             _confirmation(attrs),
+            trials.baseline_trials(study),
         )
 
     @property
@@ -79,20 +83,18 @@ def _confirmation(attrs: dict) -> ConfirmationRecord | None:
 
 
 @dataclass(frozen=True)
-class Speedup:
-    """The answer's tokens/s over the baseline's: their paired comparison in the confirmation round (the same
-    tokens per step, so the step-time ratio)."""
+class Setting:
+    """What the study knows beside its trials, for its answer: who it is, how it was run, what it left out."""
 
-    comparison: Comparison
-    baseline: TrialRecord
-
-    def text(self) -> str:
-        c = self.comparison
-        return (
-            f"{c.speedup:.2f}x the baseline's tokens/s [{c.low:.2f}, {c.high:.2f}] ({100 * c.confidence:g}%, paired "
-            f"over {c.rounds} rounds with the baseline; baseline {self.baseline.label}: {self.baseline.median:.4f} "
-            "s/step in the search)"
-        )
+    name: str
+    command: list[str]
+    cap_bytes: int
+    confidence: float
+    baseline: bool = True  # optimize.baseline
+    confirm_off: bool = False  # optimize.confirm=never
+    stopped: bool = False  # interrupted: where nothing fits yet, that is no verdict
+    coverage: Coverage | None = None
+    left_out: tuple[LeftOut, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class Answer:
     predictor_errors: tuple[float, ...] = ()
     decided: int = 0
     speedup: Speedup | None = None
+    claim: Claim | None = None  # the speed-up line, or why none
     scaling: Scaling | None = None  # on several devices: against the best on one, paired
 
 
@@ -124,7 +127,8 @@ def format_trials(records: list[TrialRecord], confidence: float, baseline: Trial
     # measured in full first, by step time; then pruned, over the cap, skipped, failed
     for r in sorted(records, key=lambda r: (r.status is not Status.OK, r.median is None, r.median or 0.0)):
         fits = "no (predicted)" if r.status is Status.SKIPPED else {True: "yes", False: "no", None: "-"}[r.feasible]
-        note = "; ".join(n for n in ("baseline" if r.role is Role.BASELINE else "", r.note[:60]) if n)
+        role = ("baseline, outside the space" if r.outside else "baseline") if r.role is Role.BASELINE else ""
+        note = "; ".join(n for n in (role, r.note[:60]) if n)
         status = r.status or r.state.name.lower()
         lines.append([r.number, r.label, status, _step_cell(r, confidence), num(r.tokens_per_s, ",.0f")])
         lines[-1] += [num(r.peak_gib, ".3f"), num(r.predicted_gib, ".3f"), fits]
@@ -166,39 +170,34 @@ def confirmation_lines(record: ConfirmationRecord, winner: str, total_s: float) 
     return lines
 
 
-def paired_speedup(decided: Decided, best: TrialRecord) -> Speedup | None:
-    record, baseline = decided.confirmation, decided.baseline
-    if record is None or baseline is None or record.baseline != baseline.label:
-        return None
-    comparison = compare(best.label, baseline.label, record.state.times, record.state.confidence)
-    return Speedup(comparison, baseline) if comparison.judgement is not None else None
+def claim_of(decided: Decided, best: TrialRecord, setting: Setting) -> Claim:
+    return speedup.claim(
+        best,
+        decided.baseline,
+        decided.baseline_tried,
+        decided.confirmation,
+        enabled=setting.baseline,
+        confirm_off=setting.confirm_off,
+    )
 
 
-def _best_lines(
-    decided: Decided, best: TrialRecord, command: list[str], cap_gib: float, confirm_off: bool
-) -> list[str]:
-    lines = [
+def _best_lines(decided: Decided, best: TrialRecord, setting: Setting, claim: Claim) -> list[str]:
+    return [
         f"best feasible: {best.label}  ({best.median:.4f} s/step in the search, peak {best.peak_gib:.2f} GiB of "
-        f"{cap_gib:.2f} GiB)",
-        f"  {reproduce(command, best)}",
+        f"{setting.cap_bytes / GIB:.2f} GiB)",
+        f"  {reproduce(setting.command, best)}",
         f"  {sft_call(best.sft_kwargs)}",
+        f"  {claim.line()}",
     ]
-    baseline = decided.baseline
-    if baseline is not None and baseline.label == best.label:
-        lines.append("  the baseline itself (the command line's config) is the fastest that fits")
-    elif baseline is not None:
-        gain = paired_speedup(decided, best)
-        record = decided.confirmation
-        if record is None:
-            why = "the confirmation round is off (optimize.confirm=never)" if confirm_off else _NO_ROUND
-        else:
-            why = "its budget bought no rounds" if record.rounds == 0 else "the baseline was not paired with it"
-            why = why if record.finished else f"the study stopped during its round, after {record.rounds} round(s)"
-        lines.append(f"  {gain.text()}" if gain else f"  no speed-up over the baseline is claimed: {why}")
+
+
+def _space_lines(setting: Setting) -> list[str]:
+    lines = [setting.coverage.line()] if setting.coverage else []
+    if setting.left_out:
+        lines.append(
+            "left out of the space (this setting cannot run them): " + "; ".join(x.text() for x in setting.left_out)
+        )
     return lines
-
-
-_NO_ROUND = "the study stopped before its confirmation round paired anything (the same command runs it)"
 
 
 _STOPPED_EARLY = "no config fits yet: the study stopped before it decided one (the same command goes on)"
@@ -218,33 +217,35 @@ def _nothing_fits(decided: Decided, cap_gib: float) -> tuple[list[str], int]:
     return [message], code
 
 
-def decide(
-    decided: Decided,
-    name: str,
-    command: list[str],
-    cap_bytes: int,
-    confidence: float,
-    confirm_off: bool = False,
-    stopped: bool = False,
-) -> Answer:
-    """Everything the study has decided, by any worker, turned into its answer; `stopped`: the study was interrupted,
-    so where nothing fits yet, that is no verdict."""
+def _failure_line(decided: Decided) -> list[str]:
+    failed = [r for r in decided.records if r.decided and r.status is Status.FAILED]
+    if not failed:
+        return []
+    return [
+        "failed as jobs (each decided once, not run again): " + "; ".join(f"{r.label}: {r.note[:120]}" for r in failed)
+    ]
+
+
+def decide(decided: Decided, setting: Setting) -> Answer:
+    """Everything the study has decided, by any worker, turned into its answer."""
     shown = [r for r in decided.records if r.state != TrialState.FAIL or r.status is not None]
     errors = tuple(abs(r.predictor_error) for r in decided.records if r.predictor_error is not None)
-    lines = ["", format_trials(shown, confidence, decided.baseline), ""]
-    best, cap_gib, seconds = decided.best, cap_bytes / GIB, decided.gpu_seconds
+    lines = ["", format_trials(shown, setting.confidence, decided.baseline), ""]
+    best, cap_gib, seconds = decided.best, setting.cap_bytes / GIB, decided.gpu_seconds
     if decided.confirmation is not None and best is not None:
         lines += [*confirmation_lines(decided.confirmation, best.label, seconds), ""]
-    scaling = None
+    scaling, claim = None, None
     if best is not None:
-        lines += _best_lines(decided, best, command, cap_gib, confirm_off)
+        claim = claim_of(decided, best, setting)
+        lines += _best_lines(decided, best, setting, claim)
         device = decided.calibration.device if decided.calibration else None
         more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
         lines += more
         code = exits.OK
     else:
-        more, code = ([_STOPPED_EARLY], exits.OK) if stopped else _nothing_fits(decided, cap_gib)
+        more, code = ([_STOPPED_EARLY], exits.OK) if setting.stopped else _nothing_fits(decided, cap_gib)
         lines += more
+    lines += _space_lines(setting) + _failure_line(decided)
     if errors:
         mean = 100 * sum(errors) / len(errors)
         lines.append(
@@ -253,16 +254,17 @@ def decide(
         )
     lines.append(f"device time used by jobs (probes and confirmation included): {seconds:.0f} s")
     return Answer(
-        study=name,
+        study=setting.name,
         text="\n".join(lines),
         exit_code=code,
         best=best,
-        command=reproduce(command, best) if best else None,
+        command=reproduce(setting.command, best) if best else None,
         sft_kwargs=best.sft_kwargs if best else {},
         gpu_seconds=seconds,
         predictor_errors=errors,
         decided=sum(1 for r in decided.records if r.decided),
-        speedup=paired_speedup(decided, best) if best else None,
+        speedup=claim.speedup if claim else None,
+        claim=claim,
         scaling=scaling,
     )
 

@@ -1,5 +1,5 @@
 """A study's calibration: short probe jobs (the smallest and the largest micro-batch, each once per step, uncapped)
-that fit the memory predictor's two free numbers and say which split of the base config to measure first. When the
+that fit the memory predictor's two free numbers and time a micro-batch (the prior of `search.prior`). When the
 space searches gradient checkpointing, the other setting is probed too: the formula's activations without
 checkpointing were seen 20% off when calibrated on probes with it, and two points of each setting give each its own
 line. Stored on the study (user attribute `calibration`), so every worker and every resumed run uses the same."""
@@ -45,7 +45,6 @@ class Calibration:
 
     probes: list[tuple[Knobs, float]] = field(default_factory=list)  # (knobs, measured peak bytes), every setting
     base_probes: list[tuple[Knobs, float]] = field(default_factory=list)  # those of the base config's setting
-    first: tuple[str, float] | None = None  # the split to measure first, and its estimated step time
     gpu_seconds: float = 0.0
     dtype: str | None = None  # what the probes' placement resolved (train.dtype=auto)
     device: str | None = None
@@ -71,7 +70,6 @@ class Calibration:
             "scale": self.scale,
             "offset": self.offset,
             "probes": [{**dataclasses.asdict(k), "peak": peak} for k, peak in self.probes],
-            "first": list(self.first) if self.first else None,
             "gpu_seconds": self.gpu_seconds,
             "dtype": self.dtype,
             "device": self.device,
@@ -96,11 +94,8 @@ class Calibration:
             )
             for p in attr["probes"]
         ]
-        first = tuple(attr["first"]) if attr["first"] else None
         times = [(int(m), bool(c), float(t)) for m, c, t in attr.get("times", [])]
-        return cls(
-            probes, [], first, attr["gpu_seconds"], attr["dtype"], attr["device"], attr["scale"], attr["offset"], times
-        )
+        return cls(probes, [], attr["gpu_seconds"], attr["dtype"], attr["device"], attr["scale"], attr["offset"], times)
 
 
 @dataclass(frozen=True)
@@ -109,11 +104,9 @@ class Prober:
 
     base: DictConfig
     space_keys: list[str]
-    cap: int
     study: str
     parent: str
     steps: int
-    base_in_space: bool
 
     def run(self, space: dict[str, list]) -> Calibration:
         """The smallest and largest micro-batch of the space's splits on the base config, and on its other
@@ -151,12 +144,5 @@ class Prober:
         found.probes.append(point)
         if summary.median:
             found.times.append((micro, checkpointing, summary.median))
-        if not is_base:
-            return
-        found.base_probes.append(point)
-        per_rank, uneven = divmod(self.base.batch.effective, micro * self.base.world_size)
-        if summary.median and summary.peak_gib * GIB <= self.cap and self.base_in_space and not uneven:
-            # The base config at this micro-batch (a candidate at its world size) takes about `per_rank` probe steps.
-            estimate = summary.median * per_rank
-            if found.first is None or estimate < found.first[1]:
-                found.first = (f"{micro}x{per_rank}", estimate)
+        if is_base:
+            found.base_probes.append(point)

@@ -8,7 +8,9 @@ against one device (or what more devices would give) comes from pairs too; then 
 median is within `confirm_within` of the best's (every eligible trial with `confirm=always`), at most `confirm_k`
 besides the baseline. The budget is `confirm_share` of the
 study's device time, the round's own included (and at most `confirm_budget_s` where set); when it cannot buy three
-rounds of them all, the lowest-priority finalists are left out, and the answer says so.
+rounds of them all, the lowest-priority finalists are left out, and the answer says so. The answer's claim against
+the baseline is bought whatever the share: at least MIN_ROUNDS paired rounds of the best and the baseline at the
+shortest runs (`minimum_claim_s`), the share then governing only the other finalists.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeline.compare.sequential import MIN_ROUNDS, ConfirmationRound, Finalist, fit
+from pipeline.compare.sequential import COST_MARGIN, MIN_ROUNDS, ConfirmationRound, Finalist, fit
 from pipeline.search.trials import TrialRecord
 
 MIN_STEPS = 3  # steady steps of a confirmation run at least: a median of fewer is one step's noise
@@ -172,6 +174,13 @@ def transient(record: TrialRecord) -> int:
 Run = Callable[[TrialRecord, int, int, int], tuple[float | None, float]]  # (finalist, round, warm-up, steps)
 
 
+def minimum_claim_s(pair: list[Finalist], warmup: int) -> float:
+    """Device seconds of MIN_ROUNDS rounds of the best and the baseline at MIN_STEPS steady steps each (with the
+    margin the rounds are planned with, and a little more so that the plan's own sum never falls short of it)."""
+    run_s = sum(f.fixed_s + (warmup + MIN_STEPS) * f.step_s for f in pair)
+    return MIN_ROUNDS * COST_MARGIN * run_s * 1.001 + 1.0
+
+
 def run_round(
     chosen: list[TrialRecord],
     baseline: str | None,
@@ -186,6 +195,11 @@ def run_round(
     budget = settings.budget(spent_s)
     warmup = max(transient(r) for r in chosen)
     facts = [finalist(r) for r in chosen]
+    claimed = baseline is not None and len(chosen) > 1 and chosen[1].label == baseline
+    if claimed:
+        claim = minimum_claim_s(facts[:2], warmup)
+        if claim > budget:  # the share buys less than the answer's claim: the claim alone, beyond the share
+            facts, budget = facts[:2], claim
     kept, plan = fit(facts, budget, MIN_STEPS, max(MIN_STEPS, settings.max_steps), warmup)
     names = [f.name for f in kept]
     by_label = {r.label: r for r in chosen}
@@ -194,14 +208,20 @@ def run_round(
     record = ConfirmationRecord(
         state, warmup, plan.steps, budget, baseline if baseline in names else None, left_out, finished=False
     )
-    if plan.affordable_rounds < 2:
+    if plan.affordable_rounds < 2 and not claimed:
         print(f"[study] confirmation round: not run, {budget:.0f} s buy fewer than two rounds", flush=True)
         return dataclasses.replace(record, finished=True)  # one round pairs nothing
+    least = (
+        f"at least {MIN_ROUNDS} rounds of the answer and the baseline"
+        if claimed
+        else f"at least {MIN_ROUNDS} rounds if it allows"
+    )
     print(
         f"[study] confirmation round: {', '.join(names)}; runs of {warmup} + {plan.steps} steps, budget {budget:.0f} s "
-        f"({100 * settings.share:g}% of the study's device time), at least {MIN_ROUNDS} rounds if it allows",
+        f"({100 * settings.share:g}% of the study's device time, or what the answer's claim needs), {least}",
         flush=True,
     )
     measure = lambda name, number, steps: run(by_label[name], number, warmup, steps)  # noqa: E731
-    state.run(measure, plan, settings.max_rounds, after_round=lambda: save(record))
+    pair = (chosen[0].label, baseline) if claimed else ()
+    state.run(measure, plan, settings.max_rounds, after_round=lambda: save(record), claim=pair)
     return dataclasses.replace(record, finished=True)

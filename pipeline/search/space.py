@@ -9,6 +9,7 @@ against the devices present (`validate.check_world_size`)."""
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id, display_name
+from pipeline.config.schema import choices_of
 from pipeline.config.validate import validate
 
 SPLIT_KEY = "batch.split"
@@ -97,8 +99,21 @@ def knob_space(cfg: DictConfig) -> dict[str, list[Any]]:
     return space
 
 
-def candidates(cfg: DictConfig) -> tuple[list[Candidate], dict[str, str]]:
-    """Every valid candidate, and the invalid combinations with the reason (e.g. bf16 on a card without it)."""
+@dataclass(frozen=True)
+class LeftOut:
+    """A value of the space that no valid config uses on this setting, and why (the real blocker)."""
+
+    key: str
+    value: Any
+    reason: str
+
+    def text(self) -> str:
+        return f"{self.key}={override_text(self.value)}: {self.reason}"
+
+
+def combinations(cfg: DictConfig) -> tuple[list[Candidate], dict[str, str]]:
+    """Every valid candidate, and every invalid combination of the space (`key=value key=value`) with the reason
+    (bf16 on a card without it, CUDA graphs with accumulation)."""
     space = knob_space(cfg)
     keys = list(space)
     valid, invalid = [], {}
@@ -111,25 +126,65 @@ def candidates(cfg: DictConfig) -> tuple[list[Candidate], dict[str, str]]:
     return valid, invalid
 
 
-def check_values(cfg: DictConfig) -> None:
-    """Every value of `optimize.space` must be valid in at least one combination: a value that never is (a typo,
-    `fp8`) is refused with the reason, and so is a space with no valid combination at all."""
-    valid, invalid = candidates(cfg)
+_KEY = re.compile(r"\b(?:model|lora|gpu|batch|data|train|optimize|measure|launcher)\.\w+")
+
+
+def _blocker(key: str, value: Any, space: dict, invalid: dict) -> str:
+    """Why `key=value` runs in no combination: a split that does not make the effective batch says nothing of the
+    value itself, so it comes last; before it, a reason that names a setting the space does not search (CUDA graphs
+    need `train.padding=max_length`) comes before one that names only searched keys (a compile mode with
+    compilation off, a split with accumulation: the space's own combinations)."""
+    reasons = [why for label, why in invalid.items() if f"{key}={override_text(value)}" in label.split()]
+
+    def rank(why: str) -> tuple[bool, bool, bool]:
+        named = set(_KEY.findall(why.partition(": ")[2])) - {key}
+        return why.startswith(f"{SPLIT_KEY}:"), not (named - set(space)), bool(named & set(space))
+
+    return min(reasons, key=rank, default="no valid combination uses it")
+
+
+def unusable(cfg: DictConfig, valid: list[Candidate], invalid: dict) -> list[LeftOut]:
+    """The values of the space that no valid candidate uses, each with its real blocker (world sizes first: a
+    split that only an impossible world size makes is that world size's fault)."""
     space = knob_space(cfg)
-    if not space[SPLIT_KEY]:
-        raise ConfigError("batch.effective", "has no split for this world_size; accepted: a multiple of world_size")
-    if not valid:
-        raise ConfigError("optimize.space", f"no config in it can run; e.g. {next(iter(invalid.values()))}")
-    # the world sizes first: a split that only an impossible world size makes is that world size's fault
+    found = []
     for key, values in sorted(space.items(), key=lambda item: item[0] != WORLD_KEY):
         used = {override_text(c.params[key]) for c in valid}
         for value in values:
             if override_text(value) not in used:
-                reasons = [why for label, why in invalid.items() if f"{key}={override_text(value)}" in label.split()]
-                # a pair whose split does not make the effective batch says nothing of the value itself
-                reasons.sort(key=lambda why: why.startswith(f"{SPLIT_KEY}:"))
-                reason = reasons[0] if reasons else "no valid combination uses it"
-                raise ConfigError(f"optimize.space.{key}", f"value {override_text(value)!r} cannot run: {reason}")
+                found.append(LeftOut(key, value, _blocker(key, value, space, invalid)))
+    return found
+
+
+def droppable(left: LeftOut) -> bool:
+    """A value a study may leave out and go on: an accepted value of its field that this setting cannot run (a
+    preset space on another device or padding), not a value the field never takes (a typo, `fp8`) nor a world size
+    the machine lacks."""
+    accepted = choices_of(left.key)
+    return left.key != WORLD_KEY and accepted is not None and override_text(left.value) in accepted
+
+
+def candidates(cfg: DictConfig) -> tuple[list[Candidate], list[LeftOut]]:
+    """Every valid candidate, and the values of the space left out because this setting cannot run them."""
+    valid, invalid = combinations(cfg)
+    return valid, unusable(cfg, valid, invalid)
+
+
+def check_values(cfg: DictConfig) -> None:
+    """A space the study can search: it has splits and a valid config, and every value that no valid config uses
+    is one its field accepts (left out, and named, by the study); a value no field takes, or a world size the
+    machine lacks, is refused with the reason."""
+    space = knob_space(cfg)
+    if not space[SPLIT_KEY]:
+        raise ConfigError("batch.effective", "has no split for this world_size; accepted: a multiple of world_size")
+    valid, invalid = combinations(cfg)
+    if not valid:
+        raise ConfigError("optimize.space", f"no config in it can run; e.g. {next(iter(invalid.values()))}")
+    for left in unusable(cfg, valid, invalid):
+        if not droppable(left):
+            raise ConfigError(
+                f"optimize.space.{left.key}", f"value {override_text(left.value)!r} cannot run: {left.reason}"
+            )
 
 
 def suggest(trial, space: dict[str, list[Any]]) -> tuple[tuple[str, Any], ...]:

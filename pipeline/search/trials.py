@@ -25,7 +25,15 @@ WORLD_SIZE = "world_size"  # the ranks (devices) of the trial's job
 ANSWER = "answer_trial"  # the study's user attribute: the trial it answered with
 REPEAT_OF = "repeat_of"  # a proposal of a decided config: that trial's number
 VALUE_NOTE = "value_note"  # what a COMPLETE trial's value is, where it is not a measured fit
+OUTSIDE = "outside_space"  # the baseline's trial when the command line's config is not a point of the space
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)  # decided: measured, or ruled out
+PEAK_MEASURED = (Status.OK, Status.PRUNED, Status.OVER_CAP)  # a full step's peak: what the predictor is judged on
+
+
+def is_decided(trial: FrozenTrial) -> bool:
+    """Measured, ruled out, or failed as a job (a config the installed stack refuses fails the same way again): a
+    FAIL of a worker that stopped or died mid-trial, or of a claim another worker took first, is not decided."""
+    return trial.state in DONE or (trial.state == TrialState.FAIL and trial.user_attrs.get(STATUS) == Status.FAILED)
 
 
 class Role(StrEnum):
@@ -56,19 +64,22 @@ class TrialRecord:
     sft_kwargs: dict[str, Any] = field(default_factory=dict)
     knobs: dict[str, Any] = field(default_factory=dict)
     role: Role = Role.TRIAL
+    outside: bool = False  # the baseline, measured beside the space (the command line's config is not in it)
     owner: str | None = None  # host:pid:start of the worker that claimed it
     world_size: int = 1  # the ranks of its job, a device each
 
     @property
     def predictor_error(self) -> float | None:
-        """(predicted - measured) / measured peak, for trials that measured one."""
-        if self.predicted_gib is None or not self.peak_gib or self.status is Status.SKIPPED:
+        """(predicted - measured) / measured peak, for trials that measured the peak of a full step (not one that
+        failed, ran out of memory mid-step, or was skipped)."""
+        if self.predicted_gib is None or not self.peak_gib or self.status not in PEAK_MEASURED:
             return None
         return (self.predicted_gib - self.peak_gib) / self.peak_gib
 
     @property
     def decided(self) -> bool:
-        return self.state in DONE and self.label is not None
+        failed = self.state == TrialState.FAIL and self.status is Status.FAILED
+        return (self.state in DONE or failed) and self.label is not None
 
     @classmethod
     def of(cls, trial: FrozenTrial) -> TrialRecord:
@@ -96,6 +107,7 @@ class TrialRecord:
             sft_kwargs=a.get(SFT, {}),
             knobs=a.get(KNOBS, {}),
             role=Role(a.get(ROLE, Role.TRIAL)),
+            outside=bool(a.get(OUTSIDE, False)),
             owner=a.get(OWNER),
             world_size=int(a.get(WORLD_SIZE, 1)),
         )
@@ -115,10 +127,15 @@ def write(trial: optuna.Trial, values: dict[str, Any]) -> None:
         trial.set_user_attr(key, value)
 
 
+def baseline_trials(study: optuna.Study) -> list[TrialRecord]:
+    """Every trial of the baseline that ended, the one that measured it first."""
+    found = [r for r in records(study) if r.role is Role.BASELINE and r.state != TrialState.RUNNING]
+    return sorted(found, key=lambda r: (r.status is not Status.OK, r.number))
+
+
 def baseline(study: optuna.Study) -> TrialRecord | None:
-    """The trial that measured the base config in full, if the study has one that finished."""
-    # PRUNED too: it ran every step, but over the cap
-    found = [r for r in records(study, DONE) if r.role is Role.BASELINE and r.status is Status.OK]
+    """The trial that measured the base config in full (under the cap or over it), if the study has one."""
+    found = [r for r in baseline_trials(study) if r.state in DONE and r.status is Status.OK]
     return found[0] if found else None
 
 

@@ -25,7 +25,7 @@ from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
 from pipeline.liveness import GRACE_S, HEARTBEAT_S, Owner
-from pipeline.search.trials import CONFIG_ID, DONE, OWNER
+from pipeline.search.trials import CONFIG_ID, OWNER, is_decided
 
 HEARTBEAT = "heartbeat"
 
@@ -54,9 +54,12 @@ def _running(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def decided(study: optuna.Study) -> dict[str, FrozenTrial]:
-    """Decided trials by config identity."""
-    trials = study.get_trials(deepcopy=False, states=DONE)
-    return {t.user_attrs[CONFIG_ID]: t for t in trials if CONFIG_ID in t.user_attrs}
+    """Decided trials by config identity (measured, ruled out, or failed as a job), the first of each."""
+    found: dict[str, FrozenTrial] = {}
+    for t in study.get_trials(deepcopy=False):
+        if is_decided(t) and CONFIG_ID in t.user_attrs:
+            found.setdefault(t.user_attrs[CONFIG_ID], t)
+    return found
 
 
 def taken(study: optuna.Study, current: int) -> set[str]:

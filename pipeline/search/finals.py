@@ -1,0 +1,75 @@
+"""The study's confirmation round as jobs: its finalists chosen from what the study decided, run in paired rounds of
+fresh processes (`search.confirmation` plans and records them), once per study by whichever worker gets there
+first, and stored on the study after every round."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from omegaconf import OmegaConf
+
+from pipeline.jobs import task
+from pipeline.records import RunKind, Status
+from pipeline.search import confirmation, workers
+from pipeline.search.answer import Decided
+from pipeline.search.opening import StudyContext
+from pipeline.search.trials import TrialRecord
+from pipeline.tracking import runs
+
+
+class FinalRound:
+    def __init__(self, ctx: StudyContext) -> None:
+        self.ctx = ctx
+
+    def confirm(self) -> None:
+        """The finalists in paired rounds, unless the round is off, there is nothing to compare, or another worker
+        ran it already."""
+        ctx = self.ctx
+        settings = confirmation.Settings.of(ctx.cfg)
+        decided = Decided.of(ctx.study, ctx.cfg.optimize.max_loss_dev)
+        chosen = confirmation.choose(decided.eligible, decided.baseline, settings)
+        if not chosen or confirmation.ATTR in ctx.study.user_attrs:
+            return
+        with workers.claim(ctx.study, ctx.storage, confirmation.ATTR) as mine:
+            if not mine:
+                return
+            baseline = decided.baseline.label if decided.baseline else None
+            if decided.confirmation is not None:  # the record of a round this study stopped during
+                print(
+                    f"[study] confirmation round: the last one stopped after {decided.confirmation.rounds} "
+                    "round(s); it runs again",
+                    flush=True,
+                )
+            record = confirmation.run_round(
+                chosen,
+                baseline,
+                settings,
+                decided.gpu_seconds,
+                self._run,
+                save=lambda partial: ctx.study.set_user_attr(confirmation.PARTIAL, partial.to_attr()),
+            )
+            ctx.study.set_user_attr(confirmation.ATTR, record.to_attr())
+
+    def _run(self, record: TrialRecord, number: int, warmup: int, steps: int) -> tuple[float | None, float]:
+        """One confirmation run of a finalist: `steps` steady steps after `warmup`, in a fresh process; uncapped
+        for a baseline that did not fit (it is measured for its speed, not judged against the cap). Its figure is
+        the trimmed mean of its steady steps (`compare.sequential` says why)."""
+        ctx = self.ctx
+        config = OmegaConf.create(OmegaConf.to_container(ctx.candidate(record.config_id).config))
+        config.measure.warmup_steps = warmup
+        config.train.steps = warmup + steps
+        # the finalist's own identity: the same config, trained for fewer steps, so its runs pool with its trial
+        spec = dataclasses.replace(
+            task.job_spec(config, name=record.label, uncapped=not record.feasible), config_id=record.config_id
+        )
+        outcome = task.run(
+            config,
+            spec=spec,
+            kind=RunKind.CONFIRM,
+            parent_id=ctx.parent,
+            run_name=f"confirm {number}: {record.label}",
+            tags={runs.STUDY: ctx.name, runs.ROUND: number},
+        )
+        summary = outcome.summary
+        figure = summary.step_time.trimmed if outcome.status is Status.OK and summary.step_time else None
+        return figure, summary.wall_s

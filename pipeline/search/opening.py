@@ -1,0 +1,175 @@
+"""Opening a study: the name a command's config gives it, its binding to that config, its sampler, its storage, the
+space it searches, and its MLflow parent run, gathered in one `StudyContext` that every part of the study shares.
+
+A study answers for one config identity (the model, data, knobs and cap; the split is searched): the same command
+opens the same study by the same derived name and resumes it. The identity is stored on the study, so a name given
+with `optimize.study_name` that belongs to another config's study is refused before anything is written
+(`check_binding`), rather than mixing two configs' trials into one answer.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import optuna
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config.errors import ConfigError
+from pipeline.config.identity import digest, identity_tree
+from pipeline.measure.flops import Shape
+from pipeline.records import GIB
+from pipeline.search.calibration import ATTR as CALIBRATION
+from pipeline.search.calibration import Calibration
+from pipeline.search.predictor import Predictor
+from pipeline.search.space import Candidate, LeftOut, candidates, knob_space
+from pipeline.tracking import runs
+from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
+
+OBJECTIVE = "step s"
+IDENTITY = "identity"  # the study's user attribute: the config identity it answers for (its derived name)
+SEARCH_SETTINGS = ("trials", "sampler", "seed", "storage", "study_name")  # shape how, not what, is answered
+
+
+def study_name(cfg: DictConfig, cap_bytes: int) -> str:
+    """Same command, same name: the config's identity and the search settings that shape the answer (trials,
+    sampler, seed and storage do not)."""
+    search = OmegaConf.to_container(cfg.optimize, resolve=True)
+    for key in SEARCH_SETTINGS:
+        search.pop(key, None)
+    tree = {**identity_tree(cfg), "optimize": search}
+    tree["batch"].pop("split", None)  # always searched
+    return f"{cfg.model.name}-e{cfg.batch.effective}-cap{cap_bytes / GIB:g}GiB-{digest(tree, 8)}"
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "bruteforce":
+        return optuna.samplers.BruteForceSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+
+
+def _existing_rdb(uri: str) -> optuna.storages.RDBStorage | None:
+    """The storage at `uri` opened to read, or None where it has no database yet (a sqlite file not made): nothing
+    is created."""
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+        return None
+    return optuna.storages.RDBStorage(uri, skip_compatibility_check=True, skip_table_creation=True)
+
+
+def check_binding(cfg: DictConfig, cap_bytes: int) -> None:
+    """A study named by `optimize.study_name` that exists must be this config's: another config's study is refused
+    (its trials would be read as this config's, and its answer overwritten)."""
+    name = cfg.optimize.study_name
+    if name is None:
+        return
+    storage = _existing_rdb(str(cfg.optimize.storage))
+    if storage is None:
+        return
+    try:
+        stored = storage.get_study_user_attrs(storage.get_study_id_from_name(name)).get(IDENTITY)
+    except KeyError:
+        return  # no such study yet
+    finally:
+        storage.remove_session()
+        storage.engine.dispose()
+    mine = study_name(cfg, cap_bytes)
+    if stored is not None and stored != mine:
+        raise ConfigError(
+            "optimize.study_name",
+            f"'{name}' is the study of another config ({stored}; this command's is {mine}); accepted: a name no "
+            "study has yet, the command that started that study, or null (named after the config)",
+        )
+
+
+def open_study(cfg: DictConfig, name: str, storage: str, identity: str) -> optuna.Study:
+    """Create the study, or load it to resume; it carries its metric's name and the identity it answers for."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the study's own lines say what it opened
+    with store_lock(storage):
+        study = optuna.create_study(
+            study_name=name,
+            storage=storage,
+            sampler=make_sampler(cfg.optimize.sampler, cfg.optimize.seed),
+            direction="minimize",
+            load_if_exists=True,
+        )
+        if study.metric_names is None:
+            with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and what the dashboard reads
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names([OBJECTIVE])
+        if IDENTITY not in study.user_attrs:
+            study.set_user_attr(IDENTITY, identity)
+    return study
+
+
+@dataclass
+class StudyContext:
+    """What every part of one study shares: its config and cap, its space and candidates, its stores, and what the
+    calibration found (`placement_dtype`, `device`), with the memory predictor fitted to it."""
+
+    cfg: DictConfig
+    command: list[str]  # the study's overrides but the searched keys: the start of every reproduce line
+    cap: int
+    name: str
+    space: dict[str, list]
+    valid: list[Candidate]
+    left_out: list[LeftOut]  # values of the space that cannot run on this setting, with the reason
+    study: optuna.Study
+    storage: str
+    tracker: Tracker
+    predictor: Predictor
+    parent: str = ""  # the MLflow parent run, once opened
+    placement_dtype: str | None = None
+    device: str | None = None
+    extra: dict[str, Candidate] = field(default_factory=dict)  # configs measured beside the space (its baseline)
+
+    @classmethod
+    def open(cls, cfg: DictConfig, command: list[str], cap: int) -> StudyContext:
+        space = knob_space(cfg)
+        valid, left_out = candidates(cfg)
+        searched = set(space)
+        kept = [o for o in command if o.partition("=")[0].lstrip("+~") not in searched]
+        derived = study_name(cfg, cap)
+        name = cfg.optimize.study_name or derived
+        storage = absolute_uri(cfg.optimize.storage)
+        tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
+        predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
+        study = open_study(cfg, name, storage, derived)
+        return cls(cfg, kept, cap, name, space, valid, left_out, study, storage, tracker, predictor)
+
+    @cached_property
+    def by_id(self) -> dict[str, Candidate]:
+        return {c.config_id: c for c in self.valid}
+
+    def candidate(self, config_id: str | None) -> Candidate | None:
+        """A config the study measured: one of the space, or one beside it."""
+        return self.by_id.get(config_id) or self.extra.get(config_id)
+
+    @property
+    def space_keys(self) -> list[str]:
+        return list(self.space)
+
+    @property
+    def calibration(self) -> Calibration:
+        return Calibration.of(self.study.user_attrs[CALIBRATION])
+
+    def parent_params(self) -> dict[str, object]:
+        base = flatten(OmegaConf.to_container(self.cfg, resolve=True))
+        return {
+            "study": self.name,
+            "cap_gib": self.cap / GIB,
+            "space": json.dumps(self.space),
+            "trials": self.cfg.optimize.trials,
+            "sampler": self.cfg.optimize.sampler,
+            **{f"base.{k}": v for k, v in base.items() if not k.startswith("optimize.")},
+        }
+
+    def open_parent(self) -> str:
+        """The study's MLflow parent run (workers that start together find or open one)."""
+        with store_lock(self.storage):
+            self.parent = runs.open_study(self.tracker, self.name, " ".join(self.command), self.parent_params())
+        return self.parent

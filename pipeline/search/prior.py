@@ -1,0 +1,86 @@
+"""The study's prior over its candidates: which to measure first, from what the probes measured, so that a budget
+smaller than the space still decides the configs most likely to be the fastest that fits.
+
+The probes time a micro-batch at the smallest and largest micro-batch (and at the other checkpointing setting where
+that is searched), so each candidate has an estimated step time (`Calibration.step_estimate`: larger micro-batches
+and no checkpointing are faster where the probes say so), and the memory predictor says whether it fits. Fitting
+candidates come first, fastest estimate first; knobs the probes do not see (dtype, compilation, padding) keep the
+space's order among equals. The first trials are queued in this order; the sampler proposes the rest. The answer
+names the undecided candidates that the prior expects to be faster than the answer (`Coverage`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pipeline.config.validate import parse_split
+from pipeline.search.calibration import Calibration, knobs_of
+from pipeline.search.opening import StudyContext
+from pipeline.search.space import Candidate
+
+CHECKPOINTING = "train.gradient_checkpointing"
+
+
+def estimate(calibration: Calibration, candidate: Candidate) -> float:
+    """The candidate's step time as the probes suggest it (inf where they say nothing)."""
+    split = parse_split(candidate.split)
+    checkpointing = bool(candidate.config.train.gradient_checkpointing)
+    found = calibration.step_estimate(split.micro, split.accumulation, checkpointing)
+    return math.inf if found is None else found
+
+
+def fits(ctx: StudyContext, candidate: Candidate) -> bool:
+    """Whether the predictor puts the candidate's peak under the cap (with the study's skip margin)."""
+    knobs = knobs_of(candidate.config, ctx.space_keys, ctx.placement_dtype)
+    return ctx.predictor.predict(knobs) <= ctx.cap * (1 + ctx.cfg.optimize.skip_margin)
+
+
+def ordered(ctx: StudyContext, calibration: Calibration, pool: list[Candidate]) -> list[Candidate]:
+    """`pool` in the prior's order: fitting first, then by estimated step time, then by the space's order."""
+    index = {c.config_id: i for i, c in enumerate(ctx.valid)}
+    return sorted(pool, key=lambda c: (not fits(ctx, c), estimate(calibration, c), index.get(c.config_id, 0)))
+
+
+def first_trials(ctx: StudyContext, calibration: Calibration, exclude: set[str]) -> list[Candidate]:
+    """The candidates to queue after the baseline: the prior's first half of the budget when the budget is smaller
+    than the space (the sampler proposes the rest), else the prior's first, so that slow configs are pruned soon."""
+    budget = min(ctx.cfg.optimize.trials, len(ctx.valid))
+    count = math.ceil(budget / 2) if budget < len(ctx.valid) else 1
+    pool = [c for c in ctx.valid if c.config_id not in exclude]
+    return ordered(ctx, calibration, pool)[:count]
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the space the study decided, and the undecided configs the prior expects to be faster than the
+    answer (by the same estimate, so that the comparison is like for like)."""
+
+    decided: int
+    total: int
+    faster_undecided: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        text = f"decided {self.decided} of the space's {self.total} configs"
+        if self.decided >= self.total:
+            return text
+        if self.faster_undecided:
+            names = ", ".join(self.faster_undecided[:4]) + (" ..." if len(self.faster_undecided) > 4 else "")
+            return f"{text}; not decided, and expected faster by the probes: {names} (raise optimize.trials)"
+        return f"{text}; none of the undecided is expected faster by the probes"
+
+
+def coverage(ctx: StudyContext, decided_ids: set[str], answer_id: str | None) -> Coverage:
+    """The study's coverage of its space, given the configs decided and the answer's."""
+    total, done = len(ctx.valid), len(decided_ids & set(ctx.by_id))
+    answer = ctx.candidate(answer_id)
+    if answer is None or done >= total:
+        return Coverage(done, total)
+    calibration = ctx.calibration
+    bar = estimate(calibration, answer)
+    faster = [
+        c.label
+        for c in ordered(ctx, calibration, [c for c in ctx.valid if c.config_id not in decided_ids])
+        if fits(ctx, c) and estimate(calibration, c) < bar
+    ]
+    return Coverage(done, total, tuple(faster))

@@ -1,0 +1,227 @@
+"""A study on settings nobody tuned for: a base config outside the space, a baseline over the cap, a round of one
+finalist, a knob that fails at run time, a preset space with values this setting cannot run, a study name of another
+config. Each answer states its speed-up over the baseline from pairs, or one line saying why none."""
+
+from __future__ import annotations
+
+import re
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from pipeline.compare.sequential import ConfirmationRound
+from pipeline.config.compose import compose_job
+from pipeline.config.validate import validate
+from pipeline.records import Status
+from pipeline.search import speedup
+from pipeline.search.confirmation import ConfirmationRecord
+from pipeline.search.opening import StudyContext
+from pipeline.search.space import candidates, check_values
+from pipeline.search.trials import Role, TrialRecord
+from tests.helpers.cli import run_cli
+from tests.helpers.runs import mlflow_runs, the_study
+
+# A short study of the tiny model: jobs of a few steps, probes of two.
+SHORT = ["train.steps=6", "measure.warmup_steps=1", "optimize.probe_steps=2", "optimize.confirm_steps=3"]
+CLAIM = re.compile(
+    r"^  (?P<figure>\d+\.\d\dx the baseline's tokens/s \[\d+\.\d\d, \d+\.\d\d\] \(95%, paired over (?P<rounds>\d+) "
+    r"rounds with the baseline; .*)$|^  no speed-up over the baseline is claimed: (?P<why>.+)$",
+    re.M,
+)
+
+
+def _claim(out: str) -> re.Match:
+    """The answer's one line of its speed-up over the baseline (there must be exactly one)."""
+    found = list(CLAIM.finditer(out))
+    assert len(found) == 1, out[-4000:]
+    return found[0]
+
+
+def _optimize(tmp_path, *args: str, timeout: float = 900):
+    return run_cli(*args, cwd=tmp_path, module="pipeline.optimize", timeout=timeout)
+
+
+def _storage(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"
+
+
+@pytest.mark.slow
+def test_a_base_config_outside_the_space_is_measured_beside_it_and_the_answer_states_its_claim(tmp_path):
+    """The space searches checkpointing on only; the command line's config has it off: the baseline is measured
+    anyway, labelled so, counts against no budget, and is paired with the answer in the round."""
+    proc = _optimize(
+        tmp_path,
+        "mem_cap=4GiB",
+        "batch.effective=2",
+        "optimize.trials=2",
+        "++optimize.space={train.gradient_checkpointing:[true]}",
+        *SHORT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert re.search(r"\| tiny 1x2 ckpt=off +\| ok +\|.*\| baseline, outside the space +\|", proc.stdout), proc.stdout
+    study = the_study(_storage(tmp_path))
+    (base,) = [t for t in study.trials if t.user_attrs.get("role") == Role.BASELINE]
+    assert base.state is TrialState.COMPLETE and base.user_attrs["status"] == "ok" and base.params == {}
+    decided = {
+        t.user_attrs["label"]
+        for t in study.trials
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and "label" in t.user_attrs
+    }
+    assert decided == {"tiny 1x2 ckpt=off", "tiny 1x2 ckpt=on", "tiny 2x1 ckpt=on"}  # both configs of the space too
+    assert "decided 2 of the space's 2 configs" in proc.stdout
+    claim = _claim(proc.stdout)
+    if "best feasible: tiny 1x2 ckpt=off " in proc.stdout:
+        assert claim["why"] == "the baseline itself (the command line's config) is the fastest that fits"
+    else:  # the round paired the answer with the baseline, at least three times
+        rounds = re.search(r"^confirmation round: (\d+) rounds .*tiny 1x2 ckpt=off \(baseline\)", proc.stdout, re.M)
+        assert rounds and int(rounds[1]) >= 3, proc.stdout[-3000:]
+        assert claim["figure"] or "paired rounds could not tell them apart" in claim["why"]
+
+
+def test_a_wide_interval_is_said_in_words_and_one_round_is_no_figure():
+    best = TrialRecord(1, TrialState.COMPLETE, label="tiny 4x1", status=Status.OK, median=0.1, feasible=True)
+    base = TrialRecord(
+        0, TrialState.COMPLETE, label="tiny 1x4", status=Status.OK, median=0.2, role=Role.BASELINE, feasible=True
+    )
+    times = {"tiny 4x1": {0: 0.1, 1: 0.3}, "tiny 1x4": {0: 0.5, 1: 0.05}}
+    wide = ConfirmationRecord(ConfirmationRound(["tiny 4x1", "tiny 1x4"], 0.95, 0.05, times), 1, 3, 10.0, "tiny 1x4")
+    said = speedup.claim(best, base, [base], wide, enabled=True, confirm_off=False)
+    assert said.speedup is None
+    assert re.fullmatch(r"2 paired rounds could not tell them apart \(within [\d.]+x either way\)", said.why)
+    once = ConfirmationRecord(
+        ConfirmationRound(["tiny 4x1", "tiny 1x4"], 0.95, 0.05, {"tiny 4x1": {0: 0.1}, "tiny 1x4": {0: 0.2}}),
+        1,
+        3,
+        10.0,
+        "tiny 1x4",
+    )
+    assert speedup.claim(best, base, [base], once, enabled=True, confirm_off=False).why == (
+        "the confirmation round paired them in 1 round only"
+    )
+    assert speedup.claim(best, None, [], None, enabled=False, confirm_off=False).line() == (
+        "no speed-up over the baseline is claimed: optimize.baseline=false: no baseline was measured"
+    )
+    oom = TrialRecord(0, TrialState.COMPLETE, label="tiny 8x1", status=Status.OOM, role=Role.BASELINE)
+    assert speedup.claim(best, None, [oom], None, enabled=True, confirm_off=False).why == (
+        "the baseline (tiny 8x1) ran out of memory on this device, even without the cap"
+    )
+
+
+def test_a_preset_space_leaves_out_what_this_setting_cannot_run_and_names_it():
+    """optimize=ckpt-dtype on the CPU: fp16 needs a CUDA device, so it is left out (not the study refused)."""
+    cfg = compose_job("config", ["mem_cap=4GiB", "optimize=ckpt-dtype", "gpu=cpu"])
+    check_values(cfg)
+    valid, left_out = candidates(cfg)
+    assert {c.params["train.dtype"] for c in valid} == {"bf16"}
+    assert [x.text() for x in left_out] == [
+        "train.dtype=fp16: train.dtype: fp16 needs a CUDA device; accepted with gpu=cpu here: auto, fp32, bf16"
+    ]
+
+
+def test_cuda_graphs_in_a_preset_space_name_the_padding_they_need(monkeypatch):
+    """optimize=compile on a CUDA device with padding to the longest: reduce-overhead is left out for the padding
+    (the real blocker), not for compilation being off in some other combination."""
+    import pipeline.config.knobs
+    import pipeline.config.validate
+
+    monkeypatch.setattr(pipeline.config.knobs, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(pipeline.config.validate, "cuda_device_count", lambda: 1)
+    cfg = compose_job("config", ["mem_cap=4GiB", "optimize=compile", "gpu=h200", "train.padding=longest"])
+    check_values(cfg)
+    _, left_out = candidates(cfg)
+    (graphs,) = [x for x in left_out if x.key == "train.compile_mode"]
+    assert graphs.value == "reduce-overhead"
+    assert graphs.reason == (
+        "train.compile_mode: reduce-overhead records one CUDA graph per batch shape; accepted with it: "
+        "train.padding=max_length"
+    )
+
+
+def test_a_study_name_of_another_config_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    mine = compose_job("config", ["mem_cap=1GiB", "optimize.study_name=shared"])
+    StudyContext.open(mine, [], validate(mine).cap_bytes)  # the study of one config, under the name `shared`
+    storage = _storage(tmp_path)
+    before = optuna.load_study(study_name="shared", storage=storage).user_attrs
+    proc = _optimize(tmp_path, "mem_cap=1GiB", "batch.effective=8", "optimize.study_name=shared")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert re.fullmatch(
+        r"error: optimize.study_name: 'shared' is the study of another config \(tiny-e4-cap1GiB-\w{8}; this "
+        r"command's is tiny-e8-cap1GiB-\w{8}\); accepted: a name no study has yet, the command that started that "
+        r"study, or null \(named after the config\)\n",
+        proc.stderr,
+    ), proc.stderr
+    study = optuna.load_study(study_name="shared", storage=storage)
+    assert study.trials == [] and study.user_attrs == before
+    assert mlflow_runs(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_baseline_over_the_cap_is_measured_for_its_speed_and_paired_with_the_answer(tmp_path):
+    """The README's CPU study with the command line's split at 8x1, which needs more than the cap: it is measured
+    uncapped in full (infeasible, no answer), and the answer's claim comes from pairs with it."""
+    proc = _optimize(
+        tmp_path,
+        "mem_cap=0.6GiB",
+        "optimize.trials=4",
+        "batch.effective=8",
+        "batch.split=8x1",
+        "model.vocab_size=2048",
+        "train.max_length=256",
+        *SHORT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    study = the_study(_storage(tmp_path))
+    (base,) = [t for t in study.trials if t.user_attrs.get("role") == Role.BASELINE]
+    assert base.user_attrs["status"] == "ok" and base.user_attrs["feasible"] is False, base.user_attrs
+    assert len(base.user_attrs["step_times"]) == 5  # every steady step: measured in full, not stopped at the cap
+    assert "best feasible: tiny 8x1" not in proc.stdout
+    rounds = re.search(r"^confirmation round: (\d+) rounds .*tiny 8x1 \(baseline\)", proc.stdout, re.M)
+    assert rounds and int(rounds[1]) >= 3, proc.stdout[-3000:]
+    claim = _claim(proc.stdout)
+    assert claim["figure"] or "paired rounds could not tell them apart" in claim["why"]
+
+
+@pytest.mark.slow
+def test_one_finalist_besides_the_baseline_still_buys_three_rounds_and_never_prints_an_empty_interval(tmp_path):
+    proc = _optimize(
+        tmp_path, "mem_cap=4GiB", "optimize.trials=3", "optimize.confirm_k=1", "optimize.confirm_share=0.01", *SHORT
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    claim = _claim(proc.stdout)
+    if claim["figure"]:
+        assert int(claim["rounds"]) >= 3
+        low, high = (float(x) for x in re.search(r"\[(\d+\.\d\d), (\d+\.\d\d)\]", claim["figure"]).groups())
+        assert low > 1 or high < 1 or (low > 0 and max(high, 1 / low) < 2)  # decided, or a tie within 2x
+    else:
+        said = re.fullmatch(
+            r"(\d+) paired rounds could not tell them apart \(within [\d.]+x either way\)", claim["why"]
+        )
+        assert claim["why"].startswith("the baseline itself") or (said and int(said[1]) >= 3), claim["why"]
+
+
+@pytest.mark.slow
+def test_a_knob_that_fails_at_run_time_is_decided_once_and_kept_out_of_the_predictor(tmp_path):
+    """Adapters on a module the model does not have: PEFT refuses it inside the trainer, for every split. Each such
+    config fails once, counts against the budget, is never run again, and its peak is no predictor error."""
+    proc = _optimize(
+        tmp_path,
+        "mem_cap=4GiB",
+        "batch.effective=2",
+        "optimize.trials=4",
+        "++optimize.space={lora.target_modules:[[q_proj],[no_such_module]]}",
+        *SHORT,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    study = the_study(_storage(tmp_path))
+    labelled = [t for t in study.trials if "label" in t.user_attrs]
+    failed = [t for t in labelled if t.user_attrs.get("status") == "failed"]
+    assert sorted(t.user_attrs["label"].split()[1] for t in failed) == ["1x2", "2x1"]
+    assert all("no_such_module" in t.user_attrs["label"] and t.state is TrialState.FAIL for t in failed)
+    assert len({t.user_attrs["config_id"] for t in labelled}) == len(labelled)  # none measured twice
+    assert len(set(re.findall(r"^\[job\] trial (\d+):", proc.stdout, re.M))) == len(labelled)
+    errors = re.search(r"memory predictor error: .* over (\d+) trials", proc.stdout)
+    assert errors and int(errors[1]) == len(labelled) - len(failed)
+    assert "failed as jobs (each decided once, not run again): tiny " in proc.stdout
+    _claim(proc.stdout)
