@@ -2,18 +2,13 @@
 
 From Python: `pipeline.sweep([...])` and `pipeline.study([...])` take the command line's overrides and return a
 `Result` (`pipeline.api`); `pipeline.card(result)` writes its result card (`pipeline.reporting.cards`). They are
-imported on first use, so that a job's process, which imports this package, does not pay for them.
+imported on first use, so that a job's process, which imports this package, does not pay for them
+(`__init__.pyi` gives their types).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pipeline.api import BadInput, PipelineError, study, sweep
-    from pipeline.reporting.cards import write_card as card
-    from pipeline.results import Answer, Result
 
 _EXPORTS = {
     "sweep": ("pipeline.api", "sweep"),

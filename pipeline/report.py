@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cards", nargs="+", type=Path, help="result cards (python -m pipeline.card) to merge")
     args = parser.parse_args(argv)
     if args.cards:
-        from pipeline.reporting.cards import merge_cards
+        from pipeline.reporting.merge import merge_cards
 
         sys.exit(merge_cards(args.cards, args.out))
 

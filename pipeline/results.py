@@ -147,7 +147,7 @@ def _answer_row(rows: list[Row]) -> Row | None:
     ranked = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
     if ranked is not None:
         return ranked
-    timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == "ok"]
+    timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == Status.OK]
     return min(timed, key=lambda r: r.median) if timed else None
 
 

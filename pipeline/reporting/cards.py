@@ -14,13 +14,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from pipeline import exits
 from pipeline.config.identity import identity_tree
 from pipeline.reporting.table import format_table
 from pipeline.results import Answer, Result
@@ -218,20 +216,3 @@ def load(path: Path) -> Card:
         return Card.from_json(data)
     except (CardError, TypeError, KeyError) as err:
         raise CardError(f"{path}: {err}") from None
-
-
-def merge_cards(paths: list[Path], out: Path) -> int:
-    """`report --cards`: print the merged table and write it to `<out>/cards.md`; the exit code (2: a file that is
-    no card, named in one line)."""
-    from pipeline.reporting.merge import merge_files
-
-    try:
-        text = merge_files(paths)
-    except CardError as err:
-        print(f"error: --cards: {err}; accepted: JSON files written by python -m pipeline.card", file=sys.stderr)
-        return exits.BAD_INPUT
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "cards.md").write_text(text, encoding="utf-8")
-    print(text, end="")
-    print(f"merged: {out / 'cards.md'}")
-    return exits.OK

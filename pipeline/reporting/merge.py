@@ -9,9 +9,12 @@ merge names every key that differs, and only the ratios inside each column compa
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
-from pipeline.reporting.cards import Card, answer_line, setting_line
+from pipeline import exits
+from pipeline.records import Status
+from pipeline.reporting.cards import Card, CardError, answer_line, load, setting_line
 from pipeline.reporting.table import markdown_table
 
 GROUPS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -37,7 +40,7 @@ def cell(record: dict) -> str:
         parts.append(str(record["rank"]))
     if record["peak_gib"] is not None:
         parts.append(f"{record['peak_gib']:.2f} GiB")
-    if record["status"] != "ok":
+    if record["status"] != Status.OK:
         parts.append(str(record["status"]))
     return ", ".join(parts)
 
@@ -117,6 +120,19 @@ def _by_config(named: list[tuple[str, Card]], labels: list[str]) -> list[list[ob
 
 def merge_files(paths: list[Path]) -> str:
     """Merge the card files at `paths` (CardError names the first that is not one)."""
-    from pipeline.reporting.cards import load
-
     return merge([(path.name, load(path)) for path in paths])
+
+
+def merge_cards(paths: list[Path], out: Path) -> int:
+    """`report --cards`: print the merged table and write it to `<out>/cards.md`; the exit code (2: a file that is
+    no card, named in one line)."""
+    try:
+        text = merge_files(paths)
+    except CardError as err:
+        print(f"error: --cards: {err}; accepted: JSON files written by python -m pipeline.card", file=sys.stderr)
+        return exits.BAD_INPUT
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cards.md").write_text(text, encoding="utf-8")
+    print(text, end="")
+    print(f"merged: {out / 'cards.md'}")
+    return exits.OK

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
+from pipeline.records import RunState
 from pipeline.tracking.runs import KIND, quoted
 from pipeline.tracking.store import OWNER_TAG, Tracker
 
@@ -43,7 +44,7 @@ def _no_download_bar():
 def last_parent(tracker: Tracker, kind: str, owner: str):
     """The parent run of `kind` (sweep, study) that the process `owner` (host:pid:start) ended last, or None: the
     sweep or study a Python call of that process has just run (a resumed study keeps its first start time)."""
-    query = f"tags.{KIND} = {quoted(kind)} and tags.{OWNER_TAG} = {quoted(owner)} and attributes.status != 'RUNNING'"
+    query = f"tags.{KIND} = {quoted(kind)} and tags.{OWNER_TAG} = {quoted(owner)} and attributes.status != '{RunState.RUNNING}'"
     found = tracker.client.search_runs(
         [tracker.experiment_id], query, order_by=["attributes.end_time DESC"], max_results=1
     )
