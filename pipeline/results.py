@@ -176,10 +176,15 @@ def _gain(best: Row, baseline: Row | None) -> tuple[float, float, float] | None:
     return 1 / c.speedup, 1 / c.high if c.high else 0.0, 1 / c.low if c.low else math.inf
 
 
-def study_answer(parent, rows: list[Row], jobs: list[RecordedJob], confidence: float) -> Answer:
+ANSWER_LINES = ("best feasible:", "nothing fits", "no config fits yet")  # how the console's answer of a study starts
+
+
+def study_answer(parent, rows: list[Row], jobs: list[RecordedJob], confidence: float, printed: str) -> Answer:
+    """The study's own answer (`printed`: its answer.md, as the console showed it)."""
     tags, metrics = parent.data.tags, parent.data.metrics
     cap = float(parent.data.params["cap_gib"]) if "cap_gib" in parent.data.params else _cap_gib(jobs)
-    text = fastest_line(rows, cap).replace("**", "")
+    said = [line.strip() for line in printed.splitlines() if line.startswith(ANSWER_LINES)]
+    text = said[0] if said else fastest_line(rows, cap).replace("**", "")
     best = next((r for r in rows if r.config_id == tags.get(runs.BEST_CONFIG)), None)
     if best is None:
         return Answer(None, None, None, None, None, confidence, None, text)
@@ -206,8 +211,8 @@ def read(tracker: Tracker, parent_id: str) -> Result:
         answer = sweep_answer(tracker, rows, jobs, criteria.confidence)
         summary, command = format_table(rows, criteria), f"python -m pipeline.train -m {tags.get('overrides', '')}"
     else:
-        answer = study_answer(parent, rows, jobs, criteria.confidence)
         summary = read_text(tracker, parent_id, "answer.md") or format_table(rows, criteria)
+        answer = study_answer(parent, rows, jobs, criteria.confidence, summary)
         command = f"python -m pipeline.optimize {tags.get('overrides', '')}"
     return Result(
         kind=str(kind),
