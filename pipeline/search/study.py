@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.trial import TrialState
 from tqdm import tqdm
 
+from pipeline import progress
 from pipeline.config.identity import digest, identity_tree
 from pipeline.config.validate import parse_split, validate
 from pipeline.jobs import runner, task
@@ -391,15 +392,8 @@ class StudyDriver:
     def _loop(self, parent: str) -> None:
         budget = min(self.o.trials, len(self.valid))
         decided = workers.decided(self.study)
-        # on a terminal only (disable=None): a log or a pipe gets the lines without the bar's redraws
-        bar = tqdm(
-            total=budget,
-            initial=min(len(decided), budget),
-            desc="trials",
-            unit="trial",
-            dynamic_ncols=True,
-            disable=None,
-        )
+        # on a terminal or in a notebook only: a log or a pipe gets the lines without the bar's redraws
+        bar = progress.bar(total=budget, initial=min(len(decided), budget), desc="trials", unit="trial")
         above = contextlib.nullcontext() if bar.disable else contextlib.redirect_stdout(_AboveBar(sys.stdout))
         with above, bar:
             while len(workers.decided(self.study)) < budget and self._next_trial(parent, bar):
