@@ -9,7 +9,7 @@ ARGS     ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow test-gpu optimize report ui dashboard screenshots lint format
+.PHONY: help install demo test test-slow test-gpu optimize report ui dashboard screenshots notebook lint format
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ test-gpu: install ## Run the GPU tests (a CUDA device: the allocator cap, CUDA-e
 
 screenshots: install ## Redraw docs/mlflow-ui.png, docs/report.png, docs/optuna-dashboard.png (browser tests; chromium)
 	BATCH_SPLIT_SCREENSHOTS=docs $(BIN)/python -m pytest -m slow tests/test_ui.py "tests/test_dashboard.py::test_the_dashboard_reads_a_real_mixed_study_as_it_printed_itself" $(PYTEST_ARGS)
+
+notebook: install ## Run docs/quickstart.ipynb on the CPU (tiny model) and keep its outputs there (tests/test_notebook.py)
+	BATCH_SPLIT_NOTEBOOK=docs $(BIN)/python -m pytest -m slow tests/test_notebook.py $(PYTEST_ARGS)
 
 optimize: install ## Optuna study: fastest config under MEM_CAP (e.g. MEM_CAP=14GiB TRIALS=20 ARGS="optimize=knobs")
 	$(BIN)/python -m pipeline.optimize $(if $(MEM_CAP),mem_cap=$(MEM_CAP),) $(if $(TRIALS),optimize.trials=$(TRIALS),) $(ARGS)

@@ -1,1 +1,29 @@
-"""Which micro-batch x gradient-accumulation split trains a LoRA fastest, and does it fit under a memory cap."""
+"""Which micro-batch x gradient-accumulation split trains a LoRA fastest, and does it fit under a memory cap.
+
+From Python: `pipeline.sweep([...])` and `pipeline.study([...])` take the command line's overrides and return a
+`Result` (`pipeline.api`); `pipeline.card(result)` writes its result card (`pipeline.reporting.cards`). They are
+imported on first use, so that a job's process, which imports this package, does not pay for them
+(`__init__.pyi` gives their types).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "sweep": ("pipeline.api", "sweep"),
+    "study": ("pipeline.api", "study"),
+    "BadInput": ("pipeline.api", "BadInput"),
+    "PipelineError": ("pipeline.api", "PipelineError"),
+    "Result": ("pipeline.results", "Result"),
+    "Answer": ("pipeline.results", "Answer"),
+    "card": ("pipeline.reporting.cards", "write_card"),
+}
+__all__ = ["Answer", "BadInput", "PipelineError", "Result", "card", "study", "sweep"]
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'pipeline' has no attribute '{name}'")
+    module, attribute = _EXPORTS[name]
+    return getattr(importlib.import_module(module), attribute)

@@ -40,15 +40,18 @@ def optimize(cfg: DictConfig) -> float | None:
     return answer.best.median if answer.best else None
 
 
+# the study searches every split; the base config's split only has to be a valid one
+BASE_OVERRIDES = ["batch.split='1x${div:${batch.effective},${world_size}}'"]
+
+
 def main() -> None:
-    # the study searches every split; the base config's split only has to be a valid one
     run_entry(
         "pipeline.optimize",
         "config",
         optimize,
         __doc__,
         extra_check=check_study,
-        base_overrides=["batch.split='1x${div:${batch.effective},${world_size}}'"],
+        base_overrides=BASE_OVERRIDES,
         sweeps=False,
     )
 

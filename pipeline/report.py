@@ -3,6 +3,7 @@
 python -m pipeline.report                                   # the latest sweep or study
 python -m pipeline.report --sweep 20261129-153045-d37c3b
 python -m pipeline.report --study tiny-e8-cap0.6GiB-1a2b3c4d
+python -m pipeline.report --cards t4.json h200.json          # result cards of several machines, one table by GPU
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--experiment", default="batch-split")
     parser.add_argument("--out", type=Path, default=Path("mlruns/reports"), help="folder for the reports")
     parser.add_argument("--confidence", type=float, default=0.95, help="of the intervals that rank configs")
+    parser.add_argument("--cards", nargs="+", type=Path, help="result cards (python -m pipeline.card) to merge")
     args = parser.parse_args(argv)
+    if args.cards:
+        from pipeline.reporting.merge import merge_cards
+
+        sys.exit(merge_cards(args.cards, args.out))
 
     from pipeline.config.errors import ConfigError
     from pipeline.config.store_checks import check_store

@@ -62,6 +62,7 @@ def versions() -> dict[str, str]:
         "peft": peft.__version__,
         "datasets": datasets.__version__,
         "cuda": str(torch.version.cuda),
+        "driver": memory.driver_version(),
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 
 from hydra.core.hydra_config import HydraConfig
 
@@ -41,3 +42,11 @@ def job_overrides() -> list[tuple[str, str]]:
     if not HydraConfig.initialized():
         return []
     return [parse_override(o) for o in HydraConfig.get().overrides.task]
+
+
+def job_command() -> str:
+    """This Hydra job's own overrides as one command line, its repeat index and count left out: what trains its
+    config once, alone."""
+    if not HydraConfig.initialized():
+        return ""
+    return shlex.join(o for o in HydraConfig.get().overrides.task if parse_override(o)[0] not in ("repeat", "repeats"))

@@ -56,13 +56,34 @@ def _claim(folder: Path) -> None:
     (folder / PROCESS_FILE).write_text(json.dumps({"pid": os.getpid(), "owner_pid": os.getpid()}), encoding="utf-8")
 
 
+@contextlib.contextmanager
+def _main_without_a_missing_file():
+    """Every fork server child runs the parent's `__main__` again from its file (multiprocessing's preparation of a
+    child). Code read from standard input has the file `<stdin>`, which the child cannot find, so each job would
+    fail before it starts: while a child is started, such a `__main__` is given no file (a job needs nothing from
+    it). A script that exists is left as it is; a notebook kernel's or `python -c`'s `__main__` has no file."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    missing = isinstance(path, str) and not os.path.isfile(
+        os.path.join(multiprocessing.process.ORIGINAL_DIR or "", path)
+    )
+    if missing:
+        del main.__file__
+    try:
+        yield
+    finally:
+        if missing:
+            main.__file__ = path
+
+
 def warm_up(kind: str) -> None:
     """Start the fork server now (it imports the training stack once), so the first job's spawn time is a fork."""
     if kind == "forkserver":
         context = _forkserver()
         forkserver.ensure_running()
         probe = context.Process(target=_noop)  # returns once the server has finished its imports
-        probe.start()
+        with _main_without_a_missing_file():
+            probe.start()
         probe.join()
 
 
@@ -130,7 +151,8 @@ def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
             job = ["-m", "pipeline.jobs.ranks", str(spec.config["world_size"]), str(spec_path), str(workdir), *show]
         return _Handle(subprocess.Popen([sys.executable, *job]))
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
-    process.start()
+    with _main_without_a_missing_file():
+        process.start()
     return _Handle(process)
 
 

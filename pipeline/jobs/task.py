@@ -23,7 +23,7 @@ from pipeline.config.devices import cuda_device_count
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.validate import validate
 from pipeline.jobs import devicelock, preflight, ranks, runner
-from pipeline.jobs.context import SweepContext, job_overrides
+from pipeline.jobs.context import SweepContext, job_command, job_overrides
 from pipeline.jobs.files import PROFILE_DIR
 from pipeline.measure.summary import steady_steps, summarize_job
 from pipeline.records import Compile, JobResult, JobSpec, JobSummary, RunKind, Status, StopRule
@@ -111,7 +111,10 @@ def run(
         print(f"[job] {label}: waiting for {key}, in use by {holder}", flush=True)
 
     with devicelock.hold(devices, f"job {label}", waiting):
-        run_tags = {**(tags or {}), **({runs.SWEEP: context.sweep_id} if context else {})}
+        run_tags = {
+            **(tags or {}),
+            **({runs.SWEEP: context.sweep_id, runs.OVERRIDES: job_command()} if context else {}),
+        }
         parent = parent_id or (context.parent_run_id if context else None)
         run_id = runs.start_job(tracker, spec, kind, parent, cfg.repeat, run_tags, label)
         try:

@@ -44,6 +44,16 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def driver_version() -> str:
+    """The NVIDIA driver's version as NVML reports it; "none" where there is no NVML or driver (a CPU machine)."""
+    try:
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+    except Exception:  # noqa: BLE001 - no NVML, no driver: there is none to name
+        return "none"
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
 def _nvml_handle():
     """NVML's handle of this process's GPU: the visible device of its local rank (torchrun sets LOCAL_RANK; one
     process alone has rank 0), named by index or UUID in CUDA_VISIBLE_DEVICES."""

@@ -32,6 +32,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 from tqdm import tqdm
 
+from pipeline import progress
 from pipeline.config.schema import ConfirmMode
 from pipeline.config.validate import validate
 from pipeline.jobs import runner, task
@@ -169,10 +170,8 @@ class StudyDriver:
     def _loop(self) -> None:
         budget = min(self.ctx.cfg.optimize.trials, len(self.ctx.valid))
         done = len(set(workers.decided(self.ctx.study)) & set(self.ctx.by_id))
-        # on a terminal only (disable=None): a log or a pipe gets the lines without the bar's redraws
-        bar = tqdm(
-            total=budget, initial=min(done, budget), desc="trials", unit="trial", dynamic_ncols=True, disable=None
-        )
+        # on a terminal or in a notebook only: a log or a pipe gets the lines without the bar's redraws
+        bar = progress.bar(total=budget, initial=min(done, budget), desc="trials", unit="trial")
         above = contextlib.nullcontext() if bar.disable else contextlib.redirect_stdout(_AboveBar(sys.stdout))
         with above, bar:
             while self._next_trial(bar):

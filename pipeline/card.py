@@ -1,0 +1,56 @@
+"""Result card of a recorded sweep or study: JSON and Markdown with the device, versions, setting, the table with
+its intervals, and the answer with its reproduce line; cards of several machines merge with
+`python -m pipeline.report --cards a.json b.json`.
+
+python -m pipeline.card                                    # the latest sweep or study
+python -m pipeline.card --sweep 20261129-153045-d37c3b --out cards
+python -m pipeline.card --study tiny-e8-cap0.6GiB-1a2b3c4d
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from pipeline import exits
+
+DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.card", description=__doc__.splitlines()[0])
+    parser.add_argument("--sweep", help="sweep id (tag sweep_id); default: the latest sweep or study")
+    parser.add_argument("--study", help="study name (tag study), as printed by pipeline.optimize")
+    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI))
+    parser.add_argument("--experiment", default="batch-split")
+    parser.add_argument("--out", type=Path, default=Path("cards"), help="folder for <name>.json and <name>.md")
+    args = parser.parse_args(argv)
+
+    from pipeline import results
+    from pipeline.config.errors import ConfigError
+    from pipeline.config.store_checks import check_store
+    from pipeline.reporting.cards import build, write
+    from pipeline.reporting.document import ReportError, find_parent
+    from pipeline.tracking.runs import FilterValueError
+    from pipeline.tracking.store import ExperimentNotFound, Tracker
+
+    try:
+        check_store("--tracking-uri", args.tracking_uri)
+        tracker = Tracker(args.tracking_uri, args.experiment, str(args.out / "artifacts"), create=False)
+        parent = find_parent(tracker, args.sweep, args.study)
+        card = build(results.read(tracker, parent.info.run_id))
+    except (ConfigError, ReportError, ExperimentNotFound) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(exits.BAD_INPUT)
+    except FilterValueError as err:
+        print(f"error: --sweep/--study: {err}; accepted: a sweep id or study name as printed", file=sys.stderr)
+        sys.exit(exits.BAD_INPUT)
+    json_path, md_path = write(card, args.out)
+    print(card.markdown(), end="")
+    print(f"card: {json_path} and {md_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The Python API as a notebook or a script uses it: `pipeline.sweep` from standard input, `python -c` and a real
+Jupyter kernel, each returning a DataFrame whose rows are the table the console printed for the same sweep; bad
+input raises with the command line's own line and records nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+
+import pipeline
+from tests.helpers.cli import run_cli
+from tests.helpers.env import child_env
+from tests.helpers.kernel import kernel, run_cell
+from tests.helpers.runs import mlflow_runs
+
+FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
+MARK = "RESULT "
+SCRIPT = f"""
+import json, pipeline
+result = pipeline.sweep({["batch.split=1x4,4x1", "repeats=2", *FAST]!r})
+print({MARK!r} + json.dumps({{"records": result.table.to_dict(orient="records"), "run_id": result.run_id,
+    "name": result.name, "summary": result.summary, "exit_code": result.exit_code, "line": result.line,
+    "answer": result.answer.to_json()}}))
+"""
+
+
+def printed_table(out: str) -> list[list[str]]:
+    """The data rows of the last table the console printed, as cells."""
+    lines = out.splitlines()
+    header = max(i for i, line in enumerate(lines) if line.startswith("| config "))
+    rows = []
+    for line in lines[header + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
+    return rows
+
+
+def close(cell: str, value: float | None, digits: int) -> bool:
+    return value is not None and not math.isnan(value) and float(cell.replace(",", "")) == round(value, digits)
+
+
+def assert_rows_match(out: str, result: dict) -> None:
+    """Every row of the DataFrame is the printed row of the same place, cell by cell."""
+    printed, records = printed_table(out), result["records"]
+    assert [row[0] for row in printed] == [r["config"] for r in records], out[-3000:]
+    assert len(records) == 2
+    for row, r in zip(printed, records, strict=True):
+        config, status, step, paired, tokens, _mfu, peak, cap, loss, rank, notes = row
+        assert status == r["status"] == "ok"
+        assert step == f"{r['step_s']:.4f} ({r['runs']} runs)" and r["runs"] == 2
+        if paired == "fastest":
+            assert r["time_vs_fastest"] == r["time_low"] == r["time_high"] == 1.0
+        else:
+            ratio, low, high = re.fullmatch(r"(\S+)x \[(\S+), (\S+)\]", paired).groups()
+            assert close(ratio, r["time_vs_fastest"], 2) and close(low, r["time_low"], 2)
+            assert high == "inf" and r["time_high"] == math.inf or close(high, r["time_high"], 2)
+        assert close(tokens, r["tokens_per_s"], 0) and close(peak, r["peak_gib"], 2)
+        assert cap == r["cap"] == "no-cap" and rank == r["rank"] and notes == r["notes"]
+        assert f"{r['loss_dev']:.1e}" == loss
+    assert result["summary"] in out  # the table the console printed, verbatim
+
+
+def assert_recorded(folder, result: dict) -> None:
+    """The run id is the sweep's MLflow parent run, and its summary artifact's table is the result's."""
+    runs = mlflow_runs(folder)
+    parents = [r for r in runs if r.data.tags.get("kind") == "sweep"]
+    assert [p.info.run_id for p in parents] == [result["run_id"]]
+    assert parents[0].data.tags["sweep_id"] == result["name"]
+    assert {r.data.tags.get("mlflow.parentRunId") for r in runs if r not in parents} == {result["run_id"]}
+    answer = result["answer"]
+    assert answer["config"] == result["records"][0]["config"]
+    assert answer["reproduce"] == f"python -m pipeline.train batch.split={answer['config'].split()[1]} " + " ".join(
+        o.replace("false", "False") for o in FAST
+    )
+    assert result["exit_code"] == 0 and result["line"] == "4 of 4 jobs finished"
+
+
+def parsed(out: str) -> dict:
+    line = next(line for line in out.splitlines() if line.startswith(MARK))
+    return json.loads(line[len(MARK) :])
+
+
+def test_a_sweep_from_standard_input_returns_the_printed_table(tmp_path):
+    """`python - < script.py`: its __main__'s file is `<stdin>`, which jobs once failed to find."""
+    proc = subprocess.run(
+        [sys.executable, "-"], input=SCRIPT, cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "No such file" not in proc.stderr and "failed" not in proc.stdout
+    result = parsed(proc.stdout)
+    assert_rows_match(proc.stdout, result)
+    assert_recorded(tmp_path, result)
+
+
+@pytest.mark.slow
+def test_a_sweep_from_python_c_returns_the_printed_table(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = parsed(proc.stdout)
+    assert_rows_match(proc.stdout, result)
+    assert_recorded(tmp_path, result)
+
+
+@pytest.mark.slow
+def test_a_sweep_from_a_jupyter_kernel_returns_the_printed_table(tmp_path):
+    """A kernel's __main__ is no script; the kernel goes on after the sweep (a second cell runs in it)."""
+    with kernel(tmp_path) as client:
+        out, error = run_cell(client, SCRIPT, timeout=600)
+        assert error is None, error
+        after, error = run_cell(client, "import sys; print(len(sys.argv) > 1, sys.argv[0].endswith('.py'))", 30)
+    assert error is None and after.split() == ["True", "True"]  # the kernel's own argv is back
+    result = parsed(out)
+    assert_rows_match(out, result)
+    assert_recorded(tmp_path, result)
+
+
+def cli_error(tmp_path, *args: str, module: str = "pipeline.train") -> str:
+    proc = run_cli(*args, cwd=tmp_path, module=module, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: "), proc.stderr
+    return proc.stderr.strip().removeprefix("error: ")
+
+
+@pytest.mark.parametrize(
+    ("call", "overrides", "cli_args", "module"),
+    [
+        ("sweep", ["batch.split=1x4,3x3"], ["-m", "batch.split=1x4,3x3"], "pipeline.train"),
+        ("sweep", ["train.stepz=3"], ["-m", "train.stepz=3"], "pipeline.train"),
+        ("study", ["optimize.trials=2"], ["optimize.trials=2"], "pipeline.optimize"),
+        ("study", ["mem_cap=14GiB", "repeats=3"], ["mem_cap=14GiB", "repeats=3"], "pipeline.optimize"),
+    ],
+)
+def test_bad_input_raises_the_command_lines_one_line_and_records_nothing(tmp_path, call, overrides, cli_args, module):
+    expected = cli_error(tmp_path, *cli_args, module=module)
+    with pytest.raises(pipeline.BadInput) as raised:
+        getattr(pipeline, call)(overrides)
+    assert str(raised.value) == expected and raised.value.exit_code == 2
+    assert "\n" not in expected and not (tmp_path / "mlruns").exists()
+
+
+def test_what_is_not_a_list_of_overrides_is_refused_in_one_line(tmp_path, capsys):
+    for bad in ("batch.split=1x4", ["--help"], ["-m", "batch.split=1x4"], [3]):
+        with pytest.raises(pipeline.BadInput, match=r"^overrides: .*; accepted: a list of overrides"):
+            pipeline.sweep(bad)
+    assert capsys.readouterr().err == "" and not (tmp_path / "mlruns").exists()
