@@ -35,6 +35,11 @@ while IFS= read -r line; do
   name="$(echo "${line%%==*}" | tr '_' '-' | tr 'A-Z' 'a-z')"
   # the browser and dashboard of the slow tests, the linter: not for the GPU runs
   case "$name" in ""|\#*|antlr4-python3-runtime|torch|triton|nvidia-*|cuda-*|ruff|playwright|optuna-dashboard|greenlet|bottle|pyee) continue;; esac
+  # the notebook's kernel and client, the PostgreSQL driver: not for the GPU runs either (and the wheels must fit a call)
+  case "$name" in ipykernel|ipython|ipython-pygments-lexers|ipywidgets|jupyter-*|jupyterlab-widgets|nbclient|nbformat|\
+    debugpy|pyzmq|jedi|parso|pexpect|ptyprocess|prompt-toolkit|pure-eval|stack-data|asttokens|executing|\
+    matplotlib-inline|comm|traitlets|widgetsnbextension|fastjsonschema|jsonschema|jsonschema-specifications|\
+    referencing|rpds-py|tornado|nest-asyncio2|psycopg|psycopg-binary|decorator|wcwidth) continue;; esac
   skip=0
   for kept in $image; do [ "$name" = "$kept" ] && skip=1 && break; done
   [ $skip = 1 ] || wanted+=("$line")

@@ -124,12 +124,13 @@ class JobSpec:
     name: str  # display name, e.g. "tiny 4x1 ckpt=off"
     micro: int
     accumulation: int
-    cap_bytes: int | None  # enforced inside the job; None: uncapped
+    cap_bytes: int | None  # what the job's peak is judged against (and enforced inside it); None: no cap
     cap_source: str | None  # "mem_cap" or the gpu profile ("gpu=t4") the cap came from
     gpu_profiles: dict[str, dict[str, float]]
     stop: StopRule = field(default_factory=StopRule)
     owner_pid: int | None = None  # the job kills itself once this process is gone
     env: dict[str, str] = field(default_factory=dict)  # set in the job before anything is imported or built
+    enforce_cap: bool = True  # False: the cap is not applied to the device, only judged after (a study's baseline)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

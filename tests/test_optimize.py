@@ -307,7 +307,10 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     assert report.returncode == 0, report.stderr[-2000:]
     (md,) = (tmp_path / "mlruns" / "reports").glob("*/report.md")
     text = md.read_text()
-    assert "**Nothing fits under the cap of 0.10 GiB**: the smallest need is" in text and "(predicted)" in text
+    assert re.search(
+        r"\*\*Nothing fits under the cap of 0\.10 GiB\*\*: the smallest need is 0\.\d\d GiB \(measured\)", text
+    )
+    assert re.search(r"\| tiny 1x4 +\| ok +\|.*\| over-cap +\|", text), text  # the baseline, measured uncapped
     assert text.count("| skipped") == 2
     assert "Device: device not recorded" not in text and "Device: " in text  # the probes ran on it
     missing = subprocess.run(

@@ -5,6 +5,7 @@ config. Each answer states its speed-up over the baseline from pairs, or one lin
 from __future__ import annotations
 
 import re
+import shlex
 
 import optuna
 import pytest
@@ -19,7 +20,7 @@ from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.opening import StudyContext
 from pipeline.search.space import candidates, check_values
 from pipeline.search.trials import Role, TrialRecord
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import REPO, run_cli
 from tests.helpers.runs import mlflow_runs, the_study
 
 # A short study of the tiny model: jobs of a few steps, probes of two.
@@ -225,3 +226,35 @@ def test_a_knob_that_fails_at_run_time_is_decided_once_and_kept_out_of_the_predi
     assert errors and int(errors[1]) == len(labelled) - len(failed)
     assert "failed as jobs (each decided once, not run again): tiny " in proc.stdout
     _claim(proc.stdout)
+
+
+def readme_studies() -> list[str]:
+    """Every `python -m pipeline.optimize` example of the README that the CPU runs as written: not one of a GPU
+    (a card profile, a hub-size model, the seed's experiment, several ranks), of a shared store, or of bad input."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    found = []
+    for block in re.findall(r"```\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            command = line.removeprefix("$ ").split("#")[0].strip()
+            if not command.startswith("python -m pipeline.optimize ") or command.endswith("\\"):
+                continue
+            if re.search(r"gpu=|experiment=|model=qwen|torchrun|postgresql|nonexistent", command) or "(GPU)" in line:
+                continue
+            found.append(command)
+    return sorted(set(found))
+
+
+def test_the_readme_has_cpu_sized_study_examples():
+    assert len(readme_studies()) >= 2, readme_studies()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", readme_studies())
+def test_every_cpu_sized_study_of_the_readme_runs_as_written_and_states_its_claim(tmp_path, command):
+    args = shlex.split(command)[3:]
+    proc = _optimize(tmp_path, *args, timeout=1800)
+    assert proc.returncode in (0, 3), proc.stdout[-3000:] + proc.stderr[-2000:]
+    if proc.returncode == 0:
+        _claim(proc.stdout)
+    else:
+        assert "nothing fits under" in proc.stdout

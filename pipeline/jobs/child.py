@@ -114,7 +114,8 @@ class Job:
         # the ranks' process group before the cap: NCCL's communicator memory is then part of the measured context
         self.backend = init_process_group(cuda, self.cfg["launcher"]["timeout_s"])
         if cuda:
-            self.context_bytes = memory.apply_cuda_cap(self.spec.cap_bytes, self.device_memory).context_bytes
+            cap = self.spec.cap_bytes if self.spec.enforce_cap else None
+            self.context_bytes = memory.apply_cuda_cap(cap, self.device_memory).context_bytes
 
     def _setup_model(self) -> None:
         m = self.cfg["model"]

@@ -56,7 +56,8 @@ def gpu_profiles() -> dict[str, dict]:
 
 def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = None, uncapped: bool = False) -> JobSpec:
     """What the child needs, parsed once: the resolved config, its identity, the split, the cap. `uncapped` lifts
-    every cap (a study's probes measure what a config needs, not whether it fits)."""
+    the cap from the device (a study's probes and its baseline measure what a config needs and how fast it runs);
+    the peak is still judged against it."""
     resolved = validate(cfg)
     config = OmegaConf.to_container(cfg, resolve=True)
     config["train"]["torch_compile"] = resolved.compile.value  # `true` is `regional`: one spelling on record
@@ -64,7 +65,6 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
         context = SweepContext.from_env()
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
         name = display_name(cfg.model.name, cfg.batch.split, varying)
-    cap = None if uncapped else resolved.cap_bytes
     compiled = resolved.compile is not Compile.OFF
     env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if compiled else {}
     return JobSpec(
@@ -73,11 +73,12 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
         name=name,
         micro=resolved.split.micro,
         accumulation=resolved.split.accumulation,
-        cap_bytes=cap,
-        cap_source=None if uncapped else resolved.cap_source,
+        cap_bytes=resolved.cap_bytes,
+        cap_source=resolved.cap_source,
         gpu_profiles=gpu_profiles(),
         stop=stop or StopRule(),
         env=env,
+        enforce_cap=not uncapped,
     )
 
 
