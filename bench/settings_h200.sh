@@ -48,10 +48,10 @@ else
     [long]="model=qwen3-0.6b train.max_length=2048 data.length=2048 batch.effective=4 gpu=auto mem_cap=16GiB optimize=ckpt-dtype optimize.trials=8 ${short[*]}"
     [grid]="model=qwen3-1.7b train.max_length=512 gpu=auto mem_cap=14GiB batch.split=1x4,2x2,4x1 train.gradient_checkpointing=true,false train.dtype=bf16,fp16 ${short[*]}"
   )
-  declare -A shares=([compile]=240 [ckptdtype]=150 [knobs]=170 [small]=170 [big]=200 [long]=170 [grid]=200)
+  declare -A shares=([compile]=220 [ckptdtype]=140 [knobs]=160 [small]=160 [big]=190 [long]=160 [grid]=190)
 fi
 
-NAME=settings RES=$res START=${start:-} BUDGET=
+NAME=settings RES=$res START=$(date +%s) BUDGET=${BUDGET:-}  # BUDGET: seconds for all the stages of this call
 source "$(dirname "$0")/stages.sh"
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
