@@ -16,7 +16,8 @@
 # There (a device run of the checkout, carry [".whl"], timeout_s 600):
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
 #     .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit; bash bench/settings_h200.sh compile ckptdtype knobs
-# Rehearsal on a CPU (the tiny model, a few minutes): REHEARSAL=1 bash bench/settings_h200.sh ckptdtype grid
+# A later call resumes the studies a call cut short: carry its settings-*.tgz and untar it into /tmp first (the same
+# command resumes a study from its store). Rehearsal on a CPU (the tiny model): REHEARSAL=1 bash bench/settings_h200.sh
 set -uo pipefail
 out=${OUT:-bench-out}
 res=${RES:-/tmp/settings}
@@ -51,6 +52,7 @@ else
   declare -A shares=([compile]=220 [ckptdtype]=140 [knobs]=160 [small]=160 [big]=190 [long]=160 [grid]=190)
 fi
 
+for pair in ${SHARES:-}; do shares[${pair%%=*}]=${pair#*=}; done  # SHARES="compile=230 knobs=150": other shares
 NAME=settings RES=$res START=$(date +%s) BUDGET=${BUDGET:-}  # BUDGET: seconds for all the stages of this call
 source "$(dirname "$0")/stages.sh"
 
