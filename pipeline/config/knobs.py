@@ -100,6 +100,7 @@ def check_knobs(t: DictConfig, gpu: DictConfig, model: DictConfig, accumulation:
             "train.liger_kernel", f"Liger kernels need a CUDA device; accepted with gpu={gpu.name} here: false"
         )
     compiled = check_compile(t, accumulation, cuda)
+    check_capture(t, cuda, compiled)
     choice("train.adapter_dtype", t.adapter_dtype, ADAPTER_DTYPES)
     if t.adapter_dtype == "compute" and compute_dtype(t, gpu) == "fp16":
         raise ConfigError(
@@ -119,3 +120,41 @@ def check_knobs(t: DictConfig, gpu: DictConfig, model: DictConfig, accumulation:
     if model.attn_implementation.startswith("flash_attention") and not cuda:
         raise ConfigError("model.attn_implementation", f"{model.attn_implementation} needs a CUDA device")
     return compiled
+
+
+LOSSES = ("trl", "model", "compiled", "liger")  # what pipeline.builders.step sets on the trainer
+OPTIMIZER_STEPS = ("eager", "compiled", "graph")
+COMPILED_OPTIMIZERS = ("adamw_torch", "sgd")  # torch.optim's own steps, which Dynamo traces
+
+
+def check_capture(t: DictConfig, cuda: bool, compiled: Compile) -> None:
+    """The LM head and loss (`train.loss`) and the optimizer step (`train.optimizer_step`) against the stack, the
+    device and the other knobs."""
+    choice("train.loss", t.loss, LOSSES)
+    if t.loss == "liger" and importlib.util.find_spec("liger_kernel") is None:
+        raise ConfigError(
+            "train.loss",
+            "liger needs the liger-kernel package (pip install liger-kernel); accepted: trl, model, compiled",
+        )
+    if t.loss == "liger" and not cuda:
+        raise ConfigError(
+            "train.loss", "liger runs Triton kernels on a CUDA device; accepted on the CPU: trl, model, compiled"
+        )
+    if t.loss == "compiled" and compiled is Compile.WHOLE:
+        raise ConfigError(
+            "train.loss",
+            "compiled is part of the model that train.torch_compile=whole compiles already; accepted with whole: trl, "
+            "model, liger",
+        )
+    choice("train.optimizer_step", t.optimizer_step, OPTIMIZER_STEPS)
+    if t.optimizer_step == "eager":
+        return
+    if t.optimizer not in COMPILED_OPTIMIZERS:
+        fused = " (the fused step is one kernel already)" if t.optimizer == "adamw_torch_fused" else ""
+        raise ConfigError(
+            "train.optimizer_step",
+            f"{t.optimizer_step} compiles torch.optim's own step, not {t.optimizer}'s{fused}; accepted with "
+            f"train.optimizer={t.optimizer}: eager (or train.optimizer={' or '.join(COMPILED_OPTIMIZERS)})",
+        )
+    if t.optimizer_step == "graph" and not cuda:
+        raise ConfigError("train.optimizer_step", "graph records a CUDA graph; accepted on the CPU: eager, compiled")

@@ -99,6 +99,8 @@ class TrainConfig:
     torch_compile: str = "off"  # off | regional | whole (true: regional, false: off)
     compile_mode: str = "default"
     adapter_dtype: str = "fp32"
+    loss: str = "trl"  # the LM head and loss: trl | model | compiled | liger (pipeline.builders.step)
+    optimizer_step: str = "eager"  # eager | compiled | graph (a CUDA graph)
     progress_bar: bool = False
 
 

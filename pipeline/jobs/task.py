@@ -65,7 +65,8 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
         name = display_name(cfg.model.name, cfg.batch.split, varying)
     cap = None if uncapped else resolved.cap_bytes
-    compiled = resolved.compile is not Compile.OFF
+    t = cfg.train
+    compiled = resolved.compile is not Compile.OFF or t.loss == "compiled" or t.optimizer_step != "eager"
     env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if compiled else {}
     return JobSpec(
         config=config,

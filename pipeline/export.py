@@ -1,0 +1,102 @@
+"""Write a config as a plain TRL script, which trains what `python -m pipeline.train` of the same overrides trains.
+
+python -m pipeline.export experiment=seed-t4-graphs gpu=auto     # prints the script's path: mlruns/scripts/...
+python -m pipeline.export batch.split=2x2 train.loss=model --stdout > train.py
+
+The script is `<paths.root>/scripts/train_<config_id>.py` (`pipeline.builders.script`). A sweep's winner and a
+study's answer are written the same way, and their path is printed beside the reproduce line. Bad input is refused
+as by `pipeline.train`: one line, exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from pipeline import exits
+from pipeline.builders.script import script_text
+from pipeline.builders.sft_args import sft_kwargs
+from pipeline.config.compose import compose_job
+from pipeline.config.errors import ConfigError
+from pipeline.config.identity import display_name, parse_override
+from pipeline.config.knobs import compute_dtype, on_cuda
+from pipeline.jobs.task import job_spec
+
+SCRIPTS = "scripts"
+BOOKKEEPING = ("repeat", "repeats", "sweep_id")  # not part of what is trained: left out of the reproduce line
+
+
+@dataclass(frozen=True)
+class Exported:
+    command: str  # the reproduce line: `python -m pipeline.train ...`
+    path: Path
+    text: str
+
+
+def placement_of(cfg: DictConfig) -> tuple[str, str]:
+    """The device and dtype a job of `cfg` would train on here (auto on an unknown card: what the device says)."""
+    device = "cuda" if on_cuda(cfg.gpu) else "cpu"
+    dtype = compute_dtype(cfg.train, cfg.gpu)
+    if dtype is None:  # gpu=auto on a CUDA device: bf16 where it has it
+        import torch
+
+        dtype = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return device, dtype
+
+
+def sft_of(cfg: DictConfig, micro: int, accumulation: int, placement: tuple[str, str] | None) -> dict:
+    device, dtype = placement or placement_of(cfg)
+    train = dict(cfg.train)
+    return sft_kwargs(micro, accumulation, train, dtype, device, cfg.world_size, cfg.launcher.timeout_s)
+
+
+def export(overrides: list[str], sft: dict | None = None, placement: tuple[str, str] | None = None) -> Exported:
+    """Compose and check the config of `overrides`, and write its script; `sft`: the SFTConfig arguments a job of it
+    trained with (else those it would train with here, on `placement`: device and dtype). Raises ConfigError."""
+    kept = [o for o in overrides if parse_override(o)[0] not in BOOKKEEPING]
+    cfg = compose_job("config", kept)
+    spec = job_spec(cfg, name=display_name(cfg.model.name, cfg.batch.split, []))
+    command = "python -m pipeline.train " + shlex.join(kept)
+    sft = sft or sft_of(cfg, spec.micro, spec.accumulation, placement)
+    text = script_text(spec.config, sft, spec.name, spec.config_id, command)
+    path = Path(cfg.paths.root) / SCRIPTS / f"train_{spec.config_id}.py"
+    write_text(path, text)
+    return Exported(command, path, text)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomically: a reader never sees half a script."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__.strip())
+        return
+    to_stdout = "--stdout" in args
+    try:
+        exported = export([a for a in args if a != "--stdout"])
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
+    except OSError as err:
+        print(f"error: paths.root: cannot write the script ({err.strerror or err}); accepted: a writable folder")
+        sys.exit(exits.FAILED)
+    if to_stdout:
+        sys.stdout.write(exported.text)
+    else:
+        print(f"{exported.path}  (plain TRL; trains as: {exported.command})")
+
+
+if __name__ == "__main__":
+    main()
