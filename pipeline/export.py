@@ -22,11 +22,15 @@ from omegaconf import DictConfig
 from pipeline import exits
 from pipeline.builders.script import script_text
 from pipeline.builders.sft_args import sft_kwargs
+from pipeline.compare.paired import Judgement
 from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import display_name, parse_override
 from pipeline.config.knobs import compute_dtype, on_cuda
 from pipeline.jobs.task import job_spec
+from pipeline.reporting.table import Row
+from pipeline.tracking.runs import OVERRIDES
+from pipeline.tracking.store import Tracker
 
 SCRIPTS = "scripts"
 BOOKKEEPING = ("repeat", "repeats", "sweep_id")  # not part of what is trained: left out of the reproduce line
@@ -68,6 +72,32 @@ def export(overrides: list[str], sft: dict | None = None, placement: tuple[str, 
     path = Path(cfg.paths.root) / SCRIPTS / f"train_{spec.config_id}.py"
     write_text(path, text)
     return Exported(command, path, text)
+
+
+def export_answer(
+    overrides: list[str], sft: dict | None, placement: tuple[str, str] | None = None
+) -> tuple[Exported | None, str]:
+    """An answer's script, written, and what names it beside the reproduce line: its path, or why it was not
+    written (the answer stands without it)."""
+    try:
+        exported = export(overrides, sft=sft or None, placement=placement)
+    except (ConfigError, OSError) as err:
+        return None, f"not written ({err})"
+    return exported, f"{exported.path}  (the same in plain TRL: python {exported.path})"
+
+
+def sweep_answer(tracker: Tracker, rows: list[Row]) -> tuple[list[str], Exported | None]:
+    """A sweep's winner (ranked from its paired rounds) with its reproduce line and script; nothing without one."""
+    winner = next((row for row in rows if row.judgement is Judgement.WINNER and row.ok_runs), None)
+    run = tracker.run(winner.ok_runs[0].run_id) if winner else None
+    if run is None or OVERRIDES not in run.data.tags:
+        return [], None
+    params = run.data.params
+    placement = (params["device"], params["dtype_resolved"]) if "dtype_resolved" in params else None
+    overrides = shlex.split(run.data.tags[OVERRIDES])
+    exported, shown = export_answer(overrides, None, placement)
+    command = exported.command if exported else "python -m pipeline.train " + shlex.join(overrides)
+    return [f"winner: {winner.name}", f"  {command}", f"  script: {shown}"], exported
 
 
 def write_text(path: Path, text: str) -> None:

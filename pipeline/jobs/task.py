@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
+import shlex
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pipeline.config.devices import cuda_device_count
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.validate import validate
 from pipeline.jobs import devicelock, preflight, ranks, runner
-from pipeline.jobs.context import SweepContext, job_overrides
+from pipeline.jobs.context import SweepContext, job_command, job_overrides
 from pipeline.jobs.files import PROFILE_DIR
 from pipeline.measure.summary import steady_steps, summarize_job
 from pipeline.records import Compile, JobResult, JobSpec, JobSummary, RunKind, Status, StopRule
@@ -113,6 +114,8 @@ def run(
 
     with devicelock.hold(devices, f"job {label}", waiting):
         run_tags = {**(tags or {}), **({runs.SWEEP: context.sweep_id} if context else {})}
+        if job_command():
+            run_tags.setdefault(runs.OVERRIDES, shlex.join(job_command()))  # a sweep's winner is printed with them
         parent = parent_id or (context.parent_run_id if context else None)
         run_id = runs.start_job(tracker, spec, kind, parent, cfg.repeat, run_tags, label)
         try:

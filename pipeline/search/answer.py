@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 from pipeline import exits
 from pipeline.compare.paired import Comparison, compare
 from pipeline.config.identity import parse_override
+from pipeline.export import Exported, export_answer
 from pipeline.records import GIB, RunState, Status
 from pipeline.reporting.table import interval_text, markdown_table, num, step_header
 from pipeline.search import trials
@@ -108,6 +109,7 @@ class Answer:
     decided: int = 0
     speedup: Speedup | None = None
     scaling: Scaling | None = None  # on several devices: against the best on one, paired
+    script: Exported | None = None  # the best config as a plain TRL script
 
 
 def _step_cell(r: TrialRecord, confidence: float) -> str:
@@ -132,11 +134,15 @@ def format_trials(records: list[TrialRecord], confidence: float, baseline: Trial
     return markdown_table(lines)
 
 
+def answer_overrides(command: list[str], best: TrialRecord) -> list[str]:
+    """The overrides that rebuild the best trial's config: the study's own (its search settings aside), then the
+    trial's values."""
+    return [*(o for o in command if not parse_override(o)[0].startswith("optimize")), *best.overrides]
+
+
 def reproduce(command: list[str], best: TrialRecord) -> str:
-    """The command line that rebuilds the best trial's config: the study's own overrides (its search settings
-    aside), then the trial's values."""
-    kept = [o for o in command if not parse_override(o)[0].startswith("optimize")]
-    return "python -m pipeline.train " + shlex.join([*kept, *best.overrides])
+    """The command line that rebuilds the best trial's config."""
+    return "python -m pipeline.train " + shlex.join(answer_overrides(command, best))
 
 
 def sft_call(kwargs: dict) -> str:
@@ -175,12 +181,13 @@ def paired_speedup(decided: Decided, best: TrialRecord) -> Speedup | None:
 
 
 def _best_lines(
-    decided: Decided, best: TrialRecord, command: list[str], cap_gib: float, confirm_off: bool
+    decided: Decided, best: TrialRecord, command: list[str], cap_gib: float, confirm_off: bool, script: str
 ) -> list[str]:
     lines = [
         f"best feasible: {best.label}  ({best.median:.4f} s/step in the search, peak {best.peak_gib:.2f} GiB of "
         f"{cap_gib:.2f} GiB)",
         f"  {reproduce(command, best)}",
+        f"  script: {script}",
         f"  {sft_call(best.sft_kwargs)}",
     ]
     baseline = decided.baseline
@@ -235,9 +242,10 @@ def decide(
     best, cap_gib, seconds = decided.best, cap_bytes / GIB, decided.gpu_seconds
     if decided.confirmation is not None and best is not None:
         lines += [*confirmation_lines(decided.confirmation, best.label, seconds), ""]
-    scaling = None
+    scaling, script = None, None
     if best is not None:
-        lines += _best_lines(decided, best, command, cap_gib, confirm_off)
+        script, shown = export_answer(answer_overrides(command, best), best.sft_kwargs)
+        lines += _best_lines(decided, best, command, cap_gib, confirm_off, shown)
         device = decided.calibration.device if decided.calibration else None
         more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
         lines += more
@@ -264,6 +272,7 @@ def decide(
         decided=sum(1 for r in decided.records if r.decided),
         speedup=paired_speedup(decided, best) if best else None,
         scaling=scaling,
+        script=script,
     )
 
 
@@ -274,6 +283,9 @@ def log_answer(tracker: Tracker, parent: str, answer: Answer, finished: bool) ->
     if answer.best is not None:
         metrics.update(best_step_time_median_s=answer.best.median, best_peak_gib=answer.best.peak_gib)
         tracker.tags(parent, {"answer": answer.command, runs.BEST_CONFIG: answer.best.config_id})
+    if answer.script is not None:
+        tracker.artifact_text(parent, answer.script.path.name, answer.script.text)
+        tracker.tags(parent, {"answer_script": str(answer.script.path)})
     if answer.speedup is not None:
         c = answer.speedup.comparison
         metrics.update(speedup_vs_baseline=c.speedup, speedup_low=c.low, speedup_high=c.high)
