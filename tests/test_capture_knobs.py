@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import shlex
 import traceback
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from optuna.trial import TrialState
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import TrainerCallback
@@ -217,3 +219,23 @@ def test_a_compiled_step_and_loss_train_the_eager_losses(tmp_path):
     assert max(abs(a - b) / abs(b) for a, b in zip(ours, theirs, strict=True)) <= 1e-4, (ours, theirs)
     assert compiled.compile_note.startswith("loss compiled, optimizer step compiled: "), compiled.compile_note
     assert sum(s.compile_s > 0 for s in compiled.steps) <= 2  # the first step compiles; no step after the second
+
+
+def test_every_value_of_the_capture_study_runs_on_a_cuda_device(monkeypatch):
+    """conf/optimize/capture.yaml on the graphs answer: the fused optimizer's compiled step is left out, and every
+    value is in a combination that runs (3 losses x (AdamW eager or in a graph, fused AdamW eager))."""
+    monkeypatch.setattr(knobs.importlib.util, "find_spec", lambda name: object())
+    cfg = compose_job("config", [*GRAPHS, "optimize=capture"])
+    space = dict(cfg.optimize.space)
+    valid = []
+    for combo in itertools.product(*space.values()):
+        values = dict(zip(space, combo, strict=True))
+        train = OmegaConf.merge(cfg.train, {k.split(".", 1)[1]: v for k, v in values.items()})
+        try:
+            check_capture(train, True, Compile.of(train.torch_compile))
+        except ConfigError:
+            continue
+        valid.append(values)
+    assert len(valid) == 9
+    for key, values in space.items():
+        assert {str(v) for v in values} == {str(c[key]) for c in valid}, key

@@ -15,9 +15,9 @@ from pipeline.builders.script import ARCH_KEYS, script_text
 from pipeline.compare.paired import Judgement
 from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError
-from pipeline.export import export, export_answer, sweep_answer
 from pipeline.jobs import child
 from pipeline.jobs.child import Job
+from pipeline.jobs.export import export, export_answer, sweep_answer
 from pipeline.jobs.task import job_spec
 from pipeline.records import RunKind, Status
 from pipeline.reporting.table import Criteria, comparison_rows
@@ -54,7 +54,9 @@ def script_losses(tmp_path, path) -> list[float]:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "steps, last loss" in proc.stdout, proc.stdout
-    return [json.loads(line)["loss"] for line in log.read_text().splitlines()]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert records[-1] == {"peak_reserved_bytes": None}  # the last line: the peak (none on the CPU)
+    return [r["loss"] for r in records[:-1]]
 
 
 @pytest.mark.parametrize(

@@ -312,6 +312,12 @@ def test_the_cpu_acceptance_sweep_names_8x1_the_winner(tmp_path):
         for cells in [[c.strip() for c in line.split("|")[1:-1]]]
     }
     assert rows["tiny 8x1"][9] == "winner" and rows["tiny 1x8"][9] == "slower", proc.stdout[-2000:]
+    # the winner as a command and as a plain TRL script, written where the line says
+    lines = proc.stdout.splitlines()
+    at = lines.index("winner: tiny 8x1")
+    assert lines[at + 1] == "  python -m pipeline.train batch.effective=8 batch.split=8x1 train.progress_bar=false"
+    script = re.fullmatch(r"  script: (\S+)  \(the same in plain TRL: python \1\)", lines[at + 2])
+    assert script and (tmp_path / script[1]).is_file(), lines[at + 2]
 
 
 def test_a_failed_job_makes_the_exit_status_1_and_the_sweep_goes_on(tmp_path):

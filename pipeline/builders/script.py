@@ -238,11 +238,15 @@ def main():
     if torch.cuda.is_available() and "LOCAL_RANK" in os.environ:  # torchrun: this rank's device
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 """
-MAIN_END = """
-    trainer.train()
+MAIN_END = """    trainer.train()
     steps = sorted(b - a for a, b in zip(log.times, log.times[1:]))
+    peak = torch.cuda.max_memory_reserved() if torch.cuda.is_available() else None
     if steps:
-        print(f"{len(log.losses)} steps, last loss {log.losses[-1]:.4f}, median step {steps[len(steps) // 2]:.4f} s")
+        shown = f", peak reserved {peak / 2**30:.2f} GiB" if peak else ""
+        print(f"{len(steps) + 1} steps, last loss {log.losses[-1]:.4f}, median step {steps[len(steps) // 2]:.4f} s{shown}")
+    if log.handle:
+        log.handle.write(json.dumps({"peak_reserved_bytes": peak}) + "\\n")
+        log.handle.close()
     if args.save:
         trainer.save_model(args.output_dir)
 

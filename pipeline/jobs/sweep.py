@@ -23,9 +23,9 @@ from pipeline import exits
 from pipeline.config.compose import LEFT_OUT_ENV, expand_jobs
 from pipeline.config.identity import parse_override, varying_keys
 from pipeline.config.validate import layout_mismatch
-from pipeline.export import sweep_answer
 from pipeline.jobs import runner, task
 from pipeline.jobs.context import SweepContext
+from pipeline.jobs.export import sweep_answer
 from pipeline.records import RunKind, RunState, Status
 from pipeline.reporting.table import Criteria, comparison_rows, format_table, rank_text
 from pipeline.tracking import runs

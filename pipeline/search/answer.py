@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from pipeline import exits
 from pipeline.compare.paired import Comparison, compare
 from pipeline.config.identity import parse_override
-from pipeline.export import Exported, export_answer
+from pipeline.jobs.export import Exported, export_answer
 from pipeline.records import GIB, RunState, Status
 from pipeline.reporting.table import interval_text, markdown_table, num, step_header
 from pipeline.search import trials
