@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from pipeline.config.compose import compose_job
+from pipeline.config.identity import config_id
 from tests.helpers.cli import run_cli
 from tests.helpers.net import free_port
 from tests.helpers.wait import process_gone, wait_for_steps, wait_until
@@ -315,7 +318,10 @@ def test_the_cpu_acceptance_sweep_names_8x1_the_winner(tmp_path):
     # the winner as a command and as a plain TRL script, written where the line says
     lines = proc.stdout.splitlines()
     at = lines.index("winner: tiny 8x1")
-    assert lines[at + 1] == "  python -m pipeline.train batch.effective=8 batch.split=8x1 train.progress_bar=false"
+    command = shlex.split(lines[at + 1])
+    assert command[:3] == ["python", "-m", "pipeline.train"], lines[at + 1]
+    winner = [r for r in all_runs(client_for(tmp_path)) if r.data.tags.get("display_name") == "tiny 8x1"]
+    assert config_id(compose_job("config", command[3:])) == winner[0].data.tags["config_id"]  # pasted: the same config
     script = re.fullmatch(r"  script: (\S+)  \(the same in plain TRL: python \1\)", lines[at + 2])
     assert script and (tmp_path / script[1]).is_file(), lines[at + 2]
 
