@@ -46,7 +46,7 @@ if [ "${REHEARSAL:-0}" = 1 ]; then
 else
   seed=(experiment=seed-t4 gpu=auto batch.split=4x1)
   graphs=(experiment=seed-t4-graphs gpu=auto batch.split=4x1)
-  twin_seed=(--rounds 6 --steps 16 --warmup 4 --budget-s 215)
+  twin_seed=(--rounds 6 --steps 14 --warmup 4 --budget-s 215)
   twin_graphs=(--rounds 6 --steps 30 --warmup 5 --budget-s 230)
   gains=(--rounds 4 --steps 24 --warmup 5 --budget-s 450 --profile)
   variants=${VARIANTS:-$'train.loss=model\ntrain.loss=compiled\ntrain.optimizer=adamw_torch_fused

@@ -324,6 +324,15 @@ def test_the_cpu_acceptance_sweep_names_8x1_the_winner(tmp_path):
     assert config_id(compose_job("config", command[3:])) == winner[0].data.tags["config_id"]  # pasted: the same config
     script = re.fullmatch(r"  script: (\S+)  \(the same in plain TRL: python \1\)", lines[at + 2])
     assert script and (tmp_path / script[1]).is_file(), lines[at + 2]
+    # run as a user runs it, it trains the winner's losses, step by step
+    log = tmp_path / "steps.jsonl"
+    run = subprocess.run([sys.executable, script[1], f"--log={log}"], cwd=tmp_path, capture_output=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    theirs = [json.loads(line)["loss"] for line in log.read_text().splitlines() if '"loss"' in line]
+    history = client_for(tmp_path).get_metric_history(winner[0].info.run_id, "loss")
+    ours = [m.value for m in sorted(history, key=lambda m: m.step)]
+    assert len(theirs) == len(ours) == 30
+    assert max(abs(a - b) / abs(b) for a, b in zip(theirs, ours, strict=True)) <= 1e-4
 
 
 def test_a_failed_job_makes_the_exit_status_1_and_the_sweep_goes_on(tmp_path):
