@@ -114,7 +114,7 @@ def run(
 
     with devicelock.hold(devices, f"job {label}", waiting):
         run_tags = {**(tags or {}), **({runs.SWEEP: context.sweep_id} if context else {})}
-        if job_command():
+        if kind is RunKind.JOB and job_command():  # its own command line (a study's runs are its trials')
             run_tags.setdefault(runs.OVERRIDES, shlex.join(job_command()))  # a sweep's winner is printed with them
         parent = parent_id or (context.parent_run_id if context else None)
         run_id = runs.start_job(tracker, spec, kind, parent, cfg.repeat, run_tags, label)
