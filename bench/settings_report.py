@@ -55,7 +55,9 @@ def grid_figures(root: Path) -> dict | None:
         return None
     jobs = [r for r in _runs(client) if r.data.tags.get("kind") == "job"]
     seconds = sum(r.data.metrics.get("wall_s", 0.0) for r in jobs)
-    fitting = [r for r in jobs if r.data.tags.get("fit") in ("fits", "no-cap") and "step_time_median_s" in r.data.metrics]
+    fitting = [
+        r for r in jobs if r.data.tags.get("fit") in ("fits", "no-cap") and "step_time_median_s" in r.data.metrics
+    ]
     ranked = sorted(fitting, key=lambda r: r.data.metrics["step_time_median_s"])
     rows = [(r.data.tags.get("display_name", r.info.run_name), r.data.metrics["step_time_median_s"]) for r in ranked]
     return {"seconds": seconds, "ranked": rows, "jobs": len(jobs)}

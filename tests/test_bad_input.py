@@ -47,6 +47,8 @@ CASES = [
     (["gpu=t4", "train.dtype=bf16"], "train.dtype: bf16 is not supported by gpu=t4", "accepted: auto, fp16, fp32"),
     (["train.padding=sometimes"], "train.padding: got 'sometimes'", "longest, max_length, padding_free, packing"),
     (["train.optimizer=lion"], "train.optimizer: got 'lion'", "adamw_torch"),
+    (["train.loss=fused"], "train.loss: got 'fused'", "accepted: trl, model, compiled, liger"),
+    (["gpu=cpu", "train.optimizer_step=graph"], "train.optimizer_step: graph records a CUDA graph", "eager, compiled"),
     (["train.gradient_checkpointing=maybe"], "train.gradient_checkpointing: got 'maybe'", "true or false"),
     (["train.torch_compile=layers"], "train.torch_compile: got 'layers'", "accepted: off, regional, whole"),
     (["train.compile_mode=fast"], "train.compile_mode: got 'fast'", "accepted: default, reduce-overhead"),

@@ -127,7 +127,7 @@ def test_statuses_kinds_and_roles_are_spelled_only_by_their_enum(what):
 
 # The layers of the README's layout, top to bottom: a module imports only from its own layer's package or below.
 LAYERS = [
-    {"train", "optimize", "report", "ui", "ui_server", "dashboard", "card", "api"},
+    {"train", "optimize", "report", "ui", "ui_server", "dashboard", "card", "api", "export"},
     {"cli"},
     {"search"},
     {"jobs"},

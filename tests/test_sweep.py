@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
+from pipeline.config.compose import compose_job
+from pipeline.config.identity import config_id
 from tests.helpers.cli import run_cli
 from tests.helpers.net import free_port
 from tests.helpers.wait import process_gone, wait_for_steps, wait_until
@@ -312,6 +315,24 @@ def test_the_cpu_acceptance_sweep_names_8x1_the_winner(tmp_path):
         for cells in [[c.strip() for c in line.split("|")[1:-1]]]
     }
     assert rows["tiny 8x1"][9] == "winner" and rows["tiny 1x8"][9] == "slower", proc.stdout[-2000:]
+    # the winner as a command and as a plain TRL script, written where the line says
+    lines = proc.stdout.splitlines()
+    at = lines.index("winner: tiny 8x1")
+    command = shlex.split(lines[at + 1])
+    assert command[:3] == ["python", "-m", "pipeline.train"], lines[at + 1]
+    winner = [r for r in all_runs(client_for(tmp_path)) if r.data.tags.get("display_name") == "tiny 8x1"]
+    assert config_id(compose_job("config", command[3:])) == winner[0].data.tags["config_id"]  # pasted: the same config
+    script = re.fullmatch(r"  script: (\S+)  \(the same in plain TRL: python \1\)", lines[at + 2])
+    assert script and (tmp_path / script[1]).is_file(), lines[at + 2]
+    # run as a user runs it, it trains the winner's losses, step by step
+    log = tmp_path / "steps.jsonl"
+    run = subprocess.run([sys.executable, script[1], f"--log={log}"], cwd=tmp_path, capture_output=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    theirs = [json.loads(line)["loss"] for line in log.read_text().splitlines() if '"loss"' in line]
+    history = client_for(tmp_path).get_metric_history(winner[0].info.run_id, "loss")
+    ours = [m.value for m in sorted(history, key=lambda m: m.step)]
+    assert len(theirs) == len(ours) == 30
+    assert max(abs(a - b) / abs(b) for a, b in zip(theirs, ours, strict=True)) <= 1e-4
 
 
 def test_a_failed_job_makes_the_exit_status_1_and_the_sweep_goes_on(tmp_path):

@@ -55,6 +55,7 @@ def sft_kwargs(
         torch_compile_mode=mode if whole and mode != "default" else None,
         logging_steps=1,
         logging_strategy="steps",
+        logging_nan_inf_filter=train["loss"] == "trl",  # two reads of the device per micro-batch (builders.step)
         save_strategy="no",
         report_to="none",
         disable_tqdm=not train["progress_bar"],

@@ -27,6 +27,7 @@ SHORT_KEYS = {
     "train.learning_rate": "lr",
     "train.adapter_dtype": "adapters",
     "train.optimizer": "optim",
+    "train.optimizer_step": "optim_step",
     "model.attn_implementation": "attn",
     "lora.target_modules": "targets",
     "world_size": "ws",

@@ -9,7 +9,17 @@ from omegaconf import DictConfig
 
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
-from pipeline.config.schema import CPU, AdapterDtype, Attention, CompileMode, Dtype, Padding
+from pipeline.config.schema import (
+    CPU,
+    AdapterDtype,
+    Attention,
+    CompileMode,
+    Dtype,
+    Loss,
+    Optimizer,
+    OptimizerStep,
+    Padding,
+)
 from pipeline.records import CUDA_GRAPH_MODES, Compile
 
 COMPILE_FORMS = "off, regional, whole (true is regional, false is off)"
@@ -95,6 +105,7 @@ def check_knobs(t: DictConfig, gpu: DictConfig, model: DictConfig, accumulation:
             "train.liger_kernel", f"Liger kernels need a CUDA device; accepted with gpu={gpu.name} here: false"
         )
     compiled = check_compile(t, accumulation, cuda)
+    check_capture(t, cuda, compiled)
     if t.adapter_dtype == AdapterDtype.COMPUTE and compute_dtype(t, gpu) == Dtype.FP16:
         raise ConfigError(
             "train.adapter_dtype",
@@ -112,3 +123,37 @@ def check_knobs(t: DictConfig, gpu: DictConfig, model: DictConfig, accumulation:
     if model.attn_implementation.startswith("flash_attention") and not cuda:
         raise ConfigError("model.attn_implementation", f"{model.attn_implementation} needs a CUDA device")
     return compiled
+
+
+COMPILED_OPTIMIZERS = (Optimizer.ADAMW_TORCH, Optimizer.SGD)  # torch.optim's own steps, which Dynamo traces
+
+
+def check_capture(t: DictConfig, cuda: bool, compiled: Compile) -> None:
+    """The LM head and loss (`train.loss`) and the optimizer step (`train.optimizer_step`) against the stack, the
+    device and the other knobs."""
+    if t.loss == Loss.LIGER and importlib.util.find_spec("liger_kernel") is None:
+        raise ConfigError(
+            "train.loss",
+            "liger needs the liger-kernel package (pip install liger-kernel); accepted: trl, model, compiled",
+        )
+    if t.loss == Loss.LIGER and not cuda:
+        raise ConfigError(
+            "train.loss", "liger runs Triton kernels on a CUDA device; accepted on the CPU: trl, model, compiled"
+        )
+    if t.loss == Loss.COMPILED and compiled is Compile.WHOLE:
+        raise ConfigError(
+            "train.loss",
+            "compiled is part of the model that train.torch_compile=whole compiles already; accepted with whole: trl, "
+            "model, liger",
+        )
+    if t.optimizer_step == OptimizerStep.EAGER:
+        return
+    if t.optimizer not in COMPILED_OPTIMIZERS:
+        fused = " (the fused step is one kernel already)" if t.optimizer == "adamw_torch_fused" else ""
+        raise ConfigError(
+            "train.optimizer_step",
+            f"{t.optimizer_step} compiles torch.optim's own step, not {t.optimizer}'s{fused}; accepted with "
+            f"train.optimizer={t.optimizer}: eager (or train.optimizer={' or '.join(COMPILED_OPTIMIZERS)})",
+        )
+    if t.optimizer_step == OptimizerStep.GRAPH and not cuda:
+        raise ConfigError("train.optimizer_step", "graph records a CUDA graph; accepted on the CPU: eager, compiled")

@@ -60,6 +60,21 @@ class CompileMode(StrEnum):
     MAX_AUTOTUNE = "max-autotune"
 
 
+class Loss(StrEnum):
+    """What computes the LM head and loss (`pipeline.builders.step`)."""
+
+    TRL = "trl"
+    MODEL = "model"
+    COMPILED = "compiled"
+    LIGER = "liger"
+
+
+class OptimizerStep(StrEnum):
+    EAGER = "eager"
+    COMPILED = "compiled"
+    GRAPH = "graph"  # a CUDA graph
+
+
 class AdapterDtype(StrEnum):
     FP32 = "fp32"
     COMPUTE = "compute"
@@ -209,6 +224,8 @@ class TrainConfig:
     )
     compile_mode: str = chosen(CompileMode.DEFAULT, "CUDA graphs: reduce-overhead, max-autotune")
     adapter_dtype: str = chosen(AdapterDtype.FP32, "compute: LoRA weights in the compute dtype, no casts")
+    loss: str = chosen(Loss.TRL, "the LM head and loss: trl, the model's own, compiled, or Liger's fused kernel")
+    optimizer_step: str = chosen(OptimizerStep.EAGER, "the optimizer step: eager, compiled, or a CUDA graph")
     progress_bar: bool = False
 
 

@@ -35,6 +35,7 @@ from pipeline.builders.distributed import init_process_group, leave_process_grou
 from pipeline.builders.lora import build_lora_config, build_peft_model
 from pipeline.builders.model import build_model
 from pipeline.builders.sft_args import sft_kwargs
+from pipeline.builders.step import capture_step
 from pipeline.builders.tokenizer import build_tokenizer
 from pipeline.builders.trainer import build_trainer
 from pipeline.config.schema import Padding
@@ -218,15 +219,18 @@ class Job:
             clock.bind(self.trainer)  # it hooks the model the Trainer wraps in DDP once training begins
 
     def _setup_compile(self) -> None:
-        """Regional compilation on the built trainer's model (the Trainer itself compiles only the whole model)."""
+        """Regional compilation on the built trainer's model (the Trainer itself compiles only the whole model), and
+        what else of the step is captured: the LM head and loss, the optimizer step (`builders.step`)."""
         train = self.cfg["train"]
         choice = Compile.of(train["torch_compile"])
-        if choice is Compile.OFF:
-            return
-        self.compiled, self.compile_watch = choice.value, CompileWatch()
+        capture_step(self.trainer, train["loss"], train["optimizer_step"])
+        what = [] if choice is Compile.OFF else [choice.value]
         if choice is Compile.REGIONAL:
-            layers = compile_layers(self.trainer.model, train["compile_mode"])
-            self.compiled = f"regional ({layers} layers)"
+            what = [f"regional ({compile_layers(self.trainer.model, train['compile_mode'])} layers)"]
+        what += ["loss compiled"] if train["loss"] == "compiled" else []
+        what += [f"optimizer step {train['optimizer_step']}"] if train["optimizer_step"] != "eager" else []
+        if what:
+            self.compiled, self.compile_watch = ", ".join(what), CompileWatch()
 
     def _train(self) -> str | None:
         """Train; the reason the meter stopped it within a step, if it did."""

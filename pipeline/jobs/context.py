@@ -44,9 +44,9 @@ def job_overrides() -> list[tuple[str, str]]:
     return [parse_override(o) for o in HydraConfig.get().overrides.task]
 
 
-def job_command() -> str:
-    """This Hydra job's own overrides as one command line, its repeat index and count left out: what trains its
-    config once, alone."""
+def job_command() -> list[str]:
+    """This Hydra job's own overrides as the command line gave them, its repeat index aside (bookkeeping): with
+    `python -m pipeline.train`, they rebuild the job's config. None outside a Hydra job."""
     if not HydraConfig.initialized():
-        return ""
-    return shlex.join(o for o in HydraConfig.get().overrides.task if parse_override(o)[0] not in ("repeat", "repeats"))
+        return []
+    return [o for o in HydraConfig.get().overrides.task if parse_override(o)[0] not in ("repeat", "repeats")]

@@ -25,6 +25,7 @@ from pipeline.config.identity import parse_override, varying_keys
 from pipeline.config.validate import layout_mismatch
 from pipeline.jobs import runner, task
 from pipeline.jobs.context import SweepContext
+from pipeline.jobs.export import sweep_answer
 from pipeline.records import RunKind, RunState, Status
 from pipeline.reporting.table import Criteria, comparison_rows, format_table, rank_text
 from pipeline.tracking import runs
@@ -96,7 +97,10 @@ class SweepCallback(Callback):
                 if row.loss_dev is not None:
                     self.tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
                 self.tracker.tags(job.run_id, {"rank": rank_text(row) if row.judgement else NOT_RANKED})
-        table = format_table(rows, criteria)
+        answer, script = sweep_answer(self.tracker, rows)
+        table = "\n".join([format_table(rows, criteria), *answer])
+        if script is not None:
+            self.tracker.artifact_text(parent_id, script.path.name, script.text)
         code, line = exits.jobs_exit_code((j.status, j.summary.fit) for j in jobs)
         print(table, flush=True)
         print(f"[sweep] {line}", flush=True)

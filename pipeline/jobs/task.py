@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
+import shlex
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -65,7 +66,8 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
         context = SweepContext.from_env()
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
         name = display_name(cfg.model.name, cfg.batch.split, varying)
-    compiled = resolved.compile is not Compile.OFF
+    t = cfg.train
+    compiled = resolved.compile is not Compile.OFF or t.loss == "compiled" or t.optimizer_step != "eager"
     env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if compiled else {}
     return JobSpec(
         config=config,
@@ -112,10 +114,9 @@ def run(
         print(f"[job] {label}: waiting for {key}, in use by {holder}", flush=True)
 
     with devicelock.hold(devices, f"job {label}", waiting):
-        run_tags = {
-            **(tags or {}),
-            **({runs.SWEEP: context.sweep_id, runs.OVERRIDES: job_command()} if context else {}),
-        }
+        run_tags = {**(tags or {}), **({runs.SWEEP: context.sweep_id} if context else {})}
+        if kind is RunKind.JOB and job_command():  # its own command line (a study's runs are its trials')
+            run_tags.setdefault(runs.OVERRIDES, shlex.join(job_command()))  # a sweep's winner is printed with them
         parent = parent_id or (context.parent_run_id if context else None)
         run_id = runs.start_job(tracker, spec, kind, parent, cfg.repeat, run_tags, label)
         try:

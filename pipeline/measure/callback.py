@@ -44,22 +44,32 @@ from pipeline.records import Status, Step, StopRule
 
 
 class _Clock:
-    """Marks on the device timeline (CUDA events) or the host clock (CPU)."""
+    """Marks on the device timeline (CUDA events) or the host clock (CPU). The events are kept and recorded again
+    each step (`reuse`, once the step's figures are read): no event is created or destroyed per micro-batch."""
 
     def __init__(self, cuda: bool) -> None:
         self.cuda = cuda
+        self._events: list[Any] = []
+        self._used = 0
 
     def mark(self) -> Any:
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
+        if not self.cuda:
+            return time.perf_counter()
+        if self._used == len(self._events):
+            self._events.append(torch.cuda.Event(enable_timing=True))
+        event = self._events[self._used]
+        self._used += 1
+        event.record()
+        return event
 
     def seconds(self, start: Any, end: Any) -> float:
         if self.cuda:
             return start.elapsed_time(end) / 1000.0
         return end - start
+
+    def reuse(self) -> None:
+        """Every event may be recorded again: the figures of those recorded so far have been read."""
+        self._used = 0
 
 
 IN_STEP_FACTOR = 2.0  # a second step of the pruning window longer than this x the threshold ends the job at once
@@ -122,6 +132,7 @@ class StepMeter(TrainerCallback):
         self._compiled_until = 0.0  # compile_seconds() at the end of the previous step
         self.compile_s = 0.0
         self.first_step_at: float | None = None  # wall time (time.time) the first optimizer step began
+        self._steps_file = None
 
     # ---- hooks on the model -------------------------------------------------------------------------------------
     def _reset_step(self) -> None:
@@ -244,6 +255,7 @@ class StepMeter(TrainerCallback):
             "allreduce_s": self.allreduce.take() if self.allreduce else 0.0,
         }
         self._reset_step()
+        self.clock.reuse()
         self.stop_reason = self._should_stop(step_time - compile_s, peak, state.global_step)
         if self._distributed:
             self._agree(record)
@@ -294,11 +306,16 @@ class StepMeter(TrainerCallback):
         )
         self.steps.append(step)
         if self.steps_path:
-            with open(self.steps_path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(dataclasses.asdict(step)) + "\n")
+            if self._steps_file is None:  # kept open: a line a step, flushed, so a killed job keeps what it wrote
+                self._steps_file = open(self.steps_path, "a", encoding="utf-8")  # noqa: SIM115 - closed at the end
+            self._steps_file.write(json.dumps(dataclasses.asdict(step)) + "\n")
+            self._steps_file.flush()
 
     def on_train_end(self, args, state, control, **kwargs):
         self.detach()
+        if self._steps_file is not None:
+            self._steps_file.close()
+            self._steps_file = None
 
 
 def _samples_from_positions(kwargs: dict, ids: torch.Tensor) -> torch.Tensor | int:

@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 
 from pipeline import exits
 from pipeline.config.identity import parse_override
+from pipeline.jobs.export import Exported, export_answer
 from pipeline.records import GIB, RunState, Status
 from pipeline.reporting.table import interval_text, markdown_table, num, step_header
 from pipeline.search import speedup, trials
@@ -111,6 +112,7 @@ class Answer:
     speedup: Speedup | None = None
     claim: Claim | None = None  # the speed-up line, or why none
     scaling: Scaling | None = None  # on several devices: against the best on one, paired
+    script: Exported | None = None  # the best config as a plain TRL script
 
 
 def _step_cell(r: TrialRecord, confidence: float) -> str:
@@ -136,11 +138,15 @@ def format_trials(records: list[TrialRecord], confidence: float, baseline: Trial
     return markdown_table(lines)
 
 
+def answer_overrides(command: list[str], best: TrialRecord) -> list[str]:
+    """The overrides that rebuild the best trial's config: the study's own (its search settings aside), then the
+    trial's values."""
+    return [*(o for o in command if not parse_override(o)[0].startswith("optimize")), *best.overrides]
+
+
 def reproduce(command: list[str], best: TrialRecord) -> str:
-    """The command line that rebuilds the best trial's config: the study's own overrides (its search settings
-    aside), then the trial's values."""
-    kept = [o for o in command if not parse_override(o)[0].startswith("optimize")]
-    return "python -m pipeline.train " + shlex.join([*kept, *best.overrides])
+    """The command line that rebuilds the best trial's config."""
+    return "python -m pipeline.train " + shlex.join(answer_overrides(command, best))
 
 
 def sft_call(kwargs: dict) -> str:
@@ -181,11 +187,12 @@ def claim_of(decided: Decided, best: TrialRecord, setting: Setting) -> Claim:
     )
 
 
-def _best_lines(decided: Decided, best: TrialRecord, setting: Setting, claim: Claim) -> list[str]:
+def _best_lines(decided: Decided, best: TrialRecord, setting: Setting, claim: Claim, script: str) -> list[str]:
     return [
         f"best feasible: {best.label}  ({best.median:.4f} s/step in the search, peak {best.peak_gib:.2f} GiB of "
         f"{setting.cap_bytes / GIB:.2f} GiB)",
         f"  {reproduce(setting.command, best)}",
+        f"  script: {script}",
         f"  {sft_call(best.sft_kwargs)}",
         f"  {claim.line()}",
     ]
@@ -234,10 +241,11 @@ def decide(decided: Decided, setting: Setting) -> Answer:
     best, cap_gib, seconds = decided.best, setting.cap_bytes / GIB, decided.gpu_seconds
     if decided.confirmation is not None and best is not None:
         lines += [*confirmation_lines(decided.confirmation, best.label, seconds), ""]
-    scaling, claim = None, None
+    scaling, claim, script = None, None, None
     if best is not None:
         claim = claim_of(decided, best, setting)
-        lines += _best_lines(decided, best, setting, claim)
+        script, shown = export_answer(answer_overrides(setting.command, best), best.sft_kwargs)
+        lines += _best_lines(decided, best, setting, claim, shown)
         device = decided.calibration.device if decided.calibration else None
         more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
         lines += more
@@ -266,6 +274,7 @@ def decide(decided: Decided, setting: Setting) -> Answer:
         speedup=claim.speedup if claim else None,
         claim=claim,
         scaling=scaling,
+        script=script,
     )
 
 
@@ -276,6 +285,9 @@ def log_answer(tracker: Tracker, parent: str, answer: Answer, finished: bool) ->
     if answer.best is not None:
         metrics.update(best_step_time_median_s=answer.best.median, best_peak_gib=answer.best.peak_gib)
         tracker.tags(parent, {"answer": answer.command, runs.BEST_CONFIG: answer.best.config_id})
+    if answer.script is not None:
+        tracker.artifact_text(parent, answer.script.path.name, answer.script.text)
+        tracker.tags(parent, {"answer_script": str(answer.script.path)})
     if answer.speedup is not None:
         c = answer.speedup.comparison
         metrics.update(speedup_vs_baseline=c.speedup, speedup_low=c.low, speedup_high=c.high)

@@ -42,7 +42,7 @@ FIT_BEFORE = "verdict"  # the same tag in stores written before 2026-12-01
 NAME = "display_name"
 PREDICTED = "predicted_gib"
 NOTE = "note"
-OVERRIDES = "overrides"  # the command line's overrides that made the run: a sweep's, or one of its jobs' own
+OVERRIDES = "overrides"  # a job's own overrides (its command line in a sweep); a sweep's or study's whole command
 GROUP = "group"  # the sweep or study a run belongs to, as its parent run is named: what the MLflow view groups by
 SINGLE_JOBS = "single jobs"  # the group of jobs run on their own, outside any sweep or study
 
