@@ -22,6 +22,7 @@ from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
 from pipeline.config.knobs import check_capture
+from pipeline.config.validate import validate
 from pipeline.records import Compile, Status
 from pipeline.search.answer import reproduce
 from pipeline.search.space import candidates
@@ -37,7 +38,6 @@ RULES = [
     (["train.loss=liger"], True, None),
     (["train.optimizer_step=graph"], True, None),
     (["train.optimizer=sgd", "train.optimizer_step=graph"], True, None),
-    (["train.loss=fused"], True, "train.loss: got 'fused'; accepted: trl, model, compiled, liger"),
     (["train.loss=liger"], False, "train.loss: liger runs Triton kernels on a CUDA device; accepted on the CPU: "),
     (
         ["train.loss=compiled", "train.torch_compile=whole", "train.compile_mode=default"],
@@ -45,7 +45,6 @@ RULES = [
         "train.loss: compiled is part of the model that train.torch_compile=whole compiles already; accepted with "
         "whole: trl, model, liger",
     ),
-    (["train.optimizer_step=cuda"], True, "train.optimizer_step: got 'cuda'; accepted: eager, compiled, graph"),
     (
         ["train.optimizer_step=graph"],
         False,
@@ -65,6 +64,19 @@ RULES = [
         "train.optimizer=adafactor: eager",
     ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("override", "refused"),
+    [
+        ("train.loss=fused", "train.loss: got 'fused'; accepted: trl, model, compiled, liger"),
+        ("train.optimizer_step=cuda", "train.optimizer_step: got 'cuda'; accepted: eager, compiled, graph"),
+    ],
+)
+def test_a_capture_knob_outside_the_schemas_choices_is_refused_with_them(override, refused):
+    with pytest.raises(ConfigError) as err:
+        validate(compose_job("config", [override]))
+    assert str(err.value) == refused
 
 
 @pytest.mark.parametrize(("overrides", "cuda", "refused"), RULES, ids=[" ".join(o) + f" cuda={c}" for o, c, _ in RULES])
