@@ -13,7 +13,6 @@ import os
 import sys
 
 import optuna
-from omegaconf import OmegaConf
 
 from pipeline.config.compose import compose_job
 from pipeline.measure.flops import Shape
@@ -45,9 +44,7 @@ def main() -> None:
     study = optuna.load_study(study_name=name, storage=storage)
     cfg = compose_job("config", overrides)
     calibration = study.user_attrs["calibration"]
-    predictor = Predictor(
-        Shape.from_model(OmegaConf.to_container(cfg.model)), cfg.lora.r, list(cfg.lora.target_modules)
-    )
+    predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
     predictor.scale, predictor.offset = calibration["scale"], calibration["offset"]
     measured = list(Calibration.of(calibration).probes)
     errors = []

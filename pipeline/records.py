@@ -119,7 +119,7 @@ class StopRule:
 class JobSpec:
     """Everything the job process needs, resolved and parsed once by the parent."""
 
-    config: dict[str, Any]  # the resolved config, plain data
+    config: Any  # the resolved config as the schema's dataclasses (`pipeline.config.schema.typed`)
     config_id: str
     name: str  # display name, e.g. "tiny 4x1 ckpt=off"
     micro: int
@@ -136,8 +136,10 @@ class JobSpec:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> JobSpec:
-        return cls(**{**data, "stop": StopRule(**data.get("stop") or {})})
+    def from_json(cls, data: dict[str, Any], load_config: Any = None) -> JobSpec:
+        """`load_config` turns the config's plain data back into its dataclasses (`schema.typed`)."""
+        config = load_config(data["config"]) if load_config else data["config"]
+        return cls(**{**data, "config": config, "stop": StopRule(**data.get("stop") or {})})
 
 
 @dataclass(frozen=True)

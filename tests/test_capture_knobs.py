@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import shlex
 import traceback
@@ -22,6 +23,7 @@ from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
 from pipeline.config.knobs import check_capture
+from pipeline.config.schema import typed
 from pipeline.config.validate import validate
 from pipeline.records import Compile, Status
 from pipeline.search.answer import reproduce
@@ -122,10 +124,12 @@ def test_each_knob_is_part_of_the_identity_the_name_and_the_reproduce_line():
 
 
 def test_only_trl_keeps_the_nan_filter():
-    train = dict(compose_job("config", []).train)
+    train = typed(compose_job("config", [])).train
     assert sft_kwargs(4, 1, train, "fp32", "cpu")["logging_nan_inf_filter"] is True
     for loss in ("model", "compiled", "liger"):
-        assert sft_kwargs(4, 1, {**train, "loss": loss}, "bf16", "cuda")["logging_nan_inf_filter"] is False
+        assert (
+            sft_kwargs(4, 1, dataclasses.replace(train, loss=loss), "bf16", "cuda")["logging_nan_inf_filter"] is False
+        )
 
 
 class Reads(TorchDispatchMode):

@@ -4,6 +4,7 @@ Fast: nothing here compiles (the compiled jobs are in test_compile.py, slow)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shlex
 
@@ -18,6 +19,7 @@ from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
 from pipeline.config.knobs import check_compile
+from pipeline.config.schema import typed
 from pipeline.config.validate import validate
 from pipeline.jobs.task import job_spec
 from pipeline.measure.compiled import CompileWatch
@@ -38,8 +40,8 @@ def test_true_is_regional_and_false_is_off_in_every_record():
     assert ids["true"] == ids["regional"] != ids["whole"]
     # the spec the job gets, its MLflow params and config.yaml carry one spelling
     spec = job_spec(compose_job("config", ["train.torch_compile=true"]))
-    assert spec.config["train"]["torch_compile"] == "regional" and spec.config_id == ids["regional"]
-    assert job_spec(compose_job("config", [])).config["train"]["torch_compile"] == "off"
+    assert spec.config.train.torch_compile == "regional" and spec.config_id == ids["regional"]
+    assert job_spec(compose_job("config", [])).config.train.torch_compile == "off"
 
 
 def _train(*overrides: str):
@@ -164,11 +166,13 @@ def test_the_reproduce_line_names_the_compile_choice():
 
 
 def test_sft_config_compiles_only_the_whole_model():
-    train = OmegaConf.to_container(_train("train.torch_compile=whole", "train.compile_mode=reduce-overhead"))
+    train = typed(compose_job("config", ["train.torch_compile=whole", "train.compile_mode=reduce-overhead"])).train
     whole = sft_kwargs(4, 1, train, "bf16", "cuda")
     assert whole["torch_compile"] is True and whole["torch_compile_mode"] == "reduce-overhead"
     assert whole["dataloader_drop_last"] is True  # CUDA graphs: every micro-batch of one shape
-    regional = sft_kwargs(4, 1, {**train, "torch_compile": "regional", "compile_mode": "default"}, "bf16", "cuda")
+    regional = sft_kwargs(
+        4, 1, dataclasses.replace(train, torch_compile="regional", compile_mode="default"), "bf16", "cuda"
+    )
     assert regional["torch_compile"] is False and regional["torch_compile_mode"] is None
     assert regional["dataloader_drop_last"] is False
 
@@ -179,6 +183,7 @@ def test_regional_compilation_marks_every_decoder_layer():
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from pipeline.builders.lora import build_lora_config
+    from pipeline.config.schema import LoraConfig
 
     config = AutoConfig.for_model(
         "qwen3",
@@ -190,9 +195,7 @@ def test_regional_compilation_marks_every_decoder_layer():
         head_dim=16,
         vocab_size=64,
     )
-    model = get_peft_model(
-        AutoModelForCausalLM.from_config(config), build_lora_config(4, 8, 0.0, ["all-linear"], "none")
-    )
+    model = get_peft_model(AutoModelForCausalLM.from_config(config), build_lora_config(LoraConfig(r=4, alpha=8)))
     layers = decoder_layers(model)
     assert [type(layer).__name__ for layer in layers] == ["Qwen3DecoderLayer"] * 3  # through the PeftModel
     assert compile_layers(model, "default") == 3

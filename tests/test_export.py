@@ -11,11 +11,10 @@ import sys
 
 import pytest
 
-from pipeline.builders.script import ARCH_KEYS, script_text
+from pipeline.builders.script import script_text
 from pipeline.compare.paired import Judgement
 from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError
-from pipeline.jobs import child
 from pipeline.jobs.child import Job
 from pipeline.jobs.export import export, export_answer, sweep_answer
 from pipeline.jobs.task import job_spec
@@ -110,7 +109,6 @@ def test_a_script_holds_the_knobs_of_its_config_and_nothing_of_the_package(tmp_p
     assert "capture_loss" not in plain and "compile_layers" not in plain and "compile_optimizer_step" not in plain
     assert "logging_nan_inf_filter=True," in plain
     # regional CUDA graphs name their mode; the architecture is the job's (jobs.child passes the same fields)
-    assert ARCH_KEYS == child.ARCH_KEYS
     graphs = compose_job("config", ["train.torch_compile=regional", "train.compile_mode=max-autotune-no-cudagraphs"])
     spec = job_spec(graphs)
     sft = {"use_cpu": True, "max_steps": 3}

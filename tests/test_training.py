@@ -113,22 +113,14 @@ def test_pretrained_model_from_a_local_directory(tmp_path):
     """The hub path, offline: a tiny model and tokenizer saved with save_pretrained, loaded with from_pretrained."""
     from pipeline.builders.model import build_model
     from pipeline.builders.tokenizer import byte_level_tokenizer
+    from pipeline.config.schema import ModelConfig
 
     tokenizer = byte_level_tokenizer()
-    arch = {
-        "model_type": "qwen3",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 16,
-        "vocab_size": 300,
-        "pad_token_id": tokenizer.pad_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-    }
+    shape = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    shape.update(num_key_value_heads=1, head_dim=16, vocab_size=300, max_position_embeddings=64)
+    model = ModelConfig(name="saved", **shape)
     saved = tmp_path / "saved"
-    build_model("config", None, arch, torch.float32, "cpu", "sdpa", 0).save_pretrained(saved)
+    build_model(model, tokenizer, torch.float32, "cpu", 0).save_pretrained(saved)
     tokenizer.save_pretrained(saved)
     record = make_job(
         tmp_path, "model=pretrained", f"model.name_or_path={saved}", "data.length=32", "train.max_length=32"

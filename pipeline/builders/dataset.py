@@ -17,18 +17,18 @@ from collections.abc import Callable, Iterable
 import numpy as np
 from datasets import Dataset, load_dataset
 
+from pipeline.config.schema import DataConfig, DataKind, Distribution
+
 FIRST_ORDINARY_ID = 4  # ids below are the byte-level tokenizer's specials
 FIELDS = ("messages", "text")  # what a text or chat record trains on (config.data checks each record has one)
 
 
 def synthetic_dataset(
-    num_samples: int, length: int, min_length: int | None, distribution: str, vocab_size: int, seed: int
+    num_samples: int, length: int, min_length: int | None, uniform: bool, vocab_size: int, seed: int
 ) -> Dataset:
+    """`num_samples` rows of token ids, each `length` long, or of a length drawn from min_length..length."""
     rng = np.random.default_rng(seed)
-    if distribution == "uniform":
-        lengths = rng.integers(min_length, length + 1, size=num_samples)
-    else:
-        lengths = np.full(num_samples, length)
+    lengths = rng.integers(min_length, length + 1, size=num_samples) if uniform else np.full(num_samples, length)
     high = max(vocab_size, FIRST_ORDINARY_ID + 1)
     rows = [rng.integers(FIRST_ORDINARY_ID, high, size=int(n)).tolist() for n in lengths]
     return Dataset.from_dict({"input_ids": rows})
@@ -53,36 +53,50 @@ def _field(record: dict) -> str:
     return next(name for name in FIELDS if name in record)
 
 
+def jsonl_dataset(
+    path: str, needed: int, count_tokens: Callable[[dict], int] | None = None, tokens: int = 0
+) -> Dataset:
+    """The first records of a jsonl file that the steps consume, read one line at a time and only as far as
+    needed."""
+    with open(path, encoding="utf-8") as handle:
+        records = (json.loads(line) for line in handle if line.strip())
+        taken = take_records(records, needed, count_tokens, tokens)
+    keep = _field(taken[0])
+    return Dataset.from_dict({keep: [record[keep] for record in taken]})
+
+
+def hub_dataset(
+    name: str,
+    subset: str | None,
+    split: str,
+    needed: int,
+    count_tokens: Callable[[dict], int] | None = None,
+    tokens: int = 0,
+) -> Dataset:
+    """The first records of a hub dataset (or a local folder) that the steps consume."""
+    dataset = load_dataset(name, subset, split=split)
+    keep = "messages" if "messages" in dataset.column_names else "text"
+    dataset = dataset.select_columns([keep])
+    taken = take_records(iter(dataset), needed, count_tokens, tokens)
+    return dataset.select(range(len(taken)))
+
+
 def build_dataset(
-    data: dict,
+    data: DataConfig,
     vocab_size: int,
     seed: int,
     needed: int,
     count_tokens: Callable[[dict], int] | None = None,
     tokens: int = 0,
 ) -> Dataset:
-    """`data` is the resolved data group; `needed` is how many samples the steps consume (steps x effective);
-    `count_tokens` and `tokens`: with packing, a record's token count and how many tokens the steps consume."""
-    if data["kind"] == "synthetic":
-        return synthetic_dataset(
-            data["num_samples"] or needed,
-            data["length"],
-            data["min_length"],
-            data["distribution"],
-            vocab_size,
-            seed,
-        )
-    if data["kind"] == "jsonl":
-        with open(data["path"], encoding="utf-8") as handle:  # one line at a time, and only as far as needed
-            records = (json.loads(line) for line in handle if line.strip())
-            taken = take_records(records, needed, count_tokens, tokens)
-        keep = _field(taken[0])
-        return Dataset.from_dict({keep: [record[keep] for record in taken]})
-    dataset = load_dataset(data["name"], data["subset"], split=data["split"])
-    keep = "messages" if "messages" in dataset.column_names else "text"
-    dataset = dataset.select_columns([keep])
-    taken = take_records(iter(dataset), needed, count_tokens, tokens)
-    return dataset.select(range(len(taken)))
+    """`data` is the data group; `needed` is how many samples the steps consume (steps x effective); `count_tokens`
+    and `tokens`: with packing, a record's token count and how many tokens the steps consume."""
+    if data.kind == DataKind.SYNTHETIC:
+        uniform = data.distribution == Distribution.UNIFORM
+        return synthetic_dataset(data.num_samples or needed, data.length, data.min_length, uniform, vocab_size, seed)
+    if data.kind == DataKind.JSONL:
+        return jsonl_dataset(data.path, needed, count_tokens, tokens)
+    return hub_dataset(data.name, data.subset, data.split, needed, count_tokens, tokens)
 
 
 def truncated(dataset: Dataset, tokenizer, max_length: int) -> Dataset:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from pipeline.config.schema import CPU, GpuConfig
 from pipeline.records import GIB, Placement
 
 
@@ -28,17 +29,11 @@ def match_profile(device_name: str, memory_gib: float, profiles: dict[str, dict]
     return min(found, key=lambda n: abs(profiles[n]["memory_gib"] - memory_gib))
 
 
-def resolve_placement(
-    gpu_name: str,
-    memory_gib: float | None,
-    bf16: bool | None,
-    peak_tflops: float | None,
-    dtype: str,
-    profiles: dict[str, dict] | None = None,
-) -> Placement:
+def resolve_placement(gpu: GpuConfig, dtype: str, profiles: dict[str, dict] | None = None) -> Placement:
     """Pick the device for a gpu profile and the dtype for `dtype` (auto: bf16 where supported, fp16 on other GPUs,
     fp32 on CPU). A named profile on a CUDA device with more memory is emulated (its memory becomes the cap)."""
-    use_cuda = gpu_name != "cpu" and torch.cuda.is_available()
+    gpu_name, memory_gib, bf16, peak_tflops = gpu.name, gpu.memory_gib, gpu.bf16, gpu.peak_tflops
+    use_cuda = gpu_name != CPU and torch.cuda.is_available()
     if use_cuda:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())  # a torchrun rank's own device
         real_gib = props.total_memory / GIB
@@ -54,7 +49,7 @@ def resolve_placement(
         return Placement("cuda", props.name, round(real_gib, 2), emulated, dtype, peak_tflops, supported)
     if dtype == "auto":
         dtype = "fp32"
-    emulated = gpu_name if gpu_name not in ("auto", "cpu") else None
+    emulated = gpu_name if gpu_name not in ("auto", CPU) else None
     return Placement("cpu", _cpu_name(), None, emulated, dtype, None, True)
 
 

@@ -6,15 +6,18 @@ from __future__ import annotations
 from peft import LoraConfig, PeftModel, TaskType, get_peft_model
 from transformers import PreTrainedModel
 
+from pipeline.config import schema
 
-def build_lora_config(r: int, alpha: int, dropout: float, target_modules: list[str], bias: str) -> LoraConfig:
-    targets: str | list[str] = "all-linear" if list(target_modules) == ["all-linear"] else list(target_modules)
+
+def build_lora_config(lora: schema.LoraConfig) -> LoraConfig:
+    """PEFT's config of the lora group."""
+    targets = list(lora.target_modules)
     return LoraConfig(
-        r=r,
-        lora_alpha=alpha,
-        lora_dropout=dropout,
-        target_modules=targets,
-        bias=bias,
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules="all-linear" if targets == ["all-linear"] else targets,
+        bias=lora.bias,
         task_type=TaskType.CAUSAL_LM,
     )
 

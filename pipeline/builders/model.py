@@ -3,27 +3,30 @@
 from __future__ import annotations
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+from pipeline.config.schema import ARCH_KEYS, ModelConfig, ModelSource
+
+
+def architecture(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> dict:
+    """The shape fields of a model built from its config, with the tokenizer's special tokens."""
+    arch = {k: getattr(model, k) for k in ARCH_KEYS}
+    arch.update(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    return arch
 
 
 def build_model(
-    source: str,
-    name_or_path: str | None,
-    architecture: dict,
-    dtype: torch.dtype,
-    device: str,
-    attn_implementation: str,
-    seed: int,
+    model: ModelConfig, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype, device: str, seed: int
 ) -> PreTrainedModel:
-    """`source: config` builds `architecture` (a model_type plus shape fields) with random weights seeded by `seed`;
+    """`source: config` builds the model group's architecture with random weights seeded by `seed`;
     `source: pretrained` loads `name_or_path`."""
-    if source == "pretrained":
+    if model.source == ModelSource.PRETRAINED:
         return AutoModelForCausalLM.from_pretrained(
-            name_or_path, dtype=dtype, device_map=device, attn_implementation=attn_implementation
+            model.name_or_path, dtype=dtype, device_map=device, attn_implementation=model.attn_implementation
         )
-    arch = dict(architecture)
+    arch = architecture(model, tokenizer)
     config = AutoConfig.for_model(arch.pop("model_type"), **arch)
     torch.manual_seed(seed)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
-    return model
+        built = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=model.attn_implementation)
+    return built

@@ -16,6 +16,17 @@ import re
 import textwrap
 from pathlib import Path
 
+from pipeline.config.schema import (
+    ARCH_KEYS,
+    AdapterDtype,
+    Config,
+    DataKind,
+    Distribution,
+    Loss,
+    ModelSource,
+    OptimizerStep,
+    Padding,
+)
 from pipeline.records import Compile
 
 BUILDERS = Path(__file__).resolve().parent
@@ -92,40 +103,24 @@ def imports(code: str) -> list[str]:
     return lines
 
 
-def helpers(config: dict) -> list[str]:
+def helpers(config: Config) -> list[str]:
     """The builders' code the script needs for this config."""
-    m, d, t = config["model"], config["data"], config["train"]
+    m, d, t = config.model, config.data, config.train
     parts = []
-    if m["source"] == "config":
+    if m.source == ModelSource.CONFIG:
         parts.append(source("tokenizer", "SPECIALS", "CHATML", "byte_level_tokenizer"))
-    if d["kind"] == "synthetic":
+    if d.kind == DataKind.SYNTHETIC:
         parts.append(source("dataset", "FIRST_ORDINARY_ID", "synthetic_dataset"))
     else:
-        parts.append(source("dataset", "FIELDS", "take_records", "_field", "build_dataset"))
-    if Compile.of(t["torch_compile"]) is Compile.REGIONAL:
+        reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"
+        parts.append(source("dataset", "FIELDS", "take_records", "_field", reader))
+    if Compile.of(t.torch_compile) is Compile.REGIONAL:
         parts.append(source("compile", "decoder_layers", "compile_layers"))
-    if t["loss"] != "trl":
+    if t.loss != Loss.TRL:
         parts.append(source("step", "model_loss", "capture_loss"))
-    if t["optimizer_step"] != "eager":
+    if t.optimizer_step != OptimizerStep.EAGER:
         parts.append(source("step", "compile_optimizer_step"))
     return parts
-
-
-# the architecture fields the job passes to AutoConfig (jobs.child.ARCH_KEYS, which imports torch)
-ARCH_KEYS = (
-    "model_type",
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "vocab_size",
-    "max_position_embeddings",
-    "rope_theta",
-    "rms_norm_eps",
-    "tie_word_embeddings",
-)
 
 
 def placement(sft: dict) -> tuple[str, str]:
@@ -134,44 +129,47 @@ def placement(sft: dict) -> tuple[str, str]:
     return device, "bf16" if sft.get("bf16") else "fp16" if sft.get("fp16") else "fp32"
 
 
-def model_lines(config: dict, sft: dict) -> list[str]:
+def model_lines(config: Config, sft: dict) -> list[str]:
     """Tokenizer and base model, in the job's order and with its seed (the adapters' initial weights depend on it)."""
-    m, seed = config["model"], config["train"]["seed"]
+    m, seed = config.model, config.train.seed
     device, dtype = placement(sft)
-    if m["source"] == "pretrained":
+    if m.source == ModelSource.PRETRAINED:
         return [
-            f"    tokenizer = AutoTokenizer.from_pretrained({m['name_or_path']!r})",
+            f"    tokenizer = AutoTokenizer.from_pretrained({m.name_or_path!r})",
             "    if tokenizer.pad_token is None:",
             "        tokenizer.pad_token = tokenizer.eos_token",
             "    model = AutoModelForCausalLM.from_pretrained(",
-            f"        {m['name_or_path']!r}, dtype={DTYPES[dtype]}, device_map={device!r}, "
-            f"attn_implementation={m['attn_implementation']!r}",
+            f"        {m.name_or_path!r}, dtype={DTYPES[dtype]}, device_map={device!r}, "
+            f"attn_implementation={m.attn_implementation!r}",
             "    )",
         ]
-    architecture = {k: m[k] for k in ARCH_KEYS if k != "model_type"}
+    architecture = {k: getattr(m, k) for k in ARCH_KEYS if k != "model_type"}
     return [
         "    tokenizer = byte_level_tokenizer()",
         f"    architecture = {literal(architecture, 4)}",
-        f"    config = AutoConfig.for_model({m['model_type']!r}, **architecture, pad_token_id=tokenizer.pad_token_id,",
+        f"    config = AutoConfig.for_model({m.model_type!r}, **architecture, pad_token_id=tokenizer.pad_token_id,",
         "                                  eos_token_id=tokenizer.eos_token_id, bos_token_id=None)",
         f"    torch.manual_seed({seed})  # the random weights, and after them the adapters' initial ones",
         f"    with torch.device({device!r}):",
         f"        model = AutoModelForCausalLM.from_config(config, dtype={DTYPES[dtype]}, "
-        f"attn_implementation={m['attn_implementation']!r})",
+        f"attn_implementation={m.attn_implementation!r})",
     ]
 
 
-def data_lines(config: dict) -> list[str]:
+def data_lines(config: Config) -> list[str]:
     """The samples the steps consume (steps x effective batch), read as the job reads them."""
-    d, t = config["data"], config["train"]
-    needed = t["steps"] * config["batch"]["effective"]
-    if d["kind"] == "synthetic":
+    d, t = config.data, config.train
+    needed = t.steps * config.batch.effective
+    if d.kind == DataKind.SYNTHETIC:
+        uniform = d.distribution == Distribution.UNIFORM
         return [
-            f"    dataset = synthetic_dataset({d['num_samples'] or needed}, {d['length']}, {d['min_length']}, "
-            f"{d['distribution']!r}, model.config.vocab_size, {t['seed']})"
+            f"    dataset = synthetic_dataset({d.num_samples or needed}, {d.length}, {d.min_length}, {uniform}, "
+            f"model.config.vocab_size, {t.seed})"
         ]
-    if t["padding"] != "packing":
-        return [f"    dataset = build_dataset({literal(d, 4)}, model.config.vocab_size, {t['seed']}, {needed})"]
+    source_args = f"{d.path!r}" if d.kind == DataKind.JSONL else f"{d.name!r}, {d.subset!r}, {d.split!r}"
+    reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"
+    if t.padding != Padding.PACKING:
+        return [f"    dataset = {reader}({source_args}, {needed})"]
     return [
         "",
         "    def count_tokens(record):  # a record's tokens as TRL's packing sees them",
@@ -179,23 +177,22 @@ def data_lines(config: dict) -> list[str]:
         "            ids = tokenizer.apply_chat_template(record['messages'], tokenize=True)['input_ids']",
         "        else:",
         "            ids = tokenizer(record['text'])['input_ids']",
-        f"        return min(len(ids), {t['max_length']})",
+        f"        return min(len(ids), {t.max_length})",
         "",
-        f"    dataset = build_dataset({literal(d, 4)}, model.config.vocab_size, {t['seed']}, {needed}, "
-        f"count_tokens, {needed * t['max_length']})",
+        f"    dataset = {reader}({source_args}, {needed}, count_tokens, {needed * t.max_length})",
     ]
 
 
-def lora_lines(config: dict, sft: dict) -> list[str]:
+def lora_lines(config: Config, sft: dict) -> list[str]:
     """The PEFT config; with adapters in the compute dtype the PeftModel is built here, as the job builds it."""
-    lora, t = config["lora"], config["train"]
-    targets = "all-linear" if list(lora["target_modules"]) == ["all-linear"] else list(lora["target_modules"])
+    lora, t = config.lora, config.train
+    targets = "all-linear" if list(lora.target_modules) == ["all-linear"] else list(lora.target_modules)
     lines = [
-        f"    lora = LoraConfig(r={lora['r']}, lora_alpha={lora['alpha']}, lora_dropout={lora['dropout']}, "
-        f"target_modules={targets!r}, bias={lora['bias']!r},",
+        f"    lora = LoraConfig(r={lora.r}, lora_alpha={lora.alpha}, lora_dropout={lora.dropout}, "
+        f"target_modules={targets!r}, bias={lora.bias!r},",
         "                      task_type='CAUSAL_LM')",
     ]
-    if t["adapter_dtype"] == "compute" and placement(sft)[1] != "fp32":
+    if t.adapter_dtype == AdapterDtype.COMPUTE and placement(sft)[1] != "fp32":
         lines += [
             "    # adapters in the compute dtype (PEFT keeps them in fp32 otherwise, and casts at every step)",
             "    model, lora = get_peft_model(model, lora, autocast_adapter_dtype=False), None",
@@ -203,9 +200,9 @@ def lora_lines(config: dict, sft: dict) -> list[str]:
     return lines
 
 
-def trainer_lines(config: dict, sft: dict) -> list[str]:
+def trainer_lines(config: Config, sft: dict) -> list[str]:
     """SFTConfig with the job's arguments, the trainer, and each speed knob's lines, in the job's order."""
-    t = config["train"]
+    t = config.train
     lines = ["    log = StepLog(args.log)", "    sft_config = SFTConfig("]
     lines += ["        output_dir=args.output_dir,"]
     lines += [f"        {key}={literal(value, 8)}," for key, value in sft.items() if key != "output_dir"]
@@ -218,12 +215,12 @@ def trainer_lines(config: dict, sft: dict) -> list[str]:
     ]
     if sft.get("disable_tqdm"):
         lines.append("    trainer.remove_callback(PrinterCallback)  # quiet: no log line per step")
-    if t["loss"] != "trl":
-        lines.append(f"    capture_loss(trainer, {t['loss']!r})  # the LM head and loss")
-    if t["optimizer_step"] != "eager":
-        lines.append(f"    compile_optimizer_step(trainer, {t['optimizer_step']!r})")
-    if Compile.of(t["torch_compile"]) is Compile.REGIONAL:
-        lines.append(f"    compile_layers(trainer.model, {t['compile_mode']!r})  # regional: each decoder layer")
+    if t.loss != Loss.TRL:
+        lines.append(f"    capture_loss(trainer, {t.loss!r})  # the LM head and loss")
+    if t.optimizer_step != OptimizerStep.EAGER:
+        lines.append(f"    compile_optimizer_step(trainer, {t.optimizer_step!r})")
+    if Compile.of(t.torch_compile) is Compile.REGIONAL:
+        lines.append(f"    compile_layers(trainer.model, {t.compile_mode!r})  # regional: each decoder layer")
     return lines
 
 
@@ -256,12 +253,12 @@ if __name__ == "__main__":
 """
 
 
-def header(name: str, config_id: str, command: str, config: dict) -> str:
-    t = config["train"]
+def header(name: str, config_id: str, command: str, config: Config) -> str:
+    t = config.train
     needs = "torch, transformers, trl, peft, datasets, numpy, tokenizers"
-    if t["liger_kernel"] or t["loss"] == "liger":
+    if t.liger_kernel or t.loss == Loss.LIGER:
         needs += ", liger-kernel"
-    ranks = config["world_size"]
+    ranks = config.world_size
     launch = f"torchrun --nproc-per-node {ranks} SCRIPT" if ranks > 1 else "python SCRIPT"
     note = textwrap.fill(
         f"Run it with `{launch} [--output-dir DIR] [--log steps.jsonl] [--save]`; it needs {needs}. The helpers "
@@ -272,7 +269,7 @@ def header(name: str, config_id: str, command: str, config: dict) -> str:
     return f'"""Plain TRL: {name} (batch-split config {config_id}), trained as this command trains it:\n\n    {command}\n\n{note}\n"""\n'
 
 
-def script_text(config: dict, sft: dict, name: str, config_id: str, command: str) -> str:
+def script_text(config: Config, sft: dict, name: str, config_id: str, command: str) -> str:
     """The script of `config` (resolved, plain data) trained with the SFTConfig arguments `sft`; `command` is the
     reproduce line its docstring shows."""
     body = [

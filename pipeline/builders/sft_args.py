@@ -3,13 +3,14 @@ TRL (the optimizer's answer gives them as a ready `SFTConfig(...)` call)."""
 
 from __future__ import annotations
 
+from pipeline.config.schema import TrainConfig
 from pipeline.records import CUDA_GRAPH_MODES, Compile
 
 
 def sft_kwargs(
     micro: int,
     accumulation: int,
-    train: dict,
+    train: TrainConfig,
     dtype: str,
     device: str,
     world_size: int = 1,
@@ -19,9 +20,9 @@ def sft_kwargs(
     (`torch_compile`); regional compilation is done on the built trainer's layers (`builders.compile`). Several
     ranks (torchrun) add DDP's: every adapter weight takes part in every step, so DDP need not search the graph for
     unused ones (the Trainer would, without checkpointing), and the process group's timeout is the job's."""
-    padding = train["padding"]
-    whole = Compile.of(train["torch_compile"]) is Compile.WHOLE
-    mode = train["compile_mode"]
+    padding = train.padding
+    whole = Compile.of(train.torch_compile) is Compile.WHOLE
+    mode = train.compile_mode
     ddp = {}
     if world_size > 1:
         ddp = dict(ddp_find_unused_parameters=False)
@@ -30,35 +31,35 @@ def sft_kwargs(
     return ddp | dict(
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=accumulation,
-        max_steps=train["steps"],
+        max_steps=train.steps,
         # padding-free without packing: TRL enforces no max_length itself and refuses one, so the job's data comes
         # truncated already (`builders.dataset.truncated`)
-        max_length=None if padding == "padding_free" else train["max_length"],
-        learning_rate=train["learning_rate"],
-        lr_scheduler_type=train["lr_scheduler"],
-        warmup_steps=train["warmup_steps"],
-        weight_decay=train["weight_decay"],
-        max_grad_norm=train["max_grad_norm"],
-        optim=train["optimizer"],
-        seed=train["seed"],
-        data_seed=train["seed"],
+        max_length=None if padding == "padding_free" else train.max_length,
+        learning_rate=train.learning_rate,
+        lr_scheduler_type=train.lr_scheduler,
+        warmup_steps=train.warmup_steps,
+        weight_decay=train.weight_decay,
+        max_grad_norm=train.max_grad_norm,
+        optim=train.optimizer,
+        seed=train.seed,
+        data_seed=train.seed,
         bf16=dtype == "bf16",
         fp16=dtype == "fp16",
         use_cpu=device == "cpu",
-        gradient_checkpointing=train["gradient_checkpointing"],
-        gradient_checkpointing_kwargs={"use_reentrant": False} if train["gradient_checkpointing"] else None,
+        gradient_checkpointing=train.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if train.gradient_checkpointing else None,
         padding_free=padding == "padding_free",
         packing=padding == "packing",
-        pad_to_multiple_of=train["max_length"] if padding == "max_length" else None,
-        use_liger_kernel=train["liger_kernel"],
+        pad_to_multiple_of=train.max_length if padding == "max_length" else None,
+        use_liger_kernel=train.liger_kernel,
         torch_compile=whole,
         torch_compile_mode=mode if whole and mode != "default" else None,
         logging_steps=1,
         logging_strategy="steps",
-        logging_nan_inf_filter=train["loss"] == "trl",  # two reads of the device per micro-batch (builders.step)
+        logging_nan_inf_filter=train.loss == "trl",  # two reads of the device per micro-batch (builders.step)
         save_strategy="no",
         report_to="none",
-        disable_tqdm=not train["progress_bar"],
+        disable_tqdm=not train.progress_bar,
         dataloader_num_workers=0,
         dataloader_drop_last=mode in CUDA_GRAPH_MODES,  # CUDA graphs: every micro-batch full, one shape
         dataset_num_proc=None,

@@ -10,6 +10,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tokenizers.pre_tokenizers import ByteLevel
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from pipeline.config.schema import ModelConfig, ModelSource
+
 SPECIALS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -35,9 +37,9 @@ def byte_level_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def build_tokenizer(source: str, name_or_path: str | None) -> PreTrainedTokenizerBase:
-    if source == "pretrained":
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+def build_tokenizer(model: ModelConfig) -> PreTrainedTokenizerBase:
+    if model.source == ModelSource.PRETRAINED:
+        tokenizer = AutoTokenizer.from_pretrained(model.name_or_path)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         return tokenizer

@@ -161,6 +161,19 @@ class ModelConfig:
     attn_implementation: str = chosen(Attention.SDPA, "the attention kernels (flash_attention_*: their package, a GPU)")
 
 
+ARCH_FIELDS = (  # a model built from its config needs each (>= 1)
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+)
+# what a model built from its config passes to AutoConfig
+ARCH_KEYS = ("model_type", *ARCH_FIELDS, "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings")
+
+
 @dataclass
 class LoraConfig:
     r: int = 16
@@ -347,6 +360,13 @@ def choices_of(key: str) -> tuple[str, ...] | None:
     if "choices" in spec.metadata:
         return (*(m.value for m in spec.metadata["choices"]), *spec.metadata["aliases"])
     return ("true", "false") if spec.type in ("bool", bool) else None
+
+
+def typed(cfg: Any) -> Config:
+    """The config (a composed DictConfig, or the plain data a job's spec file holds) as the schema's dataclasses,
+    every interpolation resolved: what a job receives, and what its builders read section by section."""
+    register_configs()
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
 
 
 def register_configs() -> None:

@@ -18,18 +18,8 @@ from pipeline.config.data import check_data
 from pipeline.config.devices import cpu_cores, cuda_device_count
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
 from pipeline.config.knobs import check_knobs, on_cuda
-from pipeline.config.schema import CPU, Dtype, LauncherKind, ModelSource, field_choices
+from pipeline.config.schema import ARCH_FIELDS, CPU, Dtype, LauncherKind, ModelSource, field_choices
 from pipeline.records import GIB, Compile
-
-ARCH_FIELDS = (
-    "hidden_size",
-    "intermediate_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "vocab_size",
-)
 
 _SPLIT = re.compile(r"^([0-9]+)x([0-9]+)$")
 _SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(TiB|GiB|MiB|KiB|TB|GB|MB|KB)$")

@@ -38,8 +38,7 @@ from pipeline.builders.sft_args import sft_kwargs
 from pipeline.builders.step import capture_step
 from pipeline.builders.tokenizer import build_tokenizer
 from pipeline.builders.trainer import build_trainer
-from pipeline.config.schema import Padding
-from pipeline.config.validate import ARCH_FIELDS
+from pipeline.config.schema import CPU, AdapterDtype, Dtype, Padding, typed
 from pipeline.jobs import ranks, watchdog
 from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
 from pipeline.measure import memory
@@ -50,8 +49,6 @@ from pipeline.measure.compiled import CompileWatch
 from pipeline.measure.flops import flops_per_token
 from pipeline.measure.profile import ProfileWindow
 from pipeline.records import Compile, JobResult, JobSpec, Memory, Status, Step
-
-ARCH_KEYS = ("model_type", *ARCH_FIELDS, "max_position_embeddings", "rope_theta", "rms_norm_eps", "tie_word_embeddings")
 
 
 def versions() -> dict[str, str]:
@@ -106,35 +103,26 @@ class Job:
         return value
 
     def _setup_device(self) -> None:
-        gpu, train = self.cfg["gpu"], self.cfg["train"]
         self.device_memory = memory.DeviceMemory()
-        self.placement = resolve_placement(
-            gpu["name"], gpu["memory_gib"], gpu["bf16"], gpu["peak_tflops"], train["dtype"], self.spec.gpu_profiles
-        )
+        self.placement = resolve_placement(self.cfg.gpu, self.cfg.train.dtype, self.spec.gpu_profiles)
         cuda = self.placement.device == "cuda"
         # the ranks' process group before the cap: NCCL's communicator memory is then part of the measured context
-        self.backend = init_process_group(cuda, self.cfg["launcher"]["timeout_s"])
+        self.backend = init_process_group(cuda, self.cfg.launcher.timeout_s)
         if cuda:
             cap = self.spec.cap_bytes if self.spec.enforce_cap else None
             self.context_bytes = memory.apply_cuda_cap(cap, self.device_memory).context_bytes
 
     def _setup_model(self) -> None:
-        m = self.cfg["model"]
-        self.tokenizer = self._timed("tokenizer", build_tokenizer, m["source"], m["name_or_path"])
-        arch = {k: m[k] for k in ARCH_KEYS}
-        if m["source"] == "config":
-            arch.update(pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id)
-            arch["bos_token_id"] = None
+        self.tokenizer = self._timed("tokenizer", build_tokenizer, self.cfg.model)
+        dtype = torch_dtype(self.placement.dtype)
         self.model = self._timed(
             "model_build",
             build_model,
-            m["source"],
-            m["name_or_path"],
-            arch,
-            torch_dtype(self.placement.dtype),
+            self.cfg.model,
+            self.tokenizer,
+            dtype,
             self.placement.device,
-            m["attn_implementation"],
-            self.cfg["train"]["seed"],
+            self.cfg.train.seed,
         )
         if self.placement.device == "cuda":
             torch.cuda.synchronize()
@@ -145,21 +133,21 @@ class Job:
     def _setup_data(self) -> None:
         """The samples the steps consume (effective batch = micro x accumulation x world size), and with packing
         the records that fill as many sequences of max_length tokens: no more is read."""
-        train = self.cfg["train"]
-        needed = train["steps"] * self.cfg["batch"]["effective"]
-        packing = train["padding"] == "packing"
+        train = self.cfg.train
+        needed = train.steps * self.cfg.batch.effective
+        packing = train.padding == Padding.PACKING
         self.dataset = self._timed(
             "data",
             build_dataset,
-            self.cfg["data"],
+            self.cfg.data,
             self.model.config.vocab_size,
-            train["seed"],
+            train.seed,
             needed,
             self._count_tokens if packing else None,
-            needed * train["max_length"] if packing else 0,
+            needed * train.max_length if packing else 0,
         )
-        if train["padding"] == Padding.PADDING_FREE:
-            self.dataset = build_truncated(self.dataset, self.tokenizer, train["max_length"])
+        if train.padding == Padding.PADDING_FREE:
+            self.dataset = build_truncated(self.dataset, self.tokenizer, train.max_length)
 
     def _count_tokens(self, record: dict) -> int:
         """A text or chat record's tokens as TRL sees them, at most max_length (TRL's packing truncates the rest)."""
@@ -167,42 +155,41 @@ class Job:
             ids = self.tokenizer.apply_chat_template(record["messages"], tokenize=True)["input_ids"]
         else:
             ids = self.tokenizer(record["text"])["input_ids"]
-        return min(len(ids), self.cfg["train"]["max_length"])
+        return min(len(ids), self.cfg.train.max_length)
 
     def _setup_trainer(self) -> None:
-        lora = self.cfg["lora"]
         self.sft_kwargs = sft_kwargs(
             self.spec.micro,
             self.spec.accumulation,
-            self.cfg["train"],
+            self.cfg.train,
             self.placement.dtype,
             self.placement.device,
             world_size(),
-            self.cfg["launcher"]["timeout_s"],
+            self.cfg.launcher.timeout_s,
         )
         steps_path = str(self.workdir / STEPS_FILE) if self.writer else None
         cuda = self.placement.device == "cuda"
         clock = AllReduceClock(cuda) if self.backend else None
         self.meter = StepMeter(cuda, steps_path, self.spec.stop, self.context_bytes, clock)
         callbacks = [self.meter, *([clock] if clock else [])]
-        measure = self.cfg["measure"]
+        measure = self.cfg.measure
         if cuda and self.device_memory.handle is not None:
-            self.busy = BusyWindow(self.device_memory.handle, after=measure["warmup_steps"])
+            self.busy = BusyWindow(self.device_memory.handle, after=measure.warmup_steps)
             callbacks.append(self.busy)
-        if measure["profile"] and self.writer:
+        if measure.profile and self.writer:
             # the steps right after the warm-up; they are then no steady steps (the profiler costs host time)
             self.profiler = ProfileWindow(
                 self.workdir / PROFILE_DIR,
-                skip_first=measure["warmup_steps"],
+                skip_first=measure.warmup_steps,
                 wait=0,
                 warmup=1,
-                active=measure["profile_steps"],
+                active=measure.profile_steps,
                 cuda=cuda,
             )
             callbacks.append(self.profiler)
-        lora_config = build_lora_config(lora["r"], lora["alpha"], lora["dropout"], lora["target_modules"], lora["bias"])
+        lora_config = build_lora_config(self.cfg.lora)
         model, peft_config = self.model, lora_config
-        if self.cfg["train"]["adapter_dtype"] == "compute" and self.placement.dtype != "fp32":
+        if self.cfg.train.adapter_dtype == AdapterDtype.COMPUTE and self.placement.dtype != Dtype.FP32:
             model, peft_config = self._timed("peft_model", build_peft_model, self.model, lora_config), None
         self.trainer = self._timed(
             "trainer_build",
@@ -221,14 +208,14 @@ class Job:
     def _setup_compile(self) -> None:
         """Regional compilation on the built trainer's model (the Trainer itself compiles only the whole model), and
         what else of the step is captured: the LM head and loss, the optimizer step (`builders.step`)."""
-        train = self.cfg["train"]
-        choice = Compile.of(train["torch_compile"])
-        capture_step(self.trainer, train["loss"], train["optimizer_step"])
+        train = self.cfg.train
+        choice = Compile.of(train.torch_compile)
+        capture_step(self.trainer, train.loss, train.optimizer_step)
         what = [] if choice is Compile.OFF else [choice.value]
         if choice is Compile.REGIONAL:
-            what = [f"regional ({compile_layers(self.trainer.model, train['compile_mode'])} layers)"]
-        what += ["loss compiled"] if train["loss"] == "compiled" else []
-        what += [f"optimizer step {train['optimizer_step']}"] if train["optimizer_step"] != "eager" else []
+            what = [f"regional ({compile_layers(self.trainer.model, train.compile_mode)} layers)"]
+        what += ["loss compiled"] if train.loss == "compiled" else []
+        what += [f"optimizer step {train.optimizer_step}"] if train.optimizer_step != "eager" else []
         if what:
             self.compiled, self.compile_watch = ", ".join(what), CompileWatch()
 
@@ -289,7 +276,7 @@ class Job:
             padded_length,
             m.num_attention_heads,
             head_dim,
-            self.cfg["train"]["gradient_checkpointing"],
+            self.cfg.train.gradient_checkpointing,
         )
         return {"base_matmul_params": base, "lora_params": lora, "model_flops_per_token": fpt.model}
 
@@ -388,9 +375,9 @@ def main(spec: JobSpec, workdir: str) -> None:
     watchdog.follow(spec.owner_pid)
     no_process_locks()
     os.environ.update(spec.env)
-    quiet(spec.config["train"]["progress_bar"])
+    quiet(spec.config.train.progress_bar)
     rank = int(os.environ.get("RANK", "0"))
-    if "LOCAL_RANK" in os.environ and torch.cuda.is_available() and spec.config["gpu"]["name"] != "cpu":
+    if "LOCAL_RANK" in os.environ and torch.cuda.is_available() and spec.config.gpu.name != CPU:
         torch.cuda.set_device(local_rank())
     path = Path(workdir)
     ranks_n = world_size()
@@ -407,4 +394,4 @@ def main(spec: JobSpec, workdir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(JobSpec.from_json(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))), sys.argv[2])
+    main(JobSpec.from_json(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")), typed), sys.argv[2])

@@ -19,6 +19,7 @@ from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import display_name, parse_override
 from pipeline.config.knobs import compute_dtype, on_cuda
+from pipeline.config.schema import typed
 from pipeline.jobs.task import job_spec
 from pipeline.reporting.table import Row
 from pipeline.tracking.runs import OVERRIDES
@@ -48,8 +49,7 @@ def placement_of(cfg: DictConfig) -> tuple[str, str]:
 
 def sft_of(cfg: DictConfig, micro: int, accumulation: int, placement: tuple[str, str] | None) -> dict:
     device, dtype = placement or placement_of(cfg)
-    train = dict(cfg.train)
-    return sft_kwargs(micro, accumulation, train, dtype, device, cfg.world_size, cfg.launcher.timeout_s)
+    return sft_kwargs(micro, accumulation, typed(cfg).train, dtype, device, cfg.world_size, cfg.launcher.timeout_s)
 
 
 def export(overrides: list[str], sft: dict | None = None, placement: tuple[str, str] | None = None) -> Exported:

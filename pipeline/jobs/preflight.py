@@ -9,22 +9,23 @@ import os
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 from huggingface_hub import constants as hub
+
+from pipeline.config.schema import Config, DataKind, ModelSource
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 TIMEOUT_S = 3.0
 
 
-def hub_ids(cfg: dict[str, Any]) -> list[tuple[str, str, str]]:
+def hub_ids(cfg: Config) -> list[tuple[str, str, str]]:
     """(config field, repo type, id) of what the job would fetch from the hub; local folders are not hub ids."""
     found = []
-    data, model = cfg["data"], cfg["model"]
-    if data["kind"] == "hub" and not Path(str(data["name"])).expanduser().exists():
-        found.append(("data.name", "datasets", str(data["name"])))
-    if model["source"] == "pretrained" and not Path(str(model["name_or_path"])).expanduser().exists():
-        found.append(("model.name_or_path", "models", str(model["name_or_path"])))
+    data, model = cfg.data, cfg.model
+    if data.kind == DataKind.HUB and not Path(str(data.name)).expanduser().exists():
+        found.append(("data.name", "datasets", str(data.name)))
+    if model.source == ModelSource.PRETRAINED and not Path(str(model.name_or_path)).expanduser().exists():
+        found.append(("model.name_or_path", "models", str(model.name_or_path)))
     return found
 
 
@@ -49,7 +50,7 @@ def reachable(endpoint: str, timeout_s: float = TIMEOUT_S) -> bool:
     return True
 
 
-def check_hub(cfg: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
+def check_hub(cfg: Config) -> tuple[str | None, dict[str, str]]:
     """(one-line error or None, environment for the job). Offline (HF_HUB_OFFLINE=1) or out of reach, a cached copy
     is used offline; anything else cannot run."""
     ids = hub_ids(cfg)

@@ -147,8 +147,8 @@ def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
         spec_path.write_text(json.dumps(spec.to_json()), encoding="utf-8")
         job = ["-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
         if kind == "torchrun":  # one process per device, PyTorch's own elastic launcher
-            show = ["--show-rank0"] if spec.config["train"]["progress_bar"] else []
-            job = ["-m", "pipeline.jobs.ranks", str(spec.config["world_size"]), str(spec_path), str(workdir), *show]
+            show = ["--show-rank0"] if spec.config.train.progress_bar else []
+            job = ["-m", "pipeline.jobs.ranks", str(spec.config.world_size), str(spec_path), str(workdir), *show]
         return _Handle(subprocess.Popen([sys.executable, *job]))
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
     with _main_without_a_missing_file():
@@ -240,7 +240,7 @@ def run_job(
         reason = f"timed out after {timeout_s:g} s" if timed_out else _no_result(handle.exitcode)
         result = JobResult(status=Status.FAILED, error=reason, steps=read_steps(workdir), pid=handle.pid)
     if kind == "torchrun" and not timed_out:
-        result = _blame_rank(result, workdir, spec.config["world_size"], recorded)
+        result = _blame_rank(result, workdir, spec.config.world_size, recorded)
     timings = {**result.timings, "wall_s": time.time() - launched}
     if "child_start" in timings:
         timings["spawn_s"] = timings.pop("child_start") - launched

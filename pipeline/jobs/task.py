@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.config.compose import CONF_DIR
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.identity import config_id, display_name
+from pipeline.config.schema import CPU, typed
 from pipeline.config.validate import validate
 from pipeline.jobs import devicelock, preflight, ranks, runner
 from pipeline.jobs.context import SweepContext, job_command, job_overrides
@@ -60,8 +61,8 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
     the cap from the device (a study's probes and its baseline measure what a config needs and how fast it runs);
     the peak is still judged against it."""
     resolved = validate(cfg)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    config["train"]["torch_compile"] = resolved.compile.value  # `true` is `regional`: one spelling on record
+    config = typed(cfg)
+    config.train.torch_compile = resolved.compile.value  # `true` is `regional`: one spelling on record
     if name is None:
         context = SweepContext.from_env()
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
@@ -71,7 +72,7 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
     env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if compiled else {}
     return JobSpec(
         config=config,
-        config_id=config_id(config),
+        config_id=config_id(dataclasses.asdict(config)),
         name=name,
         micro=resolved.split.micro,
         accumulation=resolved.split.accumulation,
@@ -127,7 +128,7 @@ def run(
 
 
 def _on_cuda(spec: JobSpec) -> bool:
-    return spec.config["gpu"]["name"] != "cpu" and cuda_device_count() > 0
+    return spec.config.gpu.name != CPU and cuda_device_count() > 0
 
 
 def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: DictConfig, label: str) -> JobOutcome:

@@ -58,16 +58,17 @@ class Shape:
     tied: bool
 
     @classmethod
-    def from_model(cls, m: dict) -> Shape:
+    def from_model(cls, m) -> Shape:
+        """`m`: the model group (its fields read as attributes)."""
         return cls(
-            m["hidden_size"],
-            m["intermediate_size"],
-            m["num_hidden_layers"],
-            m["num_attention_heads"],
-            m["num_key_value_heads"],
-            m["head_dim"],
-            m["vocab_size"],
-            bool(m["tie_word_embeddings"]),
+            m.hidden_size,
+            m.intermediate_size,
+            m.num_hidden_layers,
+            m.num_attention_heads,
+            m.num_key_value_heads,
+            m.head_dim,
+            m.vocab_size,
+            bool(m.tie_word_embeddings),
         )
 
     def base_matmul_params(self) -> int:

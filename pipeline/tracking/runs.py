@@ -88,14 +88,15 @@ def start_job(
         CONFIG_ID: spec.config_id,
         NAME: spec.name,
         REPEAT: repeat,
-        "model": spec.config["model"]["name"],
+        "model": spec.config.model.name,
         "split": f"{spec.micro}x{spec.accumulation}",
         **(tags or {}),
     }
     run_tags[GROUP] = group_of(run_tags)
     run_id = tracker.start(run_name or spec.name, tags=run_tags, parent_id=parent_id, abandon_tags=ABANDONED)
-    tracker.params(run_id, {**flatten(spec.config), CONFIG_ID: spec.config_id})
-    tracker.artifact_text(run_id, "config.yaml", OmegaConf.to_yaml(OmegaConf.create(spec.config)))
+    config = dataclasses.asdict(spec.config)
+    tracker.params(run_id, {**flatten(config), CONFIG_ID: spec.config_id})
+    tracker.artifact_text(run_id, "config.yaml", OmegaConf.to_yaml(OmegaConf.create(config)))
     return run_id
 
 
@@ -104,8 +105,8 @@ def derived_params(spec: JobSpec, result: JobResult) -> dict[str, object]:
     params: dict[str, object | None] = {
         "micro_batch": spec.micro,
         "accumulation": spec.accumulation,
-        "effective_batch": spec.config["batch"]["effective"],
-        "world_size": spec.config["world_size"],
+        "effective_batch": spec.config.batch.effective,
+        "world_size": spec.config.world_size,
         "cap_source": spec.cap_source,
         "lora_params": result.lora_params,
         "base_matmul_params": result.base_matmul_params,
