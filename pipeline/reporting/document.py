@@ -1,4 +1,5 @@
-"""A report over one recorded sweep or study, read back from MLflow: Markdown and HTML with PNG plots.
+"""A report over one recorded sweep or study, read back from MLflow: Markdown with PNG plots beside it, and an HTML
+page that stands alone (its plots embedded as SVG: MLflow's artifact viewer shows the page, not the files beside it).
 
 It covers every config: measured, pruned, over the cap, skipped by prediction, failed; says the device, the date and
 the cap; names the best config that fits, or says that nothing fits and what the smallest need was. The files are
@@ -15,6 +16,7 @@ from pipeline.compare.paired import WIDE, Judgement, margin_text
 from pipeline.records import RecordedJob, RunKind, Status
 from pipeline.reporting import plots
 from pipeline.reporting.table import (
+    ANSWER,
     Criteria,
     Row,
     comparison_rows,
@@ -55,7 +57,7 @@ def _columns(confidence: float, rows: list[Row]) -> list[str]:
         "config",
         "status",
         step_header(confidence, rows),
-        paired_header(confidence),
+        paired_header(confidence, rows),
         "tokens/s",
         "peak GiB",
         "predicted GiB",
@@ -86,6 +88,7 @@ def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
     what = "Fastest that fits" if cap_gib else "Fastest"
     reference = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
     if reference is not None:
+        what = "The study's answer" if reference.role == ANSWER else what
         line = f"{what}: **{reference.name}**, {reference.median:.4f} s/step"
         compared = [r for r in rows if r.comparison is not None]
         if reference.judgement is Judgement.WINNER:
@@ -145,7 +148,7 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
     table = markdown_table([_columns(criteria.confidence, rows), *(_cells(r, criteria.confidence) for r in rows)])
     md = [f"# {context.kind} {name}", "", f"`{command}`", "", " · ".join(facts), "", headline, "", table, ""]
     md += [*(f"- {n}" for n in notes), ""] if notes else []
-    md += [f"![{title}]({path.name})" for title, path in images.items()]
+    md += [f"![{title}]({plot.png.name})" for title, plot in images.items()]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     page = _html(context, name, command, facts, headline, rows, images, criteria, notes)
     (out / "report.html").write_text(page, "utf-8")
@@ -178,14 +181,15 @@ def _html(context, name, command, facts, headline, rows, images, criteria, notes
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r, criteria.confidence)) + "</tr>" for r in rows
     )
     figures = "".join(
-        f'<figure><img src="{p.name}" alt="{html.escape(t)}"><figcaption>{html.escape(t)}</figcaption></figure>'
+        f'<figure role="img" aria-label="{html.escape(t)}">{p.svg}<figcaption>{html.escape(t)}</figcaption></figure>'
         for t, p in images.items()
     )
     strong = html.escape(headline).replace("**", "")
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{context.kind} {html.escape(name)}</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-        "padding:4px 8px}th{background:#eee}figure{display:inline-block;margin:1em}</style></head><body>"
+        "padding:4px 8px}th{background:#eee}figure{display:inline-block;margin:1em}figure svg{max-width:100%;"
+        "height:auto}</style></head><body>"
         f"<h1>{context.kind} {html.escape(name)}</h1><p><code>{html.escape(command)}</code></p>"
         f"<p>{' · '.join(html.escape(f) for f in facts)}</p><p><strong>{strong}</strong></p>"
         f"<table><tr>{header}</tr>{body}</table>"
