@@ -190,7 +190,7 @@ def _three_way_tie() -> list:
 
 
 def test_the_reports_headline_says_which_ties_are_close_and_which_the_rounds_could_not_tell_apart():
-    from pipeline.reporting.document import fastest_line
+    from pipeline.reporting.headline import fastest_line
 
     rows = comparison_rows(_three_way_tie(), Criteria(), prefer="a")
     by_name = {r.name: r for r in rows}

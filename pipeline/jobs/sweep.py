@@ -26,11 +26,10 @@ from pipeline.config.validate import layout_mismatch
 from pipeline.jobs import runner, task
 from pipeline.jobs.context import SweepContext
 from pipeline.records import RunKind, RunState, Status
-from pipeline.reporting.table import Criteria, comparison_rows, format_table, rank_text
+from pipeline.reporting import runs_table
+from pipeline.reporting.table import Criteria, comparison_rows, format_table
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
-
-NOT_RANKED = "not ranked: one run"  # a config measured once has no pair to rank it by
 
 
 def _clock(seconds: float) -> str:
@@ -91,11 +90,7 @@ class SweepCallback(Callback):
         jobs = runs.read_jobs(self.tracker, parent_id)
         criteria = Criteria.of(config.measure)
         rows = comparison_rows(jobs, criteria)
-        for row in rows:
-            for job in row.jobs:
-                if row.loss_dev is not None:
-                    self.tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
-                self.tracker.tags(job.run_id, {"rank": rank_text(row) if row.judgement else NOT_RANKED})
+        runs_table.tag_runs(self.tracker, parent_id, rows, criteria)  # each run's rank and notes; the winner's
         table = format_table(rows, criteria)
         code, line = exits.jobs_exit_code((j.status, j.summary.fit) for j in jobs)
         print(table, flush=True)

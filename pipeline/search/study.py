@@ -50,6 +50,8 @@ from pipeline.liveness import HEARTBEAT_S
 from pipeline.measure.flops import Shape
 from pipeline.measure.summary import steady_steps
 from pipeline.records import GIB, RunKind, Status, StopRule
+from pipeline.reporting import runs_table
+from pipeline.reporting.table import Criteria
 from pipeline.search import confirmation, trials, workers
 from pipeline.search.answer import Answer, Decided, decide, log_answer
 from pipeline.search.calibration import ATTR as CALIBRATION
@@ -385,6 +387,10 @@ class StudyDriver:
             if finished and answer.best is not None:
                 self.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
             print(answer.text, flush=True)
+            if finished:  # the runs table's rank and time ratio of every run, against the answer
+                runs_table.tag_study(
+                    self.tracker, parent, Criteria.of(self.cfg.measure), answer.best and answer.best.config_id
+                )
             log_answer(self.tracker, parent, answer, finished)
         return answer
 
