@@ -215,3 +215,50 @@ def test_the_reference_of_a_tie_says_with_whom():
     assert all(rank_text(rows[n]).startswith("equal ±") for n in near)
     assert all(rank_text(rows[n]).startswith("not told apart (within ") for n in apart)
     assert rank_text(comparison_rows(_three_way_tie(), Criteria(), prefer="a")[0]).startswith("answer; equal with b")
+
+
+def test_the_runs_table_gives_the_fastests_rank_in_short_and_the_parent_who_won_and_by_how_much():
+    """What MLflow's runs table shows of a ranked sweep: the fastest's rank counts its ties (its row beside them
+    would not fit their names), the parent names the fastest and the next config's ratio to it; a winner is named so;
+    without ranks, the lowest median, said to be unranked."""
+    from pipeline.reporting.runs_table import in_short, parent_tags
+
+    rows = comparison_rows(_three_way_tie(), Criteria())
+    reference = next(r for r in rows if r.role)
+    assert in_short(reference) == "fastest; equal with 1; not told apart from 1"
+    nearest = next(r for r in order(rows) if r.comparison is not None)
+    tags, best = parent_tags(rows)
+    assert best is reference
+    assert tags == {"rank": f"{reference.name}: {in_short(reference)}", "time_vs_fastest": f"next: {nearest.name} "
+                    f"{paired_text(nearest)}"}  # fmt: skip
+    on, off = [0.42, 0.36, 0.47, 0.41], [0.24, 0.22, 0.31, 0.21]
+    jobs = [recorded("ckpt=on", "on", [t] * 10, r) for r, t in enumerate(on)]
+    jobs += [recorded("ckpt=off", "off", [t] * 10, r) for r, t in enumerate(off)]
+    tags, _ = parent_tags(comparison_rows(jobs, Criteria()))
+    assert tags["rank"] == "ckpt=off: winner" and tags["time_vs_fastest"].startswith("next: ckpt=on 1.7")
+    single = comparison_rows([recorded("m 1x4", "a", [0.3] * 10), recorded("m 4x1", "b", [0.1] * 10)], Criteria())
+    assert parent_tags(single)[0] == {"rank": "m 4x1: lowest median (not ranked: one run)", "time_vs_fastest": "-"}
+
+
+def test_the_figures_a_person_reads_in_mlflow_are_logged_as_the_console_prints_them():
+    """MLflow's table prints a value whole: step times to four significant digits and at least four decimals (the
+    tables' `.4f`), rates to four significant digits, memory to at least three decimals; metrics that say nothing
+    happened are left out; a run's description says its drift as the console does, and needs no drift."""
+    from pipeline.measure.summary import summarize_job
+    from pipeline.tracking import figures
+    from tests.helpers.records import result
+
+    assert figures.shown(0.03739772099993388, 4) == 0.0374
+    assert figures.shown(3.4124493, 4) == 3.4124 and figures.shown(0.00512349, 4) == 0.005123
+    assert figures.shown(27067.1948, 0) == 27067 and figures.shown(12.3456, 0) == 12.35
+    assert figures.shown(0.466796875, 3) == 0.4668 and figures.shown(14.12345, 3) == 14.123
+    summary = summarize_job(result([0.1] * 6 + [0.126] * 6, peak=int(0.466796875 * 2**30)), 0, 0.95)
+    logged = figures.metrics(summary)
+    assert list(logged)[:3] == list(figures.LEADING_METRICS) and logged["peak_gib"] == 0.4668
+    assert "context_gib" not in logged and "compile_s" not in logged  # no CUDA context recorded, nothing compiled
+    assert logged["step_time_trimmed_s"] == summary.step_time.trimmed  # what ranks stays whole
+    text = figures.description("m 1x4", summary, ["rank: slower"])
+    assert text.startswith("**m 1x4**: ok, step 0.1130 s (median of 12 steady steps, ")
+    assert "drift +26% (the last third of steady steps against the first)" in text and text.endswith("rank: slower")
+    short = summarize_job(result([0.1, 0.1]), 0, 0.95)
+    assert short.drift is None and "drift" not in figures.description("m", short)

@@ -64,7 +64,7 @@ def _legend(ax, handles: list) -> None:
 class Plot:
     """A plot as the report holds it: a PNG file (for report.md), and the same figure as SVG markup, embedded in
     report.html so that the page stands alone (MLflow's artifact viewer serves no file beside it) and its bars and
-    labels can be read in a browser (their ids: `step-bar-<i>`, `step-label-<i>`, in the table's order)."""
+    labels can be read in a browser (their ids: `step-bar-<i>`, `step-label-<i>`, in the table's order; `step-axes`)."""
 
     png: Path
     svg: str
@@ -162,6 +162,7 @@ def step_times(rows: list[Row], context: Context, confidence: float, path: Path)
     """Each config's bar is the table's step column, in the table's order and coloured by its rank; above a
     ranked bar, its `time vs` cell."""
     fig, ax = _figure(rows)
+    ax.patch.set_gid("step-axes")
     ax.set_title(context.title("Step time per config"), fontsize=9)
     if not any(r.median is not None or r.first_steps is not None for r in rows):
         _empty(ax, "no config has a step time (see the table and the memory plot)")

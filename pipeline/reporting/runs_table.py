@@ -1,10 +1,11 @@
 """The comparison written onto the MLflow runs it was made of, so that the runs table says it without a click.
 
-Each run gets its config's `rank` and `time_vs_fastest` (in a study, against its answer, as the report says it),
-its own notes beside why it stopped (`drift 26%`, `cv 194%`: the console's words for its steps) and, on its page,
-a description in the same words. The sweep's or study's parent run gets the winner, or the fastest and whom it ties
-with (`rank`), by how much (`time_vs_fastest`: the next config's time over its), the winner's step time, tokens/s
-and peak as its own figures, and the headline and comparison table as its description.
+Each run gets its config's `rank` (the reference's in short: `fastest; not told apart from 2`) and
+`time_vs_fastest` (in a study, against its answer, as the report says it), its own notes beside why it stopped
+(`drift 26%`, `cv 194%`: the console's words for its steps) and, on its page, a description in the same words. The
+sweep's or study's parent run gets the winner, or the fastest and whom it ties with (`rank`), by how much
+(`time_vs_fastest`: the next config's time over its), the winner's step time, tokens/s and peak as its own figures,
+and the headline and comparison table as its description.
 """
 
 from __future__ import annotations
@@ -39,13 +40,12 @@ def unranked(row: Row) -> str:
 def tag_runs(tracker: Tracker, parent_id: str, rows: list[Row], criteria: Criteria) -> None:
     """Every run of `rows` and their parent run, as the module's docstring says."""
     for row in rows:
-        rank = rank_text(row) if row.judgement else unranked(row)
+        rank = (in_short(row) if row.role else rank_text(row)) if row.judgement else unranked(row)
         said = [f"rank: {rank}", f"time vs {_against(rows)}: {paired_text(row)}"] if row.judgement else [rank]
         for job in row.jobs:
-            said_before = job.note.split("; ") if job.note else []  # why it stopped; notes of an earlier pass
-            note = "; ".join(dict.fromkeys([*said_before, *notes([job], criteria)]))
+            note = "; ".join([n for n in (job.note, *notes([job], criteria)) if n])  # why it stopped, its steps
             tags = {RANK: rank, TIME_VS: paired_text(row)}
-            tags.update({runs.NOTE: note[:500]} if note else {})
+            tags.update({runs.NOTE: note[:500], runs.REASON: job.note} if note else {})
             tags[figures.DESCRIPTION] = figures.description(job.name, job.summary, said)
             tracker.tags(job.run_id, tags)
             if row.loss_dev is not None:
@@ -76,7 +76,7 @@ def parent_tags(rows: list[Row]) -> tuple[dict[str, str], Row | None]:
     if reference is not None:
         nearest = next((r for r in order(rows) if r.comparison is not None), None)
         nearest_text = f"next: {nearest.name} {paired_text(nearest)}" if nearest else "-"
-        return {RANK: f"{reference.name}: {_in_short(reference)}", TIME_VS: nearest_text}, reference
+        return {RANK: f"{reference.name}: {in_short(reference)}", TIME_VS: nearest_text}, reference
     timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == str(Status.OK)]
     if not timed:
         return {RANK: "no config finished under its cap", TIME_VS: "-"}, None
@@ -84,14 +84,14 @@ def parent_tags(rows: list[Row]) -> tuple[dict[str, str], Row | None]:
     return {RANK: f"{best.name}: lowest median ({NOT_RANKED})", TIME_VS: "-"}, best
 
 
-def _in_short(reference: Row) -> str:
-    """`winner`, or `fastest; 1 equal; 2 not told apart` (its own row names them)."""
+def in_short(reference: Row) -> str:
+    """The reference's rank as a column of the runs table holds it: `winner`, or `fastest; equal with 1; not told
+    apart from 2` (the rows beside it say which, and by how much)."""
     if not reference.ties:
         return rank_text(reference)
     near = sum(1 for r in reference.ties if close(r))
-    said = ([f"{near} equal"] if near else []) + (
-        [f"{len(reference.ties) - near} not told apart"] if len(reference.ties) > near else []
-    )
+    apart = len(reference.ties) - near
+    said = ([f"equal with {near}"] if near else []) + ([f"not told apart from {apart}"] if apart else [])
     return "; ".join([reference.role, *said])
 
 

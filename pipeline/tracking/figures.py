@@ -110,6 +110,10 @@ def description(name: str, summary: JobSummary, more: list[str] | tuple[str, ...
     head += f" · peak {summary.peak_gib:.3f} GiB" if summary.peak_gib is not None else ""
     lines = [head]
     if s is not None:
-        drift = f"drift {100 * (summary.drift - 1):+.0f}% (the last third of steady steps against the first)"
-        lines.append(", ".join(([drift] if summary.drift is not None else []) + [f"cv {100 * s.cv:.0f}%"]))
+        drift = (
+            []
+            if summary.drift is None
+            else [f"drift {100 * (summary.drift - 1):+.0f}% (the last third of steady steps against the first)"]
+        )
+        lines.append(", ".join([*drift, f"cv {100 * s.cv:.0f}%"]))
     return "\n\n".join([*lines, *more])
