@@ -26,7 +26,7 @@ from pipeline.reporting.table import (
 from pipeline.tracking import figures, runs
 from pipeline.tracking.store import Tracker
 
-RANK, TIME_VS = "rank", "time_vs_fastest"
+RANK, TIME_VS = runs.RANK, runs.TIME_VS
 NOT_RANKED = "not ranked: one run"  # a config measured once has no pair to rank it by
 
 
@@ -45,7 +45,8 @@ def tag_runs(tracker: Tracker, parent_id: str, rows: list[Row], criteria: Criter
         for job in row.jobs:
             note = "; ".join([n for n in (job.note, *notes([job], criteria)) if n])  # why it stopped, its steps
             tags = {RANK: rank, TIME_VS: paired_text(row)}
-            tags.update({runs.NOTE: note[:500], runs.REASON: job.note} if note else {})
+            tags.update({runs.NOTE: note[:500]} if note else {})
+            tags.update({runs.REASON: job.note} if job.note else {})  # read back as the run's note: why it stopped
             tags[figures.DESCRIPTION] = figures.description(job.name, job.summary, said)
             tracker.tags(job.run_id, tags)
             if row.loss_dev is not None:

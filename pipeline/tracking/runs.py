@@ -42,7 +42,8 @@ FIT_BEFORE = "verdict"  # the same tag in stores written before 2026-12-01
 NAME = "display_name"
 PREDICTED = "predicted_gib"
 NOTE = "note"  # what the runs table shows: why a run stopped, and its config's notes on its steps once ranked
-REASON = "reason"  # why it stopped alone, once NOTE says more (`reporting.runs_table`)
+REASON = "reason"  # why it stopped alone, where NOTE says more (`reporting.runs_table`)
+RANK, TIME_VS = "rank", "time_vs_fastest"  # a ranked run's config: its rank, its time over the fastest's
 GROUP = "group"  # the sweep or study a run belongs to, as its parent run is named: what the MLflow view groups by
 SINGLE_JOBS = "single jobs"  # the group of jobs run on their own, outside any sweep or study
 SUBGROUPS = {RunKind.PROBE: " · probes", RunKind.CONFIRM: " · confirm"}
@@ -247,7 +248,7 @@ def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = MEA
                 summary=summary,
                 losses=tuple(value for _, value in tracker.history(run.info.run_id, "loss")),
                 predicted_gib=float(tags[PREDICTED]) if PREDICTED in tags else None,
-                note=tags.get(REASON, tags.get(NOTE, "")),
+                note=tags.get(REASON, "" if TIME_VS in tags else tags.get(NOTE, "")),
                 round=paired_round(kind, tags),
             )
         )

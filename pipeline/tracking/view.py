@@ -23,7 +23,7 @@ VIEW_NAME = "batch-split: step time, tokens/s, peak memory, rank, time vs fastes
 TAG_PREFIX = "mlflow.sharedViewState."
 NAME_COLUMN = "attributes.`Run Name`"
 METRICS = figures.LEADING_METRICS  # step time, tokens/s, peak memory (rounded as the console prints them)
-TAGS = ("rank", "time_vs_fastest", runs.STATUS, runs.NOTE)
+TAGS = (runs.RANK, runs.TIME_VS, runs.STATUS, runs.NOTE)
 WIDTHS = {  # pixels: the sweep's or study's name whole, the figures as logged, a rank's and a ratio's words whole;
     # all in view on a screen 1920 px wide
     NAME_COLUMN: 325,
