@@ -2,18 +2,18 @@
 browser (headless Chromium driven by Playwright).
 
 A sweep of three splits with three repeats (paired rounds) and a study under a cap whose confirmation round has
-three short rounds (its intervals are wide, often open: `0.83x [0.00, 1212.40]`), both in one store, their reports, then the
-MLflow server started by `python -m pipeline.ui` with the arguments `make ui` gives it. The link it prints must open
-the experiment's runs in the UI's "Model training" view (MLflow 3.17 opens experiments in its GenAI view otherwise)
-in the project's saved view: every run on the page without a click, with its step time, tokens/s and peak memory as
-recorded (rounded as the console prints them), its rank, `time vs fastest` and notes as the console's table said
-them, whole; the sweep's parent row with the winner (or the fastest and its ties) and by how much. The run page and
-the compare page reached from there must stay in the training view, the run's step times must be charted apart
-from its warm-up's, and the compare page must plot the step time. Each report, opened through MLflow's artifact
-viewer (which serves the page, not the files beside it), must show its four plots, and its step-time plot must be
-its table's step column: bar for bar in the table's order, labelled with its `time vs` cell, the axis set by the
-bars and not by an interval. `BATCH_SPLIT_SCREENSHOTS=docs` (`make screenshots`) also saves docs/mlflow-ui.png,
-docs/report.png and docs/report-study.png.
+three short rounds (its intervals are wide, often open: `0.83x [0.00, 1212.40]`), both in one store, their reports,
+then the MLflow server started by `python -m pipeline.ui` with the arguments `make ui` gives it. The link it prints
+must open the experiment's runs in the UI's "Model training" view (MLflow 3.17 opens experiments in its GenAI view
+otherwise) in the project's saved view: every run on the page without a click, with its step time, tokens/s and peak
+memory as recorded (rounded as the console prints them), its rank, `time vs fastest` and notes as the console's
+table said them, whole; the sweep's parent row with the winner (or the fastest and its ties) and by how much. The
+run page and the compare page reached from there must stay in the training view, the run's step times must be
+charted apart from its warm-up's, and the compare page must plot the step time. Each report, opened through
+MLflow's artifact viewer (which serves the page, not the files beside it), must show its four plots, and its
+step-time plot must be its table's step column: bar for bar in the table's order, labelled with its `time vs` cell,
+the axis set by the bars and not by an interval. `BATCH_SPLIT_SCREENSHOTS=docs` (`make screenshots`) also saves
+docs/mlflow-ui.png, docs/report.png and docs/report-study.png.
 
 Needs Chromium (`apt-get install chromium`; Playwright's own browser download is not used) and the `playwright`
 package; skipped without them.

@@ -3,8 +3,8 @@
 Every config of the sweep or study has its place on the step-time and memory plots, whatever became of it: measured
 (its step column's figure, coloured by its rank, with its time ratio above), pruned (its first steps only), over the
 cap or out of memory (its measured peak, marked), skipped (its predicted peak, hatched as a prediction) or failed.
-The step-time axis is set by the bars, never by an interval, which a few rounds may leave open. Each plot is titled with the sweep or study, the
-device and the date, so a plot pasted elsewhere still says what it shows.
+The step-time axis is set by the bars, never by an interval, which a few rounds may leave open. Each plot is titled
+with the sweep or study, the device and the date, so a plot pasted elsewhere still says what it shows.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from pipeline.compare.paired import Judgement  # noqa: E402
 from pipeline.records import PHASES, Status  # noqa: E402
 from pipeline.reporting.table import ANSWER, FASTEST, Row, close, paired_text, reference_role  # noqa: E402
 
-RANK_COLOURS = {Judgement.WINNER: "#2a9d5c", Judgement.EQUAL: "#e9a23b", Judgement.SLOWER: "#4c72b0"}
 FIGSIZE = (8.0, 4.6)  # every plot the same size, so the report's page lines up
 PHASE_COLOURS = dict(zip(PHASES, ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"), strict=True))
 FITS, OVER, PREDICTED, NEUTRAL = "#55a868", "#c44e52", "#bbbbbb", "#999999"
@@ -64,7 +63,7 @@ def _legend(ax, handles: list) -> None:
 class Plot:
     """A plot as the report holds it: a PNG file (for report.md), and the same figure as SVG markup, embedded in
     report.html so that the page stands alone (MLflow's artifact viewer serves no file beside it) and its bars and
-    labels can be read in a browser (their ids: `step-bar-<i>`, `step-label-<i>`, in the table's order; `step-axes`)."""
+    labels can be read in a browser (ids `step-bar-<i>` and `step-label-<i>` in the table's order, `step-axes`)."""
 
     png: Path
     svg: str

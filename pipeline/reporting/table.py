@@ -278,8 +278,8 @@ def footnotes(rows: list[Row], criteria: Criteria) -> list[str]:
         )
     if any(r.runs > 1 for r in timed):
         out.append(
-            f"step s of several runs: the geometric mean of their {100 * TRIM:g}%-trimmed means, the figure their pairs "
-            f"compare (time vs {reference_role(rows)} is its ratio over the rounds both ran)"
+            f"step s of several runs: the geometric mean of their {100 * TRIM:g}%-trimmed means, the figure their "
+            f"pairs compare (time vs {reference_role(rows)} is its ratio over the rounds both ran)"
         )
     if any(r.ci is not None and r.ci.level < confidence - 1e-12 for r in rows):
         out.append(f"(n%): the interval covers the median only n% of the time: too few steps for {100 * confidence:g}%")
