@@ -10,12 +10,16 @@ that what a person sees in the dashboard is what the study decided.
 | proposed again once decided                 | as the decided trial, labelled `repeat_of`                     |
 | claimed elsewhere, crashed                  | FAIL     | none                      | none                             |
 
-- optuna-dashboard marks a COMPLETE trial with a positive constraint "infeasible" (history, table), and plots it;
-  a PRUNED trial is not plotted. The value is named `step s` (`study.set_metric_names`).
-- optuna-dashboard 0.21 calls the lowest COMPLETE value best, constraints ignored (optuna_dashboard/_app.py,
-  `get_study_detail`): over-the-cap configs are often the fastest. `python -m pipeline.dashboard` (`make dashboard`)
-  serves the same app with the study detail's `best_trials` recomputed from the storage: the fastest feasible
-  trial, or none when nothing fits, as Optuna's own `study.best_trial` and `optuna best-trial` decide.
+- optuna-dashboard 0.21 marks a COMPLETE trial with a positive constraint "infeasible" and plots its value, a grey
+  dot among the step times (history, slice, parallel coordinates, distribution), often the lowest: over-the-cap
+  configs are often the fastest; a PRUNED trial is not plotted. It calls the lowest COMPLETE value best,
+  constraints ignored (optuna_dashboard/_app.py, `get_study_detail`). The value is named `step s`
+  (`study.set_metric_names`).
+- `python -m pipeline.dashboard` (`make dashboard`) serves the same app with each study detail changed: its
+  `best_trials` recomputed from the storage (the study's answer, else the fastest feasible trial, or none when
+  nothing fits, as Optuna's own `study.best_trial` and `optuna best-trial` decide); an infeasible trial listed
+  without its value (no plot shows it among the step times; the timeline shows it "Infeasible", its attributes
+  its step time and reason); a `repeat_of` proposal left out (it would be one more completed trial).
 - Each constraint is written twice, with the same value, before `study.tell`: `trial.set_constraint("memory_gib",
   over)` (Optuna 5: system attr `constraints:memory_gib`) and the list `constraints` that optuna-dashboard 0.21 reads
   (optuna_dashboard/_serializer.py); Optuna reads both (optuna/study/_constrained_optimization.py).
@@ -72,9 +76,9 @@ class Outcome:
 MIXED = [
     Outcome("1x8", "ok", 1.40, -0.12),
     Outcome("2x4", "ok", 1.02, -0.12),
+    Outcome("2x4", "repeat", 1.02, -0.12),
     Outcome("8x1", "ok", 0.74, 0.04),
     Outcome("4x2", "pruned", None, -0.07),
-    Outcome("2x4", "repeat", 1.02, -0.12),
 ]
 NONE_FITS = [Outcome("1x8", "skipped", 1.5, 0.15), Outcome("8x1", "skipped", 0.6, 0.29), Outcome("4x2", "oom", 0.9)]
 STUDIES = {"mixed": MIXED, "none-fits": NONE_FITS}
@@ -175,18 +179,39 @@ def _over(outcome: Outcome) -> float | None:
     return 1e-3 if outcome.status == "oom" and outcome.over_gib is None else outcome.over_gib
 
 
+def _shown(name: str) -> list[tuple[int, Outcome]]:
+    """The trials the dashboard lists, by number: every one but the repeated proposals."""
+    return [(number, o) for number, o in enumerate(STUDIES[name]) if o.status != "repeat"]
+
+
 @pytest.mark.parametrize("name", list(STUDIES))
-def test_the_dashboard_shows_every_trials_constraint_and_marks_what_is_over_the_cap(dashboard, name):
+def test_the_dashboard_lists_each_decided_trial_once_with_its_constraint_and_a_value_only_where_it_fits(
+    dashboard, name
+):
     detail = _study(dashboard, name)
     assert detail["objective_names"] == ["step s"]
     trials = sorted(detail["trials"], key=lambda t: t["number"])
-    assert len(trials) == len(STUDIES[name])
-    for trial, outcome in zip(trials, STUDIES[name], strict=True):
+    assert [t["number"] for t in trials] == [number for number, _ in _shown(name)]  # no repeated proposal
+    for trial, (number, outcome) in zip(trials, _shown(name), strict=True):
         over = _over(outcome)
-        assert trial["constraints"] == ([] if over is None else [pytest.approx(over)]), (trial["number"], outcome)
-        # over the cap, measured or predicted: complete, with a value (plotted) and a positive constraint
+        assert trial["constraints"] == ([] if over is None else [pytest.approx(over)]), (number, outcome)
+        # over the cap, measured or predicted: complete with a positive constraint ("Infeasible" in the timeline),
+        # and no value: no plot puts its step time among those of the configs that fit
         assert trial["state"] == ("Pruned" if outcome.status == "pruned" else "Complete")
-        assert trial.get("values") == (None if outcome.status == "pruned" else [outcome.step_s])
+        assert trial.get("values") == ([outcome.step_s] if outcome.fits else None), (number, outcome)
+        if trial["state"] == "Complete" and not outcome.fits:  # its step time, measured or predicted, kept
+            attrs = {a["key"]: a["value"] for a in trial["user_attrs"]}
+            assert attrs["status"] == outcome.status and float(attrs["step_time_median_s"]) == outcome.step_s
+
+
+def test_the_page_asks_for_the_trials_after_those_it_was_given(dashboard):
+    """The page holds the trials it was given and asks for those after its n-th: n counts in the list without the
+    repeated proposal (the app's own count would skip the trial after it, or send one twice)."""
+    shown = [number for number, _ in _shown("mixed")]
+    ids = {s["study_name"]: s["study_id"] for s in _get(f"{dashboard}/studies")["study_summaries"]}
+    for after in range(len(shown) + 1):
+        later = _get(f"{dashboard}/studies/{ids['mixed']}?after={after}")["trials"]
+        assert [t["number"] for t in later] == shown[after:], after
 
 
 def test_the_dashboards_best_trial_is_the_fastest_that_fits(dashboard):
@@ -258,28 +283,59 @@ def test_the_dashboard_reads_a_real_mixed_study_as_it_printed_itself(tmp_path):
     for trial in decided:
         assert trial["constraints"] == [pytest.approx(stored[trial["number"]].system_attrs["constraints:memory_gib"])]
     for trial in over:
-        assert trial["state"] == "Complete" and trial["values"] and trial["constraints"][0] > 0
+        assert trial["state"] == "Complete" and "values" not in trial and trial["constraints"][0] > 0
     (best,) = shown["best_trials"]
     assert stored[best["number"]].user_attrs["label"] == printed
     if CHROMIUM is not None and sync_api is not None:
-        _see_it_in_a_browser(url, study.study_name, best["number"])
+        numbers = {t["number"] for t in over}
+        feasible = {
+            t["number"]: t["values"][0] for t in decided if t["state"] == "Complete" and t["number"] not in numbers
+        }
+        _see_it_in_a_browser(url, study.study_name, best["number"], feasible, numbers, stored)
 
 
-def _see_it_in_a_browser(storage: str, name: str, best: int) -> None:
-    """The study's page in Chromium: the value named `step s`, the over-the-cap trials in the timeline's
-    "Infeasible" colour, and as best trial the study's answer."""
+def _trace(page, plot: str, name: str) -> list[tuple]:
+    """The (x, y) points of the plotly traces called `name` of one of the dashboard's plots, as the browser holds
+    them."""
+    data = page.evaluate(
+        "([plot, name]) => (document.getElementById(plot).data || []).filter(t => t.name === name)"
+        ".map(t => ({x: Array.from(t.x), y: Array.from(t.y)}))",
+        [plot, name],
+    )
+    return [(x, y) for trace in data for x, y in zip(trace["x"], trace["y"], strict=True)]
+
+
+def _see_it_in_a_browser(storage: str, name: str, best: int, feasible: dict, over: set, stored: dict) -> None:
+    """The study's pages in Chromium: the history plots the trials that fit, at their step times, and none over
+    the cap (which were its lowest grey dots); the timeline shows those apart, in its "Infeasible" colour; the best
+    trial is the study's answer; a trial's page fits the window and shows its reason."""
     with serving(storage) as base, sync_api.sync_playwright() as playwright:
         ids = {s["study_name"]: s["study_id"] for s in _get(f"{base}/studies")["study_summaries"]}
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(STARTUP_S * 1000)
-            page.goto(f"{base.removesuffix('/api')}/dashboard/studies/{ids[name]}")
+            study_page = f"{base.removesuffix('/api')}/dashboard/studies/{ids[name]}"
+            page.goto(study_page)
             page.get_by_text(f"Best Trial (number={best})", exact=True).wait_for()
             page.get_by_text("Infeasible", exact=True).first.wait_for()  # the timeline's legend
             assert page.get_by_text("step s", exact=True).count() >= 1  # the history's axis and its y-axis choice
+            history = dict(_trace(page, "plot-history", f"step s of {name}"))  # trial number -> step s
+            assert history == pytest.approx(feasible) and not set(history) & over
+            assert _trace(page, "plot-history", f"Infeasible Trial of {name}") == []
+            timeline = _trace(page, "graph-timeline", "Infeasible")  # bars along time: y is the trial's number
+            assert sorted(y for _, y in timeline) == sorted(over)
             shots = screenshots_folder()
             if shots:
                 page.screenshot(path=str(shots / "optuna-dashboard.png"), full_page=True)
+            number = min(over)
+            page.goto(f"{study_page}/trials?numbers={number}")
+            reason = page.get_by_text(f"reason {stored[number].user_attrs['reason']}", exact=True)
+            reason.wait_for()
+            assert page.evaluate("document.documentElement.scrollWidth") <= 1400  # long attributes wrap
+            box = reason.evaluate(
+                "e => { const b = e.parentElement.parentElement; return [b.scrollHeight, b.clientHeight]; }"
+            )
+            assert box[0] <= box[1] + 1, box  # every attribute in sight, none in a box that scrolls
         finally:
             browser.close()

@@ -276,7 +276,7 @@ def test_repeats_pool_exactly_the_runs_of_one_identity(tmp_path):
     for runs in by_id.values():
         assert sorted(r.data.tags["repeat"] for r in runs) == ["0", "1", "2"]
         assert len({r.data.tags["display_name"] for r in runs}) == 1
-    # three repeats are three paired rounds: each row the median of its runs, the pair's ratio and a rank from it
+    # three repeats are three paired rounds: each row the mean of its runs, the pair's ratio and a rank from it
     rows = [
         [c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines() if line.startswith("| tiny ")
     ]
@@ -288,9 +288,10 @@ def test_repeats_pool_exactly_the_runs_of_one_identity(tmp_path):
     if rows[1][9] == "slower":
         assert low >= 1.0 and rows[0][9] == "winner", rows
     else:
-        assert low <= 1.0 <= high and rows[0][9] == "equal", rows
         tie = re.fullmatch(r"equal ±(\d+)%|not told apart \(within (\d+\.\d)x\)", rows[1][9])
         assert tie, rows
+        with_whom = f"equal with {rows[1][0]}" if tie[1] else f"not told apart from {rows[1][0]}"
+        assert low <= 1.0 <= high and rows[0][9] == f"fastest; {with_whom}", rows
         # the margin, max(high, 1 / low) - 1, is shown rounded up (to 1% or to 0.1x); the bounds in the cell are
         # rounded to 2 decimals, so the true ones lie within 0.005 of them (a low shown as 0.00 leaves no upper limit)
         least = max(high - 0.005, 1 / (low + 0.005)) - 1

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
+import statistics
+from xml.etree import ElementTree
 
 import pytest
 
@@ -37,9 +40,10 @@ def test_the_h200_sweep_with_four_repeats_names_its_winner():
     assert rows["ckpt=off"].judgement is Judgement.WINNER and rows["ckpt=on"].judgement is Judgement.SLOWER
     table = format_table(list(rows.values()), Criteria())
     assert "| winner" in table and "time vs fastest (95%, paired)" in table
-    assert (
-        "0.4150 (4 runs)" in table and "step s (median of runs)" in table
-    )  # several runs: the median of their medians, no single run's interval
+    # several runs: the geometric mean of their trimmed means (the figure the pairs compare), no one run's interval
+    assert f"{statistics.geometric_mean(on):.4f} (4 runs)" in table and "step s (mean of runs)" in table
+    ratio = statistics.geometric_mean(on) / statistics.geometric_mean(off)
+    assert 1 / rows["ckpt=on"].comparison.speedup == pytest.approx(ratio)  # every round complete: the columns' ratio
 
 
 def test_a_study_report_judges_from_the_studys_answer_when_the_pairs_cannot_tell():
@@ -52,7 +56,10 @@ def test_a_study_report_judges_from_the_studys_answer_when_the_pairs_cannot_tell
     assert plain["a"].comparison is not None and plain["b"].comparison is None  # b is the reference
     study = {r.name: r for r in comparison_rows(jobs, Criteria(), prefer="a")}
     assert study["a"].comparison is None and study["b"].judgement is Judgement.EQUAL
-    assert paired_text(study["a"]) == "fastest"
+    # the ratios are against the answer, and say so: b reads below 1 (0.95x), so a is not called the fastest
+    assert paired_text(study["a"]) == "answer" and paired_text(study["b"]).startswith("0.9")
+    assert "time vs answer (95%, paired)" in format_table(list(study.values()), Criteria())
+    assert "time vs fastest (95%, paired)" in format_table(list(plain.values()), Criteria())
 
 
 def test_a_paired_run_counts_by_the_trimmed_mean_of_its_steps_as_the_study_does():
@@ -106,48 +113,152 @@ def test_configs_that_share_a_name_but_not_an_identity_stay_apart():
 
 
 def test_the_plot_axis_states_the_coverage_and_source_the_table_states():
-    """One run per config: the whiskers are one run's steps at the table's confidence; with repeats: the paired
-    interval against the fastest, as the table's column says."""
+    """One run per config: the bars are medians, the whiskers one run's steps at the table's confidence; with
+    repeats: the mean of runs, and above a bar its time ratio, as the table's columns say."""
     from pipeline.reporting.plots import step_label
 
     single = comparison_rows([recorded("a", "a", [0.1] * 10), recorded("b", "b", [0.2] * 10)], Criteria(0.9))
-    assert "90% interval of one run's steps" in step_label(single, 0.9)
+    assert "(median; whiskers: 90% interval of one run's steps)" in step_label(single, 0.9)
     assert "90% CI of one run's steps" in format_table(single, Criteria(0.9))
     jobs = [recorded(n, n, [t * (1 + r / 10)] * 5, r) for r in range(3) for n, t in (("a", 0.1), ("b", 0.2))]
     paired = comparison_rows(jobs, Criteria(0.9))
-    assert "the fastest's median x the paired ratio; whiskers: 90% paired interval" in step_label(paired, 0.9)
+    assert "(mean of paired runs)\nabove a bar: time vs fastest, paired" in step_label(paired, 0.9)
     assert "time vs fastest (90%, paired)" in format_table(paired, Criteria(0.9))
 
 
-def test_a_config_whose_median_and_pairs_disagree_is_drawn_from_its_pairs(tmp_path):
-    """a's runs have the lower median, but two slow steps in each make it slower by the pairs (their trimmed means):
-    its bar and whiskers come from the pairs, as the table's column, and the plot is drawn (its whiskers were
-    placed around the median before, negative, and the report failed)."""
-    from pipeline.reporting.plots import Context, _bar, step_times
+def _study_with_an_open_interval() -> list:
+    """A study as its report reads it: one trial each (about 2 s/step, with its steps' interval), and a
+    confirmation round of two rounds that leaves b's ratio to the answer a open: 0.81x [0.00, 349.00]."""
+    from pipeline.records import RunKind
+
+    jobs = [
+        recorded("a", "a", [2.0, 2.1, 1.9, 2.0, 2.05, 1.95, 2.0], kind=RunKind.TRIAL),
+        recorded("b", "b", [2.3, 2.2, 2.4, 2.3, 2.35, 2.25, 2.3], kind=RunKind.TRIAL),
+    ]
+    for r, (a, b) in enumerate([(1.0, 0.5), (1.0, 1.3)]):
+        for name, t in (("a", a), ("b", b)):
+            jobs.append(dataclasses.replace(recorded(name, name, [t] * 4, kind=RunKind.CONFIRM), round=r))
+    return jobs
+
+
+def test_an_open_interval_never_sets_the_step_axis_and_the_bars_are_the_step_column(tmp_path):
+    """The study of the bug: b's paired interval against the answer runs to hundreds of times; the axis is set by the
+    bars of about 2 s (each the table's step column), the answer has its bar, and is not called the fastest."""
+    from pipeline.reporting.plots import RANKS, Context, axis_top, rank_of, step_times
+
+    rows = order(comparison_rows(_study_with_an_open_interval(), Criteria(), prefer="a"))
+    by_name = {r.name: r for r in rows}
+    b = by_name["b"].comparison
+    assert 1 / b.low > 300 and b.judgement is Judgement.EQUAL  # the open interval of the bug
+    assert [r.name for r in rows] == ["b", "a"]  # ordered by the ratio: b reads 0.81x of the answer's time
+    assert [paired_text(r) for r in rows] == [f"0.81x [0.00, {1 / b.low:.2f}]", "answer"]
+    assert axis_top(rows) == pytest.approx(1.3 * by_name["b"].median)  # by the bars: 2.3 s, never 700 s
+    assert by_name["a"].median == pytest.approx(2.0) and by_name["b"].median == pytest.approx(2.3)
+    assert rank_of(by_name["a"]) is RANKS["answer"] and rank_of(by_name["b"]) is RANKS["apart"]
+    context = Context("Study", "s", "cpu", "2026-12-01", 1.0, True)
+    plot = step_times(rows, context, 0.95, tmp_path / "steps.png")
+    assert plot.png.stat().st_size > 0
+    svg = {e.get("id"): e for e in ElementTree.fromstring(plot.svg).iter() if e.get("id")}
+    for i, row in enumerate(rows):  # in the table's order, each bar labelled with its `time vs answer` cell
+        assert f"step-bar-{i}" in svg and "".join(svg[f"step-label-{i}"].itertext()).strip() == paired_text(row)
+
+
+def test_a_config_whose_medians_and_pairs_disagree_is_ranked_and_drawn_from_its_pairs(tmp_path):
+    """a's runs have the lower median, but two slow steps in each make it slower by the pairs (their trimmed
+    means): its step column is the figure the pairs compare, so the step column, the ratio and the rank agree (the
+    table and the plot ranked a and b apart before), and the plot is drawn."""
+    from pipeline.reporting.plots import Context, step_times
 
     jobs = []
     for repeat in range(3):
         jobs.append(recorded("a", "a", [0.5, 0.5, 0.5, 2.0 + 0.01 * repeat, 2.0], repeat))
         jobs.append(recorded("b", "b", [0.8 + 0.01 * repeat] * 5, repeat))
     rows = {r.name: r for r in comparison_rows(jobs, Criteria())}
-    assert rows["a"].median < rows["b"].median and rows["a"].judgement is Judgement.SLOWER
-    height, (low, high) = _bar(rows["a"], list(rows.values()))
-    assert low <= height <= high and height == pytest.approx(rows["b"].median / rows["a"].comparison.speedup)
+    assert statistics.median(j.summary.median for j in rows["a"].jobs) < rows["b"].median
+    assert rows["a"].judgement is Judgement.SLOWER and rows["a"].median > rows["b"].median
+    assert rows["a"].median / rows["b"].median == pytest.approx(1 / rows["a"].comparison.speedup)
     context = Context("Sweep", "s", "cpu", "2026-12-01", None, True)
-    assert step_times(list(rows.values()), context, 0.95, tmp_path / "steps.png").stat().st_size > 0
+    assert step_times(order(list(rows.values())), context, 0.95, tmp_path / "steps.png").png.stat().st_size > 0
 
 
-def test_the_reports_headline_says_which_ties_are_close_and_which_the_rounds_could_not_tell_apart():
-    from pipeline.reporting.document import fastest_line
-
+def _three_way_tie() -> list:
     jobs = []
     for repeat, (a, b, c) in enumerate([(1.0, 1.01, 0.4), (1.0, 0.99, 2.6), (1.0, 1.0, 1.0)]):
         jobs += [recorded("a", "a", [a] * 5, repeat), recorded("b", "b", [b] * 5, repeat)]
         jobs.append(recorded("c", "c", [c] * 5, repeat))
-    rows = comparison_rows(jobs, Criteria(), prefer="a")
+    return jobs
+
+
+def test_the_reports_headline_says_which_ties_are_close_and_which_the_rounds_could_not_tell_apart():
+    from pipeline.reporting.headline import fastest_line
+
+    rows = comparison_rows(_three_way_tie(), Criteria(), prefer="a")
     by_name = {r.name: r for r in rows}
     assert by_name["b"].comparison.margin < 0.1 and by_name["c"].comparison.margin > 1
     line = fastest_line(rows, None)
-    assert line.startswith("Fastest: **a**, 1.0000 s/step; equal with b (±")
+    assert line.startswith("The study's answer: **a**, 1.0000 s/step; equal with b (±")
     assert "; not told apart from c (within " in line and line.endswith("x either way) (paired rounds)")
     assert "((" not in line and "))" not in line
+
+
+def test_the_reference_of_a_tie_says_with_whom():
+    """`equal` alone on the fastest row said nothing (equal to what?): it names the rows tied with it, the close
+    ones apart from those the rounds could not tell apart, and each of those rows says its margin."""
+    rows = {r.name: r for r in comparison_rows(_three_way_tie(), Criteria())}
+    reference = next(r for r in rows.values() if r.role)
+    others = sorted(set(rows) - {reference.name})
+    assert reference.judgement is Judgement.EQUAL and reference.role == "fastest"
+    near = [n for n in others if rows[n].comparison.margin < 1]
+    apart = [n for n in others if rows[n].comparison.margin >= 1]
+    assert near and apart
+    assert rank_text(reference) == f"fastest; equal with {', '.join(near)}; not told apart from {', '.join(apart)}"
+    assert all(rank_text(rows[n]).startswith("equal ±") for n in near)
+    assert all(rank_text(rows[n]).startswith("not told apart (within ") for n in apart)
+    assert rank_text(comparison_rows(_three_way_tie(), Criteria(), prefer="a")[0]).startswith("answer; equal with b")
+
+
+def test_the_runs_table_gives_the_fastests_rank_in_short_and_the_parent_who_won_and_by_how_much():
+    """What MLflow's runs table shows of a ranked sweep: the fastest's rank counts its ties (its row beside them
+    would not fit their names), the parent names the fastest and the next config's ratio to it; a winner is named so;
+    without ranks, the lowest median, said to be unranked."""
+    from pipeline.reporting.runs_table import in_short, parent_tags
+
+    rows = comparison_rows(_three_way_tie(), Criteria())
+    reference = next(r for r in rows if r.role)
+    assert in_short(reference) == "fastest; equal with 1; not told apart from 1"
+    nearest = next(r for r in order(rows) if r.comparison is not None)
+    tags, best = parent_tags(rows)
+    assert best is reference
+    assert tags == {"rank": f"{reference.name}: {in_short(reference)}", "time_vs_fastest": f"next: {nearest.name} "
+                    f"{paired_text(nearest)}"}  # fmt: skip
+    on, off = [0.42, 0.36, 0.47, 0.41], [0.24, 0.22, 0.31, 0.21]
+    jobs = [recorded("ckpt=on", "on", [t] * 10, r) for r, t in enumerate(on)]
+    jobs += [recorded("ckpt=off", "off", [t] * 10, r) for r, t in enumerate(off)]
+    tags, _ = parent_tags(comparison_rows(jobs, Criteria()))
+    assert tags["rank"] == "ckpt=off: winner" and tags["time_vs_fastest"].startswith("next: ckpt=on 1.7")
+    single = comparison_rows([recorded("m 1x4", "a", [0.3] * 10), recorded("m 4x1", "b", [0.1] * 10)], Criteria())
+    assert parent_tags(single)[0] == {"rank": "m 4x1: lowest median (not ranked: one run)", "time_vs_fastest": "-"}
+
+
+def test_the_figures_a_person_reads_in_mlflow_are_logged_as_the_console_prints_them():
+    """MLflow's table prints a value whole: step times to four significant digits and at least four decimals (the
+    tables' `.4f`), rates to four significant digits, memory to at least three decimals; metrics that say nothing
+    happened are left out; a run's description says its drift as the console does, and needs no drift."""
+    from pipeline.measure.summary import summarize_job
+    from pipeline.tracking import figures
+    from tests.helpers.records import result
+
+    assert figures.shown(0.03739772099993388, 4) == 0.0374
+    assert figures.shown(3.4124493, 4) == 3.4124 and figures.shown(0.00512349, 4) == 0.005123
+    assert figures.shown(27067.1948, 0) == 27067 and figures.shown(12.3456, 0) == 12.35
+    assert figures.shown(0.466796875, 3) == 0.4668 and figures.shown(14.12345, 3) == 14.123
+    summary = summarize_job(result([0.1] * 6 + [0.126] * 6, peak=int(0.466796875 * 2**30)), 0, 0.95)
+    logged = figures.metrics(summary)
+    assert list(logged)[:3] == list(figures.LEADING_METRICS) and logged["peak_gib"] == 0.4668
+    assert "context_gib" not in logged and "compile_s" not in logged  # no CUDA context recorded, nothing compiled
+    assert logged["step_time_trimmed_s"] == summary.step_time.trimmed  # what ranks stays whole
+    text = figures.description("m 1x4", summary, ["rank: slower"])
+    assert text.startswith("**m 1x4**: ok, step 0.1130 s (median of 12 steady steps, ")
+    assert "drift +26% (the last third of steady steps against the first)" in text and text.endswith("rank: slower")
+    short = summarize_job(result([0.1, 0.1]), 0, 0.95)
+    assert short.drift is None and "drift" not in figures.description("m", short)

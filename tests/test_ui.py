@@ -1,13 +1,19 @@
-"""What a person sees: the MLflow UI and the HTML report of a real sweep, in a real browser (headless Chromium driven
-by Playwright).
+"""What a person sees: the MLflow UI and the reports of a real sweep with repeats and of a real study, in a real
+browser (headless Chromium driven by Playwright).
 
-A small sweep and its report, then the MLflow server started by `python -m pipeline.ui` with the arguments `make ui`
-gives it. The link it prints must open the experiment's runs in the UI's "Model training" view (MLflow 3.17 opens
-experiments in its GenAI view otherwise) in the project's saved view: every job of the sweep on the page, without a
-click, with its step time, tokens/s, peak memory and rank as recorded, and the sweep's name whole. The run page and
-the compare page reached from there must stay in the training view, the run's step times must be charted apart
-from its warm-up's, and the compare page must plot the step time. The report must show its four plots, loaded, and
-its table. `BATCH_SPLIT_SCREENSHOTS=docs` (`make screenshots`) also saves docs/mlflow-ui.png and docs/report.png.
+A sweep of three splits with three repeats (paired rounds) and a study under a cap whose confirmation round has
+three short rounds (its intervals are wide, often open: `0.83x [0.00, 1212.40]`), both in one store, their reports,
+then the MLflow server started by `python -m pipeline.ui` with the arguments `make ui` gives it. The link it prints
+must open the experiment's runs in the UI's "Model training" view (MLflow 3.17 opens experiments in its GenAI view
+otherwise) in the project's saved view: every run on the page without a click, with its step time, tokens/s and peak
+memory as recorded (rounded as the console prints them), its rank, `time vs fastest` and notes as the console's
+table said them, whole; the sweep's parent row with the winner (or the fastest and its ties) and by how much. The
+run page and the compare page reached from there must stay in the training view, the run's step times must be
+charted apart from its warm-up's, and the compare page must plot the step time. Each report, opened through
+MLflow's artifact viewer (which serves the page, not the files beside it), must show its four plots, and its
+step-time plot must be its table's step column: bar for bar in the table's order, labelled with its `time vs` cell,
+the axis set by the bars and not by an interval. `BATCH_SPLIT_SCREENSHOTS=docs` (`make screenshots`) also saves
+docs/mlflow-ui.png, docs/report.png and docs/report-study.png.
 
 Needs Chromium (`apt-get install chromium`; Playwright's own browser download is not used) and the `playwright`
 package; skipped without them.
@@ -37,8 +43,24 @@ if TYPE_CHECKING:
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 SPLITS = ["1x4", "2x2", "4x1"]
-COLUMNS = ("step_time_median_s", "tokens_per_s", "peak_gib")  # in the view, with the tag rank
-WIDTH = 1600
+STUDY = [  # the README's CPU study, shorter, its confirmation round three rounds of every config that fits
+    "mem_cap=0.56GiB",
+    "batch.effective=8",
+    "model.vocab_size=2048",
+    "train.max_length=256",
+    "optimize.trials=4",
+    "train.steps=8",
+    "measure.warmup_steps=2",
+    "optimize.probe_steps=3",
+    "optimize.confirm=always",
+    "optimize.confirm_rounds=3",
+    "optimize.confirm_share=0.8",
+    "optimize.confirm_steps=3",
+]
+COLUMNS = ("step_time_median_s", "tokens_per_s", "peak_gib")  # in the view, with the tags below
+TAGS = ("rank", "time_vs_fastest", "note")
+MAX_DRIFT, MAX_CV = 0.10, 0.25  # measure.max_drift, measure.max_cv: beyond them a run's note says so
+WIDTH = 1920
 LOAD_S = 90  # first load of the UI's bundle on a busy 2-core machine
 
 pytestmark = [
@@ -93,14 +115,26 @@ def _wait_for_url(proc: subprocess.Popen, log: Path, port: int) -> str:
         time.sleep(0.5)
 
 
-def _jobs(folder: Path) -> dict[str, Run]:
-    """Job run name -> its run, straight from the store."""
+def _runs(folder: Path) -> list[Run]:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlruns' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("batch-split")
-    runs = client.search_runs([experiment.experiment_id])
-    return {r.info.run_name: r for r in runs if r.data.tags.get("kind") != "sweep"}
+    return client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def _table(stdout: str) -> list[list[str]]:
+    """The rows of the comparison table a sweep printed, as cells."""
+    return [[c.strip() for c in line.split("|")[1:-1]] for line in stdout.splitlines() if line.startswith("| tiny ")]
+
+
+def _own_notes(run: Run) -> str:
+    """What a run's note must say of its own steps, from its metrics: the console's words."""
+    m = run.data.metrics
+    drift = abs(m["step_time_drift"] - 1) if "step_time_drift" in m else 0.0  # none over a few steps
+    said = [f"drift {100 * drift:.0f}%"] if drift > MAX_DRIFT else []
+    said += [f"cv {100 * m['step_time_cv']:.0f}%"] if m["step_time_cv"] > MAX_CV else []
+    return "; ".join(said) or "-"
 
 
 def _in_training_view(page) -> None:
@@ -109,35 +143,69 @@ def _in_training_view(page) -> None:
         assert page.get_by_text(genai_only, exact=True).count() == 0, (genai_only, page.url)
 
 
-def _check_runs_table(page, jobs: dict[str, Run], width: int) -> None:
-    """Every job's step time, tokens/s, peak memory and rank, as recorded, in cells that are in view; the sweep's
-    name whole (no ellipsis)."""
-    for name, run in jobs.items():
-        row = page.locator(f'[role=row][row-id$=".{run.info.run_id}"]')
-        assert row.get_by_role("link", name=name, exact=True).count() == 1, name
-        for column, expected in [
-            *[(f"metrics.`{m}`", run.data.metrics[m]) for m in COLUMNS],
-            ("tags.`rank`", run.data.tags["rank"]),
-        ]:
-            cell = row.locator(f'[role=gridcell][col-id="{column}"]')
-            cell.wait_for()
-            box = cell.bounding_box()
-            assert box is not None and box["x"] + box["width"] <= width, (name, column, box)
-            text = cell.inner_text()
-            assert (
-                (float(text) == pytest.approx(expected, rel=1e-6))
-                if column.startswith("metrics")
-                else (text == expected)
-            ), (name, column, text, expected)
-    sweep = page.get_by_role("link", name=re.compile(r"^sweep \d{8}-\d{6}-[0-9a-f]{6}$"))
-    assert sweep.evaluate("link => link.scrollWidth <= link.clientWidth"), "the sweep's name is cut"
+def _cell(page, run: Run, column: str):
+    cell = page.locator(f'[role=row][row-id$=".{run.info.run_id}"] [role=gridcell][col-id="{column}"]')
+    cell.wait_for()
+    return cell
 
 
-def _check_run_page(page, name: str) -> None:
-    """A job's page from the table: still the training view, its steady step times charted apart from the warm-up."""
+def _check_run_row(page, run: Run, expected: dict[str, str]) -> None:
+    """One run's row: its figures as stored, its tags as `expected`, every cell in view and whole (no ellipsis)."""
+    for key in COLUMNS:
+        cell = _cell(page, run, f"metrics.`{key}`")
+        assert float(cell.inner_text()) == pytest.approx(run.data.metrics[key], rel=1e-6), (run.info.run_name, key)
+    for key in TAGS:
+        cell = _cell(page, run, f"tags.`{key}`")
+        assert cell.inner_text() == expected[key] == run.data.tags.get(key, "-"), (run.info.run_name, key)
+    for key in [*(f"metrics.`{k}`" for k in COLUMNS), *(f"tags.`{k}`" for k in TAGS)]:
+        cell = _cell(page, run, key)
+        box = cell.bounding_box()
+        assert box is not None and box["x"] + box["width"] <= WIDTH, (run.info.run_name, key, box)
+        whole = cell.evaluate("c => [...c.querySelectorAll('*'), c].every(e => e.scrollWidth <= e.clientWidth)")
+        assert whole, (run.info.run_name, key, cell.inner_text())
+
+
+def _check_sweep_rows(page, stdout: str, runs: list[Run]) -> None:
+    """Each job: its config's rank and `time vs fastest` as the console's table printed them, and its own notes;
+    the parent: the fastest (the table's first row), and the next config's ratio to it."""
+    table = {row[0]: row for row in _table(stdout)}
+    jobs = [r for r in runs if r.data.tags.get("kind") == "job"]
+    assert sorted(r.data.tags["display_name"] for r in jobs) == sorted(f"tiny {s}" for s in SPLITS for _ in range(3))
+    first, second = _table(stdout)[:2]
+    for run in jobs:
+        row = table[run.data.tags["display_name"]]
+        rank = _in_short(row[9], _table(stdout)) if row[0] == first[0] else row[9]
+        _check_run_row(page, run, {"rank": rank, "time_vs_fastest": row[3], "note": _own_notes(run)})
+    (parent,) = [r for r in runs if r.data.tags.get("kind") == "sweep"]
+    assert parent.data.metrics["step_time_median_s"] == pytest.approx(float(first[2].split()[0]), abs=6e-5)
+    expected = {
+        "rank": f"{first[0]}: {_in_short(first[9], _table(stdout))}",
+        "time_vs_fastest": f"next: {second[0]} {second[3]}",
+        "note": "9 of 9 jobs finished",
+    }
+    _check_run_row(page, parent, expected)
+
+
+def _in_short(rank: str, table: list[list[str]]) -> str:
+    """The fastest's rank in the runs table, from the console's: `winner`, or `fastest; not told apart from 2`,
+    counting the rows tied with it."""
+    if rank == "winner":
+        return rank
+    near = sum(1 for row in table if row[9].startswith("equal ±"))
+    apart = sum(1 for row in table if row[9].startswith("not told apart ("))
+    return "; ".join(
+        ["fastest", *([f"equal with {near}"] if near else []), *([f"not told apart from {apart}"] if apart else [])]
+    )
+
+
+def _check_run_page(page, run: Run) -> None:
+    """A job's page from the table: still the training view, its description in the console's words (its rank,
+    time ratio, drift), its steady step times charted apart from the warm-up."""
+    name = run.info.run_name
     page.get_by_role("link", name=name, exact=True).click()
     page.get_by_role("heading", name=name).wait_for()
     _in_training_view(page)
+    page.get_by_text(re.compile(rf"^{re.escape(run.data.tags['display_name'])}: ok, step \d\.\d{{4}} s")).wait_for()
     page.get_by_role("tab", name="Model metrics").click()
     for chart in ("step_time_s", "step_time_warmup_s"):  # charts render as they scroll into view: one at a time
         page.get_by_placeholder("Search metric charts").fill(chart)
@@ -145,11 +213,11 @@ def _check_run_page(page, name: str) -> None:
     _in_training_view(page)
 
 
-def _check_compare_page(page, url: str, names: list[str]) -> None:
+def _check_compare_page(page, url: str, runs: list[Run]) -> None:
     """Two jobs compared from the table: the training view still, and the step time plotted."""
     page.goto(url)
-    for name in names[:2]:
-        row = page.locator("[role=row]", has=page.get_by_role("link", name=name, exact=True)).first
+    for run in runs[:2]:
+        row = page.locator(f'[role=row][row-id$=".{run.info.run_id}"]').first
         row.locator(".ag-checkbox-input-wrapper").first.click()
     page.get_by_role("button", name="Compare", exact=True).click()
     page.get_by_text("Parallel Coordinates Plot").first.wait_for()
@@ -158,37 +226,83 @@ def _check_compare_page(page, url: str, names: list[str]) -> None:
     assert chosen.locator("[class*=selection-item-content]").all_inner_texts() == [COLUMNS[0]]
 
 
-def _check_warmup_apart(folder: Path, jobs: dict[str, Run]) -> None:
-    """The warm-up step (measure.warmup_steps=1) is charted as step_time_warmup_s, the steady ones as step_time_s."""
-    from mlflow.tracking import MlflowClient
+def _check_report(page, base: str, parent: Run, sweep: bool):
+    """The report as MLflow's artifact viewer shows it: its four plots drawn; its step-time plot the table's step
+    column, bar for bar in the table's order, each ranked bar labelled with its `time vs` cell, the axis set by the
+    bars (the tallest reaches 1/1.3 of it, whatever an interval says); in a sweep, the bars rise as the ranks."""
+    experiment, run_id = parent.info.experiment_id, parent.info.run_id
+    page.goto(f"{base}/#/experiments/{experiment}/runs/{run_id}/artifacts/report/report.html")
+    page.locator("iframe").first.wait_for()
+    report = next(f for f in _wait_for_frames(page) if f.url.startswith("blob:"))
+    report.locator("table").wait_for()
+    figures = report.locator("figure svg")
+    assert figures.count() == 4
+    for i in range(4):
+        box = figures.nth(i).bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 150, (i, box)
+    rows = [r.locator("td").all_inner_texts() for r in report.locator("table tr").all()[1:]]
+    axes = report.locator("#step-axes").bounding_box()
+    steps = {i: float(r[2].split()[0]) for i, r in enumerate(rows) if re.match(r"\d", r[2]) and "first" not in r[2]}
+    heights = {i: report.locator(f"#step-bar-{i}").bounding_box()["height"] for i in steps}
+    tallest = max(steps, key=steps.get)
+    assert heights[tallest] == pytest.approx(axes["height"] / 1.3, rel=0.02)
+    for i, value in steps.items():
+        assert heights[i] / heights[tallest] == pytest.approx(value / steps[tallest], abs=0.02), (rows[i], heights)
+    ranked = [i for i, r in enumerate(rows) if r[3] != "-"]
+    assert len(ranked) >= 2, rows  # paired rounds ranked them
+    for i in ranked:
+        assert report.locator(f"#step-label-{i}").text_content().strip() == rows[i][3], rows[i]
+    if sweep:
+        assert [heights[i] for i in ranked] == sorted(heights[i] for i in ranked), (rows, heights)
+    return rows
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlruns' / 'mlflow.db'}")
-    for run in jobs.values():
-        steady = sorted(m.step for m in client.get_metric_history(run.info.run_id, "step_time_s"))
-        warmup = sorted(m.step for m in client.get_metric_history(run.info.run_id, "step_time_warmup_s"))
-        assert (warmup, steady) == ([1], [2, 3, 4, 5, 6]), run.info.run_name
+
+def _wait_for_frames(page) -> list:
+    deadline = time.time() + LOAD_S
+    while not any(f.url.startswith("blob:") for f in page.frames):
+        assert time.time() < deadline, "the artifact viewer showed no page"
+        page.wait_for_timeout(200)
+    return page.frames
 
 
-def test_mlflow_ui_and_report_in_a_browser(tmp_path):
-    proc = run_cli("-m", f"batch.split={','.join(SPLITS)}", *FAST, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = subprocess.run(
-        [sys.executable, "-m", "pipeline.report"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+def _run_sweep_and_study(folder: Path) -> tuple[str, str, str]:
+    """The study, then the sweep (the newest group is the table's first), each with its report; their console
+    output, and the study's name."""
+    study = run_cli(*STUDY, "train.progress_bar=false", cwd=folder, timeout=1200, module="pipeline.optimize")
+    assert study.returncode == 0, study.stdout[-3000:] + study.stderr[-3000:]
+    sweep = run_cli("-m", f"batch.split={','.join(SPLITS)}", "repeats=3", *FAST, cwd=folder, timeout=1200)
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    name = re.search(r"^\[study\] (\S+):", study.stdout, re.M)[1]
+    sweep_id = re.search(r"^\[sweep\] (\S+):", sweep.stdout, re.M)[1]
+    for which in (["--sweep", sweep_id], ["--study", name]):
+        report = run_cli(*which, cwd=folder, timeout=300, module="pipeline.report")
+        assert report.returncode == 0, report.stderr[-3000:]
+    return sweep.stdout, study.stdout, name
+
+
+def test_mlflow_ui_and_reports_of_a_sweep_and_a_study_in_a_browser(tmp_path):
+    _look(tmp_path, *_run_sweep_and_study(tmp_path))
+
+
+def _look(tmp_path: Path, sweep_out: str, study_out: str, study_name: str) -> None:
+    """Everything the test looks at, in the store of `tmp_path`."""
+    runs = _runs(tmp_path)
+    jobs = [r for r in runs if r.data.tags.get("kind") == "job"]
+    for run in jobs:  # the warm-up step charted as step_time_warmup_s, the steady ones as step_time_s; no empty ones
+        assert "compile_s" not in run.data.metrics and "context_gib" not in run.data.metrics, run.info.run_name
+    sweep_parent = next(r for r in runs if r.data.tags.get("kind") == "sweep")
+    study_parent = next(r for r in runs if r.data.tags.get("kind") == "study")
+    answer = next(
+        r for r in runs if r.data.tags.get("kind") == "trial" and r.data.tags.get("time_vs_fastest") == "answer"
     )
-    assert report.returncode == 0, report.stderr[-3000:]
-    (html,) = (tmp_path / "mlruns" / "reports").glob("*/report.html")
-    jobs = _jobs(tmp_path)
-    names = [f"tiny {split}" for split in SPLITS]
-    assert sorted(jobs) == sorted(names)
-    _check_warmup_apart(tmp_path, jobs)
+    assert study_parent.data.tags["rank"].startswith(f"{answer.data.tags['display_name']}: answer")
 
     port = free_port()
     server, log = _start_ui(tmp_path, port)
     shots = screenshots_folder()
     try:
         url = _wait_for_url(server, log, port)
-        experiment = next(iter(jobs.values())).info.experiment_id
-        assert url == f"http://127.0.0.1:{port}/batch-split/runs?experiment={experiment}"
+        assert url == f"http://127.0.0.1:{port}/batch-split/runs?experiment={sweep_parent.info.experiment_id}"
         # only the web server runs: the CLI and its uvicorn worker, no job runner or huey consumers
         tree = [psutil.Process(server.pid), *psutil.Process(server.pid).children(recursive=True)]
         commands = [" ".join(p.cmdline()) for p in tree]
@@ -200,45 +314,41 @@ def test_mlflow_ui_and_report_in_a_browser(tmp_path):
                 executable_path=CHROMIUM,
                 args=CHROMIUM_ARGS,
                 headless=True,
-                viewport={"width": WIDTH, "height": 720},
+                viewport={"width": WIDTH, "height": 1700},  # every row drawn: the grid draws those in view
             )
             try:
                 page = browser.new_page()
                 page.set_default_timeout(LOAD_S * 1000)
                 page.goto(url)
-                page.get_by_role("link", name=names[0], exact=True).wait_for()  # no click: the jobs are in view
+                page.get_by_role("link", name=jobs[0].info.run_name, exact=True).wait_for()  # no click: in view
                 # the training view: its runs page is headed "Runs" ("Training runs" in the GenAI view)
                 assert page.get_by_role("heading", name="Runs", exact=True).is_visible()
                 _in_training_view(page)
-                _check_runs_table(page, jobs, WIDTH)
+                _check_sweep_rows(page, sweep_out, runs)
+                _check_run_row(page, answer, {k: answer.data.tags.get(k, "-") for k in TAGS})
+                for group in ("", " · probes", " · confirm"):  # a study's probes and short runs apart
+                    page.get_by_text(re.compile(rf"^Group: study {re.escape(study_name + group)}$")).wait_for()
+                sweep_name = page.get_by_role("link", name=sweep_parent.info.run_name, exact=True)
+                assert sweep_name.evaluate("link => link.scrollWidth <= link.clientWidth"), "the sweep's name is cut"
                 # nothing over the table: the link's page told the UI its assistant has opened once already
                 assert page.locator('[data-component-id="mlflow.assistant.chat_panel.close"]').count() == 0
                 if shots:
-                    page.screenshot(path=str(shots / "mlflow-ui.png"))
-                _check_run_page(page, names[0])
-                _check_compare_page(page, url, names)
+                    page.screenshot(
+                        path=str(shots / "mlflow-ui.png"), clip={"x": 0, "y": 0, "width": WIDTH, "height": 900}
+                    )
+                _check_run_page(page, jobs[0])
+                _check_compare_page(page, url, jobs)
 
-                # the report: four plots that loaded, and the comparison table
-                page.set_viewport_size({"width": 1500, "height": 900})  # two plots a row
-                page.goto(html.as_uri())
-                images = page.locator("img")
-                assert images.count() == 4
-                for i in range(4):
-                    image = images.nth(i)
-                    loaded = image.evaluate("img => img.complete && img.naturalWidth > 0 && img.naturalHeight > 0")
-                    assert loaded, image.get_attribute("src")
-                headers = page.locator("table th").all_inner_texts()
-                assert headers[:4] == [
-                    "config",
-                    "status",
-                    "step s (median [95% CI of one run's steps])",
-                    "time vs fastest (95%, paired)",
-                ], headers
-                for name in names:
-                    row = page.locator("table tr", has=page.get_by_role("cell", name=name, exact=True))
-                    assert row.locator("td").nth(1).inner_text() == "ok", name
-                if shots:
-                    page.screenshot(path=str(shots / "report.png"), full_page=True)
+                base = url.split("/batch-split/")[0]
+                sweep_rows = _check_report(page, base, sweep_parent, sweep=True)
+                assert [r[0] for r in sweep_rows] == [row[0] for row in _table(sweep_out)]
+                _check_report(page, base, study_parent, sweep=False)
+                if shots:  # each report as a page of its own, two plots a row
+                    page.set_viewport_size({"width": 1750, "height": 900})
+                    for name, which in (("report.png", sweep_parent), ("report-study.png", study_parent)):
+                        folder = which.data.tags.get("sweep_id") or which.data.tags["study"]
+                        page.goto((tmp_path / "mlruns" / "reports" / folder / "report.html").as_uri())
+                        page.screenshot(path=str(shots / name), full_page=True)
             finally:
                 browser.close()
     finally:

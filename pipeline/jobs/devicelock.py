@@ -2,25 +2,30 @@
 
 Two sweeps, or two study workers, on one machine would otherwise measure side by side on the same device and each
 read the other's load as its own step time. The parent holds the device's lock for the whole life of a job's
-process; a second job waits for it and says whom it waits for. Locks live in /tmp (or BATCH_SPLIT_LOCK_DIR), shared
+process; a second job waits for it and says whom it waits for: the holder's job, pid, start, user and command, so
+that two sweeps whose jobs share a name are told apart. Locks live in /tmp (or BATCH_SPLIT_LOCK_DIR), shared
 by every process of the machine, and a lock dies with its holder, however it ends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pynvml
 
-from pipeline.liveness import Owner
+from pipeline.liveness import Owner, host
 
 LOCK_DIR_ENV = "BATCH_SPLIT_LOCK_DIR"
+COMMAND_CHARS = 200  # of the holder's command line, in a waiting job's line
 
 
 def lock_dir() -> Path:
@@ -74,14 +79,44 @@ def hold(keys: list[str], what: str, on_wait: Callable[[str, str], None] | None 
             stack.callback(fcntl.flock, handle, fcntl.LOCK_UN)
             handle.seek(0)
             handle.truncate()
-            handle.write(json.dumps({"owner": str(Owner.current()), "what": what, "since": time.time()}))
+            handle.write(json.dumps(_record(what)))
             handle.flush()
         yield waited
 
 
+def _record(what: str) -> dict[str, object]:
+    """What a waiting job is told of the holder: its job, and the process that holds it (owner, command, user),
+    so that two sweeps on one machine, whose jobs may share a name, are told apart."""
+    owner = Owner.current()
+    try:
+        process = psutil.Process(owner.pid)
+        command, user = process.cmdline(), process.username()
+    except (psutil.Error, KeyError):  # KeyError: a uid the system cannot name
+        command, user = [], ""
+    return {"owner": str(owner), "what": what, "since": time.time(), "command": _shown(command), "user": user}
+
+
+def _shown(command: list[str]) -> str:
+    """`python -m pipeline.train -m batch.split=1x4,2x2 repeats=3`: the interpreter by its name alone, at most
+    COMMAND_CHARS characters."""
+    if command:
+        command = [Path(command[0]).name, *command[1:]]
+    text = shlex.join(command)
+    return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 3] + "..."
+
+
 def _holder(text: str) -> str:
+    """`job tiny 1x4 #0 of pid 4242 (started 16:53:35 by alice: python -m pipeline.train -m ...)`."""
     try:
         data = json.loads(text)
-        return f"{data['what']} ({data['owner']})"
-    except (ValueError, KeyError):
+        owner = Owner.parse(data["owner"])
+        if owner is None:
+            raise ValueError(data["owner"])
+    except (ValueError, KeyError, TypeError):
         return "another process"
+    started = datetime.datetime.fromtimestamp(owner.started)
+    when = started.strftime("%H:%M:%S" if started.date() == datetime.date.today() else "%Y-%m-%d %H:%M:%S")
+    by = f" by {data['user']}" if data.get("user") else ""
+    command = f": {data['command']}" if data.get("command") else ""
+    where = f" on {owner.host}" if owner.host != host() else ""
+    return f"{data['what']} of pid {owner.pid}{where} (started {when}{by}{command})"

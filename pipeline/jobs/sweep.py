@@ -27,11 +27,10 @@ from pipeline.jobs import runner, task
 from pipeline.jobs.context import SweepContext
 from pipeline.jobs.export import sweep_answer
 from pipeline.records import RunKind, RunState, Status
-from pipeline.reporting.table import Criteria, comparison_rows, format_table, rank_text
+from pipeline.reporting import runs_table
+from pipeline.reporting.table import Criteria, comparison_rows, format_table
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
-
-NOT_RANKED = "not ranked: one run"  # a config measured once has no pair to rank it by
 
 
 def _clock(seconds: float) -> str:
@@ -92,11 +91,7 @@ class SweepCallback(Callback):
         jobs = runs.read_jobs(self.tracker, parent_id)
         criteria = Criteria.of(config.measure)
         rows = comparison_rows(jobs, criteria)
-        for row in rows:
-            for job in row.jobs:
-                if row.loss_dev is not None:
-                    self.tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
-                self.tracker.tags(job.run_id, {"rank": rank_text(row) if row.judgement else NOT_RANKED})
+        runs_table.tag_runs(self.tracker, parent_id, rows, criteria)  # each run's rank and notes; the winner's
         answer, script = sweep_answer(self.tracker, rows)
         table = "\n".join([format_table(rows, criteria), *answer])
         if script is not None:

@@ -1,4 +1,5 @@
-"""A report over one recorded sweep or study, read back from MLflow: Markdown and HTML with PNG plots.
+"""A report over one recorded sweep or study, read back from MLflow: Markdown with PNG plots beside it, and an HTML
+page that stands alone (its plots embedded as SVG: MLflow's artifact viewer shows the page, not the files beside it).
 
 It covers every config: measured, pruned, over the cap, skipped by prediction, failed; says the device, the date and
 the cap; names the best config that fits, or says that nothing fits and what the smallest need was. The files are
@@ -11,9 +12,9 @@ import datetime
 import html
 from pathlib import Path
 
-from pipeline.compare.paired import WIDE, Judgement, margin_text
-from pipeline.records import RecordedJob, RunKind, Status
+from pipeline.records import RecordedJob, RunKind
 from pipeline.reporting import plots
+from pipeline.reporting.headline import fastest_line
 from pipeline.reporting.table import (
     Criteria,
     Row,
@@ -55,7 +56,7 @@ def _columns(confidence: float, rows: list[Row]) -> list[str]:
         "config",
         "status",
         step_header(confidence, rows),
-        paired_header(confidence),
+        paired_header(confidence, rows),
         "tokens/s",
         "peak GiB",
         "predicted GiB",
@@ -79,38 +80,6 @@ def _cells(r: Row, confidence: float) -> list[str]:
         rank_text(r),
         ", ".join(r.notes + ([note] if note else [])),
     ]
-
-
-def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
-    """The fastest config (that fits, under a cap) and how sure the ranking is, or why nothing fits."""
-    what = "Fastest that fits" if cap_gib else "Fastest"
-    reference = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
-    if reference is not None:
-        line = f"{what}: **{reference.name}**, {reference.median:.4f} s/step"
-        compared = [r for r in rows if r.comparison is not None]
-        if reference.judgement is Judgement.WINNER:
-            return line + f" (faster than {', '.join(r.name for r in compared)}: paired rounds)"
-        tied = [r for r in compared if r.judgement is Judgement.EQUAL]
-        close = [f"{r.name} ({margin_text(r.comparison.margin)})" for r in tied if r.comparison.margin < WIDE]
-        apart = [
-            f"{r.name} ({margin_text(r.comparison.margin)} either way)" for r in tied if r.comparison.margin >= WIDE
-        ]
-        said = ([f"equal with {', '.join(close)}"] if close else []) + (
-            [f"not told apart from {', '.join(apart)}"] if apart else []
-        )
-        return line + f"; {'; '.join(said)} (paired rounds)"
-    timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == str(Status.OK)]
-    if timed:
-        best = min(timed, key=lambda r: r.median)
-        return f"Lowest median: **{best.name}**, {best.median:.4f} s/step (one run per config: not ranked)"
-    needs = [(r.peak_gib, "measured") for r in rows if r.peak_gib] + [
-        (r.predicted_gib, "predicted") for r in rows if r.predicted_gib and not r.peak_gib
-    ]
-    if not needs:
-        return "Nothing finished: no config has a step time or a peak to show."
-    need, how = min(needs)
-    cap = f" under the cap of {cap_gib:.2f} GiB" if cap_gib else ""
-    return f"**Nothing fits{cap}**: the smallest need is {need:.2f} GiB ({how}); raise mem_cap or widen the space."
 
 
 def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: str | None, criteria: Criteria) -> Path:
@@ -145,7 +114,7 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
     table = markdown_table([_columns(criteria.confidence, rows), *(_cells(r, criteria.confidence) for r in rows)])
     md = [f"# {context.kind} {name}", "", f"`{command}`", "", " · ".join(facts), "", headline, "", table, ""]
     md += [*(f"- {n}" for n in notes), ""] if notes else []
-    md += [f"![{title}]({path.name})" for title, path in images.items()]
+    md += [f"![{title}]({plot.png.name})" for title, plot in images.items()]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
     page = _html(context, name, command, facts, headline, rows, images, criteria, notes)
     (out / "report.html").write_text(page, "utf-8")
@@ -178,14 +147,15 @@ def _html(context, name, command, facts, headline, rows, images, criteria, notes
         "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in _cells(r, criteria.confidence)) + "</tr>" for r in rows
     )
     figures = "".join(
-        f'<figure><img src="{p.name}" alt="{html.escape(t)}"><figcaption>{html.escape(t)}</figcaption></figure>'
+        f'<figure role="img" aria-label="{html.escape(t)}">{p.svg}<figcaption>{html.escape(t)}</figcaption></figure>'
         for t, p in images.items()
     )
     strong = html.escape(headline).replace("**", "")
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{context.kind} {html.escape(name)}</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-        "padding:4px 8px}th{background:#eee}figure{display:inline-block;margin:1em}</style></head><body>"
+        "padding:4px 8px}th{background:#eee}figure{display:inline-block;margin:1em}figure svg{max-width:100%;"
+        "height:auto}</style></head><body>"
         f"<h1>{context.kind} {html.escape(name)}</h1><p><code>{html.escape(command)}</code></p>"
         f"<p>{' · '.join(html.escape(f) for f in facts)}</p><p><strong>{strong}</strong></p>"
         f"<table><tr>{header}</tr>{body}</table>"

@@ -1,13 +1,15 @@
 """The report's four plots, drawn with matplotlib's Agg backend (no display needed).
 
 Every config of the sweep or study has its place on the step-time and memory plots, whatever became of it: measured
-(coloured by its rank), pruned (its first steps only), over the cap or out of memory (its measured peak, marked),
-skipped (its predicted peak, hatched as a prediction) or failed. Each plot is titled with the sweep or study, the
-device and the date, so a plot pasted elsewhere still says what it shows.
+(its step column's figure, coloured by its rank, with its time ratio above), pruned (its first steps only), over the
+cap or out of memory (its measured peak, marked), skipped (its predicted peak, hatched as a prediction) or failed.
+The step-time axis is set by the bars, never by an interval, which a few rounds may leave open. Each plot is titled
+with the sweep or study, the device and the date, so a plot pasted elsewhere still says what it shows.
 """
 
 from __future__ import annotations
 
+import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,17 +18,19 @@ import matplotlib
 
 if not os.environ.get("MPLBACKEND"):  # a notebook's kernel sets its inline backend there: the notebook keeps it
     matplotlib.use("Agg")
+matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text in the SVG: smaller, and a browser can read it
+matplotlib.rcParams["svg.hashsalt"] = "batch-split"  # the same figure gives the same markup
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from pipeline.compare.paired import Judgement  # noqa: E402
 from pipeline.records import PHASES, Status  # noqa: E402
-from pipeline.reporting.table import Row  # noqa: E402
+from pipeline.reporting.table import ANSWER, FASTEST, Row, close, paired_text, reference_role  # noqa: E402
 
-RANK_COLOURS = {Judgement.WINNER: "#2a9d5c", Judgement.EQUAL: "#e9a23b", Judgement.SLOWER: "#4c72b0"}
 FIGSIZE = (8.0, 4.6)  # every plot the same size, so the report's page lines up
 PHASE_COLOURS = dict(zip(PHASES, ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"), strict=True))
 FITS, OVER, PREDICTED, NEUTRAL = "#55a868", "#c44e52", "#bbbbbb", "#999999"
+LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.0}  # a whisker passes behind it
 MEMORY_STYLES = {
     "fits": (FITS, "measured, fits"),
     "over": (OVER, "measured, over the cap"),
@@ -57,11 +61,24 @@ def _legend(ax, handles: list) -> None:
         )
 
 
-def _save(fig, path: Path) -> Path:
+@dataclass(frozen=True)
+class Plot:
+    """A plot as the report holds it: a PNG file (for report.md), and the same figure as SVG markup, embedded in
+    report.html so that the page stands alone (MLflow's artifact viewer serves no file beside it) and its bars and
+    labels can be read in a browser (ids `step-bar-<i>` and `step-label-<i>` in the table's order, `step-axes`)."""
+
+    png: Path
+    svg: str
+
+
+def _save(fig, path: Path) -> Plot:
     fig.tight_layout()
     fig.savefig(path, dpi=110)  # no tight bounding box: every image the same size, so the report's page lines up
+    markup = io.StringIO()
+    fig.savefig(markup, format="svg")
     plt.close(fig)
-    return path
+    svg = markup.getvalue()
+    return Plot(path, svg[svg.index("<svg") :])  # the element alone: no XML declaration or DOCTYPE inside HTML
 
 
 def _figure(rows: list[Row]):
@@ -85,61 +102,94 @@ def _empty(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def _bar(row: Row, rows: list[Row]) -> tuple[float, tuple[float, float] | None]:
-    """The bar's height and interval. Where the rows are ranked, both come from the pairs, as the table's `time vs
-    fastest`: the fastest's median times the config's paired time ratio, and its paired interval (a config's own
-    median may fall outside it: the median pools runs the pairs weigh otherwise). Else the config's median and one
-    run's interval."""
-    if row.comparison is not None:
-        reference = next(r for r in rows if r.judgement is not None and r.comparison is None)
-        c = row.comparison
-        return reference.median / c.speedup, (reference.median / c.high, reference.median / c.low)
-    if row.ci is not None and not any(r.judgement for r in rows):
-        return row.median, (row.ci.low, row.ci.high)
-    return row.median, None
+@dataclass(frozen=True)
+class Rank:
+    """How a ranked bar is drawn and named: its colour and its legend's words."""
+
+    colour: str
+    label: str
+
+
+RANKS = {
+    "winner": Rank("#2a9d5c", "winner (faster than every other, paired)"),
+    FASTEST: Rank("#8fd1a8", "fastest, tied (no other faster, paired)"),
+    ANSWER: Rank("#8fd1a8", "the study's answer (no other faster, paired)"),
+    "equal": Rank("#e9a23b", "equal within the margin its rank states"),
+    "apart": Rank("#c9b3d9", "not told apart (the rounds leave 2x or more open)"),
+    "slower": Rank("#4c72b0", "slower (paired)"),
+}
+
+
+def rank_of(row: Row) -> Rank | None:
+    """The rank a bar is drawn with, as the table's rank column says it; None where the row is not ranked."""
+    if row.judgement is None:
+        return None
+    if row.comparison is None:
+        return RANKS["winner" if row.judgement is Judgement.WINNER else row.role or FASTEST]
+    if row.judgement is Judgement.EQUAL:
+        return RANKS["equal" if close(row) else "apart"]
+    return RANKS["slower" if row.judgement is Judgement.SLOWER else "winner"]
 
 
 def step_label(rows: list[Row], confidence: float) -> str:
-    """What the step-time plot's bars and whiskers are: the same coverage the table states."""
-    if any(r.judgement for r in rows):
-        return (
-            "seconds per optimizer step\n(the fastest's median x the paired ratio; whiskers: "
-            f"{100 * confidence:g}% paired interval)"
-        )
-    return f"seconds per optimizer step\n(median; whiskers: {100 * confidence:g}% interval of one run's steps)"
+    """What the step-time plot's bars, whiskers and labels are: the table's step column, with its interval where
+    it has one, and its `time vs` column above the ranked bars."""
+    several = any(r.runs > 1 for r in rows if r.median is not None)
+    bars = "mean of paired runs" if several else "median"
+    whiskers = f"; whiskers: {100 * confidence:g}% interval of one run's steps" if not several else ""
+    above = f"\nabove a bar: time vs {reference_role(rows)}, paired" if any(r.judgement for r in rows) else ""
+    return f"seconds per optimizer step\n({bars}{whiskers}){above}"
 
 
-def step_times(rows: list[Row], context: Context, confidence: float, path: Path) -> Path:
+def axis_top(rows: list[Row]) -> float:
+    """The step-time axis's top: set by the bars alone (medians, and the first steps of configs stopped early),
+    never by an interval, which may be open (`[0.00, 1212.40]`) and would flatten every bar."""
+    heights = [r.median if r.median is not None else r.first_steps for r in rows]
+    return 1.3 * max(h for h in heights if h is not None)
+
+
+def _whiskers(ax, x: int, row: Row, top: float, confidence: float) -> None:
+    """One run's interval, as the step column shows it; an end beyond the axis is cut there and its value
+    written."""
+    low, high = row.ci.low, row.ci.high
+    ax.errorbar(x, row.median, yerr=[[row.median - low], [min(high, top) - row.median]], color="black", capsize=5)
+    if high > top:
+        ax.annotate(f"to {high:.3g}", (x, top), xytext=(4, -10), textcoords="offset points", fontsize=7, ha="left")
+    if row.ci.level < confidence - 1e-12:
+        ax.text(x, min(high, top), f"{100 * row.ci.level:.0f}% interval", ha="center", va="bottom", fontsize=7)
+
+
+def step_times(rows: list[Row], context: Context, confidence: float, path: Path) -> Plot:
+    """Each config's bar is the table's step column, in the table's order and coloured by its rank; above a
+    ranked bar, its `time vs` cell."""
     fig, ax = _figure(rows)
+    ax.patch.set_gid("step-axes")
     ax.set_title(context.title("Step time per config"), fontsize=9)
-    timed = [r for r in rows if r.median is not None or r.first_steps is not None]
-    if not timed:
+    if not any(r.median is not None or r.first_steps is not None for r in rows):
         _empty(ax, "no config has a step time (see the table and the memory plot)")
         return _save(fig, path)
-    bars = {r.config_id: _bar(r, rows) for r in rows if r.median is not None}
-    top = max([r.median or r.first_steps for r in timed] + [h for h, _ in bars.values()])
-    top = max([top] + [e[1] for _, e in bars.values() if e])
+    top = axis_top(rows)
     for x, row in enumerate(rows):
         if row.median is None and row.first_steps is not None:
-            ax.bar(x, row.first_steps, color="white", edgecolor=NEUTRAL, hatch="///")
+            ax.bar(x, row.first_steps, color="white", edgecolor=NEUTRAL, hatch="///", gid=f"step-bar-{x}")
         elif row.median is None:
             ax.text(x, 0.5 * top, _why_no_time(row), ha="center", va="center", fontsize=8, rotation=90, color=OVER)
         else:
-            height, error = bars[row.config_id]
-            yerr = [[height - error[0]], [error[1] - height]] if error else None
-            ax.bar(x, height, color=RANK_COLOURS.get(row.judgement, NEUTRAL), yerr=yerr, capsize=5)
-            if (
-                error
-                and row.ci is not None
-                and error == (row.ci.low, row.ci.high)
-                and row.ci.level < confidence - 1e-12
-            ):
-                ax.text(x, row.ci.high, f"{100 * row.ci.level:.0f}% interval", ha="center", va="bottom", fontsize=7)
+            rank = rank_of(row)
+            ax.bar(x, row.median, color=rank.colour if rank else NEUTRAL, gid=f"step-bar-{x}")
+            if row.ci is not None:
+                _whiskers(ax, x, row, top, confidence)
+            if rank:
+                ax.annotate(
+                    paired_text(row), (x, row.median), xytext=(0, 3), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=7, gid=f"step-label-{x}", zorder=5, bbox=LABEL_BOX,
+                )  # fmt: skip
     _names(ax, rows)
-    ax.set_ylim(0, 1.12 * top)
+    ax.set_ylim(0, top)
     ax.set_ylabel(step_label(rows, confidence), fontsize=8)
-    handles = [Patch(color=c, label=str(j)) for j, c in RANK_COLOURS.items() if any(r.judgement is j for r in rows)]
-    if any(r.median is not None and r.judgement is None for r in rows):
+    drawn = {rank_of(r) for r in rows if r.median is not None}
+    handles = [Patch(color=r.colour, label=r.label) for r in dict.fromkeys(RANKS.values()) if r in drawn]
+    if None in drawn:
         handles.append(Patch(color=NEUTRAL, label="not ranked"))
     if any(r.median is None and r.first_steps is not None for r in rows):
         handles.append(Patch(facecolor="white", edgecolor=NEUTRAL, hatch="///", label="stopped early: its first steps"))
@@ -162,7 +212,7 @@ def _why_no_time(row: Row) -> str:
     return "no steady steps"
 
 
-def phases(rows: list[Row], context: Context, path: Path) -> Path:
+def phases(rows: list[Row], context: Context, path: Path) -> Plot:
     rows = [r for r in rows if r.phases]
     fig, ax = _figure(rows)
     ax.set_title(context.title("Where a step goes (medians of the steady steps)"), fontsize=9)
@@ -180,7 +230,7 @@ def phases(rows: list[Row], context: Context, path: Path) -> Path:
     return _save(fig, path)
 
 
-def memory(rows: list[Row], context: Context, path: Path) -> Path:
+def memory(rows: list[Row], context: Context, path: Path) -> Plot:
     fig, ax = _figure(rows)
     ax.set_title(context.title("Peak memory per config"), fontsize=9)
     if not rows:
@@ -222,7 +272,7 @@ def memory(rows: list[Row], context: Context, path: Path) -> Path:
     return _save(fig, path)
 
 
-def losses(curves: dict[str, list[tuple[int, float]]], context: Context, path: Path) -> Path:
+def losses(curves: dict[str, list[tuple[int, float]]], context: Context, path: Path) -> Plot:
     fig, ax = plt.subplots(figsize=FIGSIZE)
     ax.set_title(context.title("Loss per step (the same seed and data: curves should overlap)"), fontsize=9)
     drawn = {name: points for name, points in curves.items() if points}

@@ -2,8 +2,10 @@
 notes, and its rank from paired rounds (`compare`).
 
 A row's step time is one run's median with the interval of its steps (the step noise of one process), or, with
-several runs (a sweep's repeats), the median of their medians. Ranks and ratios between configs come only from
-paired rounds: a sweep's repeats, or a study's confirmation round; with one run per config nothing is ranked."""
+several runs (a sweep's repeats), the geometric mean of their trimmed means: the figure their pairs compare, so that
+with every round complete `time vs fastest` is exactly the ratio of two rows' step times and the step column, the
+ratios and the ranks order the configs alike. Ranks and ratios between configs come only from paired rounds: a
+sweep's repeats, or a study's confirmation round; with one run per config nothing is ranked."""
 
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ from dataclasses import dataclass, field
 
 from pipeline.compare.paired import WIDE, Comparison, Judgement, margin_text
 from pipeline.compare.ranking import Ranking, rank
-from pipeline.measure.stats import max_relative_deviation
+from pipeline.measure.stats import TRIM, max_relative_deviation
 from pipeline.records import PHASES, Fit, Interval, RecordedJob, RunKind, Status
 
 MEASURED = (RunKind.JOB, RunKind.TRIAL)  # runs whose figures a row shows; confirmation runs only add rounds
+FASTEST, ANSWER = "fastest", "answer"  # what the reference of a ranking is: the rows' time ratios are against it
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,10 @@ class Row:
     phases: dict[str, float] = field(default_factory=dict)
     loss_dev: float | None = None
     rounds: dict[int, float] = field(default_factory=dict)  # paired rounds: round -> that run's median
-    comparison: Comparison | None = None  # paired, against the fastest
+    comparison: Comparison | None = None  # paired, against the reference
     judgement: Judgement | None = None
+    role: str | None = None  # the reference's: FASTEST, or ANSWER (a study's answer, where the pairs kept it)
+    ties: list[Row] = field(default_factory=list)  # the reference's: the rows judged equal to it
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -79,7 +84,7 @@ def _figures(row: Row) -> None:
     if len(ok) == 1:
         row.median, row.ci = ok[0].summary.median, ok[0].summary.step_time.ci
     else:
-        row.median = statistics.median(j.summary.median for j in ok)
+        row.median = statistics.geometric_mean(j.summary.step_time.trimmed for j in ok)
     work = ok[0].summary
     row.tokens_per_s = work.per_second(statistics.fmean(j.summary.tokens_per_step for j in ok), row.median)
     row.mfu = work.mfu(row.median)
@@ -155,14 +160,17 @@ def comparison_rows(jobs: list[RecordedJob], criteria: Criteria, prefer: str | N
         rows.append(row)
     ranking = rank({r.config_id: r.rounds for r in rows if r.fit.feasible}, criteria.confidence, prefer)
     if ranking is not None:
-        _apply(rows, ranking)
+        _apply(rows, ranking, prefer)
     return rows
 
 
-def _apply(rows: list[Row], ranking: Ranking) -> None:
+def _apply(rows: list[Row], ranking: Ranking, prefer: str | None) -> None:
     for row in rows:
         row.comparison = ranking.comparisons.get(row.config_id)
         row.judgement = ranking.judgement(row.config_id)
+    reference = next(r for r in rows if r.config_id == ranking.reference)
+    reference.role = ANSWER if ranking.reference == prefer else FASTEST
+    reference.ties = [r for r in order(rows) if r.comparison is not None and r.judgement is Judgement.EQUAL]
 
 
 def num(value: float | None, fmt: str) -> str:
@@ -186,32 +194,52 @@ def step_text(row: Row, confidence: float) -> str:
 
 
 def step_header(confidence: float, rows: list[Row] | None = None) -> str:
-    """What the step column holds: one run's median with the interval of its steps, or the median of runs."""
+    """What the step column holds: one run's median with the interval of its steps, or the mean of runs."""
     single = f"median [{100 * confidence:g}% CI of one run's steps]"
     counts = {r.runs > 1 for r in rows or [] if r.median is not None}
     if counts == {True}:
-        return "step s (median of runs)"
-    return f"step s ({single}{', or of runs' if True in counts else ''})"
+        return "step s (mean of runs)"
+    return f"step s ({single}{', or mean of runs' if True in counts else ''})"
 
 
-def paired_header(confidence: float) -> str:
-    return f"time vs fastest ({100 * confidence:g}%, paired)"
+def reference_role(rows: list[Row]) -> str:
+    """What the time ratios are against: the fastest, or a study's answer."""
+    return next((r.role for r in rows if r.role), FASTEST)
+
+
+def paired_header(confidence: float, rows: list[Row] | None = None) -> str:
+    return f"time vs {reference_role(rows or [])} ({100 * confidence:g}%, paired)"
 
 
 def paired_text(row: Row) -> str:
-    """The row's step time over the fastest's, with the paired interval: `1.76x [1.52, 2.03]`."""
+    """The row's step time over the reference's, with the paired interval: `1.76x [1.52, 2.03]`; the reference's
+    own cell names it (`fastest`, or `answer`)."""
     if row.judgement is None:
         return "-"
     c = row.comparison
     if c is None:
-        return "fastest"
+        return row.role or FASTEST
     return f"{1 / c.speedup:.2f}x [{1 / c.high:.2f}, {1 / c.low:.2f}]"
 
 
+def close(row: Row) -> bool:
+    """A tie whose margin says something (under WIDE), as against one the rounds could not tell apart."""
+    return row.comparison is not None and row.comparison.margin is not None and row.comparison.margin < WIDE
+
+
 def rank_text(row: Row) -> str:
+    """`winner`, `slower`, `equal ±8%`, `not told apart (within 4.2x)`; the reference in a tie says with whom:
+    `fastest; equal with tiny 4x1; not told apart from tiny 1x4`."""
     if row.judgement is Judgement.EQUAL and row.comparison is not None:
         margin = row.comparison.margin
-        return f"equal {margin_text(margin)}" if margin < WIDE else f"not told apart ({margin_text(margin)})"
+        return f"equal {margin_text(margin)}" if close(row) else f"not told apart ({margin_text(margin)})"
+    if row.judgement is Judgement.EQUAL and row.role:
+        near = [r.name for r in row.ties if close(r)]
+        apart = [r.name for r in row.ties if not close(r)]
+        said = ([f"equal with {', '.join(near)}"] if near else []) + (
+            [f"not told apart from {', '.join(apart)}"] if apart else []
+        )
+        return "; ".join([row.role, *said])
     return str(row.judgement or "-")
 
 
@@ -227,7 +255,7 @@ def order(rows: list[Row]) -> list[Row]:
 
 def format_table(rows: list[Row], criteria: Criteria) -> str:
     confidence = criteria.confidence
-    header = ["config", "status", step_header(confidence, rows), paired_header(confidence), "tokens/s", "MFU"]
+    header = ["config", "status", step_header(confidence, rows), paired_header(confidence, rows), "tokens/s", "MFU"]
     header += ["peak GiB", "cap", "loss dev", "rank", "notes"]
     lines: list[list[object]] = [header]
     for r in order(rows):
@@ -247,6 +275,11 @@ def footnotes(rows: list[Row], criteria: Criteria) -> list[str]:
             "one run per config: an interval covers the step noise of that one process, and separate processes of "
             "one config differ by more (15-30% on a GPU host), so nothing is ranked; rank with repeats=3 or more "
             "(paired rounds)"
+        )
+    if any(r.runs > 1 for r in timed):
+        out.append(
+            f"step s of several runs: the geometric mean of their {100 * TRIM:g}%-trimmed means, the figure their "
+            f"pairs compare (time vs {reference_role(rows)} is its ratio over the rounds both ran)"
         )
     if any(r.ci is not None and r.ci.level < confidence - 1e-12 for r in rows):
         out.append(f"(n%): the interval covers the median only n% of the time: too few steps for {100 * confidence:g}%")

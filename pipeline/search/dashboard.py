@@ -1,25 +1,46 @@
-"""optuna-dashboard's app with one answer changed: a study's best trial is the fastest trial that fits.
+"""optuna-dashboard's app, its study pages changed where they would mislead: the best trial, the over-the-cap trials,
+the repeated proposals, and long attributes.
 
-A study keeps an over-the-cap config as a COMPLETE trial with a positive constraint, so that optuna-dashboard marks it
-infeasible and plots it. optuna-dashboard 0.21 calls the storage's lowest COMPLETE value best, constraints ignored
-(optuna_dashboard/_app.py, `get_study_detail`), and would crown an over-the-cap config that ran faster. This WSGI
-wrapper recomputes the `best_trials` of every study-detail answer from the storage: the trial the study answered with,
-else the feasible COMPLETE trial with the lowest value (as Optuna's own `study.best_trial` decides), or none.
+A study keeps an over-the-cap config (measured, or predicted and skipped) as a COMPLETE trial with its step time and a
+positive constraint: Optuna's own sense of an infeasible trial, which `optuna best-trial` and the sampler read right.
+optuna-dashboard 0.21 reads it otherwise (optuna_dashboard/_app.py `get_study_detail`, its bundle's history, slice,
+parallel-coordinate and distribution plots): the lowest COMPLETE value is "best", constraints ignored, and every
+COMPLETE value is plotted, infeasible ones as grey dots: an over-the-cap config that ran faster than anything that fits
+reads as the fastest. This WSGI wrapper changes each study-detail answer (`/api/studies/<id>`) so that:
+
+- `best_trials` is the trial the study answered with, else the feasible COMPLETE trial with the lowest value (as
+  Optuna's `study.best_trial` decides), or none;
+- an infeasible trial's value is left out of the answer, so that no plot puts it among the step times; the trial is
+  still listed, in the timeline's "Infeasible" colour, with its step time, status and reason as user attributes;
+- a proposal of a config already decided (`repeat_of`: told as that decision was, never measured) is left out, so
+  that it is not one more completed trial. The page asks for the trials after the `after`-th it holds, and counts in
+  the list it was given: `after` is counted here in the list without them.
+
+It also gives the pages a style sheet that wraps long values (a trial's `sft_kwargs`, `losses`), which
+optuna-dashboard prints on one line each (the trials page was 5,900 px wide), and shows a trial's attributes whole
+(they scrolled in a box 150 px high, its `reason` out of sight).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable
 
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard._serializer import serialize_frozen_trial
 
-from pipeline.search.trials import ANSWER
+from pipeline.search.trials import ANSWER, REPEAT_OF
 
 STUDY_DETAIL = re.compile(r"/api/studies/(\d+)")
+PAGE = re.compile(r"/dashboard(/.*)?")
+WRAPPING = (  # a trial's attribute lines: `white-space: nowrap` in optuna-dashboard's bundle, in a box 150 px high
+    # that scrolls, its `reason` last but a few, out of sight
+    "<style>main p.MuiTypography-root{white-space:normal!important;overflow-wrap:anywhere}"
+    "main p.MuiTypography-root+div.MuiBox-root{max-height:none!important}</style>"
+)
 
 
 def constraints(trial: FrozenTrial) -> list[float]:
@@ -39,6 +60,18 @@ def feasible_best(storage: BaseStorage, study_id: int) -> list[FrozenTrial]:
     return [min(fits, key=lambda t: t.value)] if fits else []
 
 
+def shown_trials(trials: list[dict]) -> list[dict]:
+    """The serialised trials as the pages get them: repeated proposals left out, infeasible ones without a value."""
+    out = []
+    for trial in trials:
+        if any(a["key"] == REPEAT_OF for a in trial.get("user_attrs", ())):
+            continue
+        if trial.get("state") == "Complete" and any(c > 0 for c in trial.get("constraints", ())):
+            trial = {k: v for k, v in trial.items() if k != "values"}
+        out.append(trial)
+    return out
+
+
 class FeasibleBest:
     """WSGI middleware around optuna-dashboard's app (`create_app(storage)`)."""
 
@@ -46,9 +79,22 @@ class FeasibleBest:
         self.app, self.storage = app, storage
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
-        match = STUDY_DETAIL.fullmatch(environ.get("PATH_INFO", ""))
-        if match is None or environ.get("REQUEST_METHOD") != "GET":
+        path = environ.get("PATH_INFO", "")
+        if environ.get("REQUEST_METHOD") != "GET":
             return self.app(environ, start_response)
+        if match := STUDY_DETAIL.fullmatch(path):
+            query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+            after = query.get("after", ["0"])[0]
+            if not after.isdigit():  # the app's own answer (400)
+                return self.app(environ, start_response)
+            inner = {**environ, "QUERY_STRING": urllib.parse.urlencode({**query, "after": "0"}, doseq=True)}
+            return self._changed(inner, start_response, lambda body: self._detail(int(match[1]), int(after), body))
+        if PAGE.fullmatch(path):
+            return self._changed(environ, start_response, lambda body: body.replace(b"</head>", WRAPPING.encode(), 1))
+        return self.app(environ, start_response)
+
+    def _changed(self, environ: dict, start_response: Callable, change: Callable[[bytes], bytes]) -> list[bytes]:
+        """The app's answer, its body changed where it is a whole 200 answer."""
         answer: dict = {}
 
         def keep(status: str, headers: list, exc_info=None) -> Callable:
@@ -58,15 +104,16 @@ class FeasibleBest:
         body = b"".join(self.app(environ, keep))
         headers = answer["headers"]
         if answer["status"].startswith("200") and not any(k.lower() == "content-encoding" for k, _ in headers):
-            body = self._rewrite(int(match.group(1)), body)
+            body = change(body)
         headers = [(k, v) for k, v in headers if k.lower() != "content-length"] + [("Content-Length", str(len(body)))]
         start_response(answer["status"], headers)
         return [body]
 
-    def _rewrite(self, study_id: int, body: bytes) -> bytes:
+    def _detail(self, study_id: int, after: int, body: bytes) -> bytes:
         detail = json.loads(body)
         attrs = self.storage.get_study_system_attrs(study_id)
         detail["best_trials"] = [
             serialize_frozen_trial(study_id, t, attrs) for t in feasible_best(self.storage, study_id)
         ]
+        detail["trials"] = shown_trials(detail["trials"])[after:]
         return json.dumps(detail).encode()

@@ -38,6 +38,8 @@ from pipeline.config.validate import validate
 from pipeline.jobs import runner, task
 from pipeline.liveness import HEARTBEAT_S
 from pipeline.records import GIB
+from pipeline.reporting import runs_table
+from pipeline.reporting.table import Criteria
 from pipeline.search import prior, reference, trials, workers
 from pipeline.search.answer import Answer, Decided, Setting, decide, log_answer
 from pipeline.search.calibration import ATTR as CALIBRATION
@@ -122,6 +124,9 @@ class StudyDriver:
             if finished and answer.best is not None:
                 ctx.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
             print(answer.text, flush=True)
+            if finished:  # the runs table's rank and time ratio of every run, against the answer
+                best = answer.best and answer.best.config_id
+                runs_table.tag_study(ctx.tracker, ctx.parent, Criteria.of(ctx.cfg.measure), best)
             log_answer(ctx.tracker, ctx.parent, answer, finished)
         return answer
 

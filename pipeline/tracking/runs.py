@@ -17,7 +17,6 @@ from omegaconf import OmegaConf
 from pipeline.liveness import Owner
 from pipeline.records import (
     GIB,
-    PHASES,
     Fit,
     JobResult,
     JobSpec,
@@ -27,6 +26,7 @@ from pipeline.records import (
     RunState,
     Status,
 )
+from pipeline.tracking import figures
 from pipeline.tracking.store import HEARTBEAT_TAG, OWNER_TAG, Tracker, flatten
 
 STATUS = "status"
@@ -41,10 +41,14 @@ FIT = "fit"
 FIT_BEFORE = "verdict"  # the same tag in stores written before 2026-12-01
 NAME = "display_name"
 PREDICTED = "predicted_gib"
-NOTE = "note"
 OVERRIDES = "overrides"  # a job's own overrides (its command line in a sweep); a sweep's or study's whole command
+NOTE = "note"  # what the runs table shows: why a run stopped, and its config's notes on its steps once ranked
+REASON = "reason"  # why it stopped alone, where NOTE says more (`reporting.runs_table`)
+RANK, TIME_VS = "rank", "time_vs_fastest"  # a ranked run's config: its rank, its time over the fastest's
 GROUP = "group"  # the sweep or study a run belongs to, as its parent run is named: what the MLflow view groups by
 SINGLE_JOBS = "single jobs"  # the group of jobs run on their own, outside any sweep or study
+SUBGROUPS = {RunKind.PROBE: " · probes", RunKind.CONFIRM: " · confirm"}
+OVER_CAP_GROUP = " · over cap"  # a job or trial that did not fit, measured or predicted
 
 
 ABANDONED = {STATUS: Status.KILLED, NOTE: "interrupted: the process recording it ended first"}
@@ -64,11 +68,13 @@ def quoted(value: object) -> str:
 
 
 def group_of(tags: dict[str, object]) -> str:
-    """The group of a run with these tags: its sweep's or study's parent run name, or SINGLE_JOBS."""
+    """The group of a run with these tags: its sweep's or study's parent run name, or SINGLE_JOBS; a study's probes
+    and confirmation runs (shorter jobs, not contenders) in groups of their own beside it, so that the group row's
+    minimum of each figure is one over comparable runs."""
     if tags.get(SWEEP):
         return f"sweep {tags[SWEEP]}"
     if tags.get(STUDY):
-        return f"study {tags[STUDY]}"
+        return f"study {tags[STUDY]}{SUBGROUPS.get(str(tags.get(KIND)), '')}"
     return SINGLE_JOBS
 
 
@@ -100,59 +106,6 @@ def start_job(
     return run_id
 
 
-def derived_params(spec: JobSpec, result: JobResult) -> dict[str, object]:
-    """What the config does not say directly: the parsed split, the device, the resolved dtype, versions."""
-    params: dict[str, object | None] = {
-        "micro_batch": spec.micro,
-        "accumulation": spec.accumulation,
-        "effective_batch": spec.config.batch.effective,
-        "world_size": spec.config.world_size,
-        "cap_source": spec.cap_source,
-        "lora_params": result.lora_params,
-        "base_matmul_params": result.base_matmul_params,
-    }
-    if result.placement:
-        p = result.placement
-        params.update(
-            device=p.device, device_name=p.device_name, dtype_resolved=p.dtype, emulated_gpu=p.emulated or "none"
-        )
-    params.update({f"version.{k}": v for k, v in result.versions.items()})
-    return {k: v for k, v in params.items() if v is not None}
-
-
-def series(result: JobResult, steady: set[int]) -> dict[str, list[tuple[int, float]]]:
-    """Per-step series for MLflow's charts: loss, step time and its phases, peak memory so far. `step_time_s` holds
-    the `steady` steps (those the statistics use), `step_time_warmup_s` the others (the warm-up, steps that compiled
-    or ran under the profiler), so that the first steps' seconds do not flatten the steady ones on one axis;
-    `step_compile_s` only when something compiled."""
-    keys = ["loss", "grad_norm", "learning_rate", *(f"{p}_s" for p in PHASES)]
-    out = {key: [(s.step, getattr(s, key)) for s in result.steps if getattr(s, key) is not None] for key in keys}
-    out["step_time_s"] = [(s.step, s.step_time_s) for s in result.steps if s.step in steady]
-    out["step_time_warmup_s"] = [(s.step, s.step_time_s) for s in result.steps if s.step not in steady]
-    out["step_peak_gib"] = [(s.step, s.peak_bytes / GIB) for s in result.steps]
-    if result.world_size > 1:
-        out["allreduce_s"] = [(s.step, s.allreduce_s) for s in result.steps]
-    if any(s.compile_s for s in result.steps):
-        out["step_compile_s"] = [(s.step, s.compile_s) for s in result.steps]  # `compile_s` is the job's total
-    return out
-
-
-# logged first: MLflow's UI keeps the order a run's metrics were logged in where it lists them, and its compare page
-# plots the first metric the runs share by default
-LEADING_METRICS = ("step_time_median_s", "tokens_per_s", "peak_gib")
-
-PROFILE_METRICS = (
-    "launches_per_step",
-    "kernels_per_step",
-    "device_ms",
-    "host_ms",
-    "device_busy_fraction",
-    "syncs_per_step",
-    "casts_per_step",
-    "ops_per_step",
-)
-
-
 def end_job(
     tracker: Tracker,
     run_id: str,
@@ -164,18 +117,15 @@ def end_job(
 ) -> None:
     """Write a finished job in one go (`steady`: the step numbers its statistics use; `files`: more artifacts, by
     the folder they go in) and end its run with the status its result says."""
-    tracker.params(run_id, derived_params(spec, result))
-    summary_metrics = summary.metrics()
-    metrics = {k: summary_metrics[k] for k in LEADING_METRICS if k in summary_metrics} | summary_metrics
-    if result.profile:
-        metrics.update(
-            {f"profile.{k}": result.profile[k] for k in PROFILE_METRICS if result.profile.get(k) is not None}
-        )
-    tracker.metrics(run_id, metrics, series(result, steady))
+    tracker.params(run_id, figures.derived_params(spec, result))
+    tracker.metrics(run_id, figures.metrics(summary, result.profile), figures.series(result, steady))
     for folder, paths in files.items():
         for path in paths:
             tracker.artifact_file(run_id, path, folder=folder)
     tags: dict[str, object] = {STATUS: result.status, FIT: summary.fit}
+    tags[figures.DESCRIPTION] = figures.description(spec.name, summary)
+    if summary.fit in (Fit.OVER_CAP, Fit.OOM):  # apart from the runs that fit: their group row shows no figure of it
+        tags[GROUP] = f"{group_of(tracker.run(run_id).data.tags)}{OVER_CAP_GROUP}"
     note = result.stopped or result.error
     if note:
         tags[NOTE] = note[:500]
@@ -215,8 +165,9 @@ def log_skip(
     """A study's trial decided without a job (predicted over the cap): a finished run that says so."""
     run_id = start_job(tracker, spec, RunKind.TRIAL, parent_id, tags={**tags, PREDICTED: predicted_bytes / GIB})
     summary = JobSummary(status=Status.SKIPPED, fit=Fit.PREDICTED_OVER_CAP)
-    tracker.metrics(run_id, {**summary.metrics(), "predicted_gib": predicted_bytes / GIB})
-    tracker.tags(run_id, {STATUS: Status.SKIPPED, FIT: Fit.PREDICTED_OVER_CAP, NOTE: reason})
+    tracker.metrics(run_id, {**figures.metrics(summary), "predicted_gib": figures.shown(predicted_bytes / GIB, 3)})
+    group = group_of({**tags, KIND: RunKind.TRIAL}) + OVER_CAP_GROUP
+    tracker.tags(run_id, {STATUS: Status.SKIPPED, FIT: Fit.PREDICTED_OVER_CAP, NOTE: reason, GROUP: group})
     tracker.end(run_id, RunState.FINISHED)
     return run_id
 
@@ -299,7 +250,7 @@ def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = MEA
                 summary=summary,
                 losses=tuple(value for _, value in tracker.history(run.info.run_id, "loss")),
                 predicted_gib=float(tags[PREDICTED]) if PREDICTED in tags else None,
-                note=tags.get(NOTE, ""),
+                note=tags.get(REASON, "" if TIME_VS in tags else tags.get(NOTE, "")),
                 round=paired_round(kind, tags),
             )
         )

@@ -6,7 +6,9 @@ experiment tag `mlflow.sharedViewState.<key>` when the address carries `viewStat
 "Views". Of such a view it honours the chosen columns, their order and widths, the grouping, and the charts' settings;
 it ignores which rows are expanded, pinned or hidden. So the view here groups the runs by the tag `group` (the name
 of their sweep's or study's parent run) instead of nesting them: a group is open from the start, where a parent's
-nested runs would wait for a click. A group's own row shows the minimum of each column over its runs.
+nested runs would wait for a click. A group's own row shows the minimum of each column over its runs, so runs that
+are not contenders have groups of their own beside it (a study's probes and confirmation runs, and whatever went
+over the cap: `runs.group_of`), and the parent's own row shows the winner's figures, rank and margin.
 """
 
 from __future__ import annotations
@@ -14,22 +16,24 @@ from __future__ import annotations
 import json
 import time
 
-from pipeline.tracking import runs
+from pipeline.tracking import figures, runs
 
 VIEW_KEY = "batch-split"
-VIEW_NAME = "batch-split: step time, tokens/s, peak memory, rank"
+VIEW_NAME = "batch-split: step time, tokens/s, peak memory, rank, time vs fastest"
 TAG_PREFIX = "mlflow.sharedViewState."
 NAME_COLUMN = "attributes.`Run Name`"
-METRICS = runs.LEADING_METRICS  # step time, tokens/s, peak memory
-TAGS = ("rank", runs.STATUS, runs.NOTE)
-WIDTHS = {  # pixels: the sweep's or study's name whole, the figures to four or five digits, a rank's words
-    NAME_COLUMN: 340,
-    "metrics.`step_time_median_s`": 160,
-    "metrics.`tokens_per_s`": 120,
-    "metrics.`peak_gib`": 110,
-    "tags.`rank`": 140,
-    "tags.`status`": 90,
-    "tags.`note`": 300,
+METRICS = figures.LEADING_METRICS  # step time, tokens/s, peak memory (rounded as the console prints them)
+TAGS = (runs.RANK, runs.TIME_VS, runs.STATUS, runs.NOTE)
+WIDTHS = {  # pixels: the sweep's or study's name whole, the figures as logged, a rank's and a ratio's words whole;
+    # all in view on a screen 1920 px wide
+    NAME_COLUMN: 325,
+    "metrics.`step_time_median_s`": 150,
+    "metrics.`tokens_per_s`": 105,
+    "metrics.`peak_gib`": 95,
+    "tags.`rank`": 300,
+    "tags.`time_vs_fastest`": 230,
+    "tags.`status`": 75,
+    "tags.`note`": 170,
 }
 
 

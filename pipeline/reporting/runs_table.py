@@ -1,0 +1,102 @@
+"""The comparison written onto the MLflow runs it was made of, so that the runs table says it without a click.
+
+Each run gets its config's `rank` (the reference's in short: `fastest; not told apart from 2`) and
+`time_vs_fastest` (in a study, against its answer, as the report says it), its own notes beside why it stopped
+(`drift 26%`, `cv 194%`: the console's words for its steps) and, on its page, a description in the same words. The
+sweep's or study's parent run gets the winner, or the fastest and whom it ties with (`rank`), by how much
+(`time_vs_fastest`: the next config's time over its), the winner's step time, tokens/s and peak as its own figures,
+and the headline and comparison table as its description.
+"""
+
+from __future__ import annotations
+
+from pipeline.records import Fit, Status
+from pipeline.reporting.headline import fastest_line
+from pipeline.reporting.table import (
+    Criteria,
+    Row,
+    close,
+    comparison_rows,
+    format_table,
+    notes,
+    order,
+    paired_text,
+    rank_text,
+)
+from pipeline.tracking import figures, runs
+from pipeline.tracking.store import Tracker
+
+RANK, TIME_VS = runs.RANK, runs.TIME_VS
+NOT_RANKED = "not ranked: one run"  # a config measured once has no pair to rank it by
+
+
+def unranked(row: Row) -> str:
+    """Why a row has no rank."""
+    if row.fit in (Fit.OVER_CAP, Fit.OOM, Fit.PREDICTED_OVER_CAP):
+        return f"not ranked: {row.fit}"
+    return NOT_RANKED if row.median is not None else "not ranked: no steady steps"
+
+
+def tag_runs(tracker: Tracker, parent_id: str, rows: list[Row], criteria: Criteria) -> None:
+    """Every run of `rows` and their parent run, as the module's docstring says."""
+    for row in rows:
+        rank = (in_short(row) if row.role else rank_text(row)) if row.judgement else unranked(row)
+        said = [f"rank: {rank}", f"time vs {_against(rows)}: {paired_text(row)}"] if row.judgement else [rank]
+        for job in row.jobs:
+            note = "; ".join([n for n in (job.note, *notes([job], criteria)) if n])  # why it stopped, its steps
+            tags = {RANK: rank, TIME_VS: paired_text(row)}
+            tags.update({runs.NOTE: note[:500]} if note else {})
+            tags.update({runs.REASON: job.note} if job.note else {})  # read back as the run's note: why it stopped
+            tags[figures.DESCRIPTION] = figures.description(job.name, job.summary, said)
+            tracker.tags(job.run_id, tags)
+            if row.loss_dev is not None:
+                tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
+    tags, best = parent_tags(rows)
+    caps = [j.summary.memory_gib["cap"] for r in rows for j in r.jobs if "cap" in j.summary.memory_gib]
+    tags[figures.DESCRIPTION] = f"{fastest_line(rows, max(caps, default=None))}\n\n{format_table(rows, criteria)}"
+    tracker.tags(parent_id, tags)
+    if best is not None:
+        tracker.metrics(parent_id, _figures(best))
+
+
+def tag_study(tracker: Tracker, parent_id: str, criteria: Criteria, answer_config_id: str | None) -> None:
+    """A study's runs, once it has answered: ranked from its answer, as its report ranks them."""
+    rows = comparison_rows(runs.read_jobs(tracker, parent_id), criteria, prefer=answer_config_id)
+    tag_runs(tracker, parent_id, rows, criteria)
+
+
+def _against(rows: list[Row]) -> str:
+    return next((r.role for r in rows if r.role), "fastest")
+
+
+def parent_tags(rows: list[Row]) -> tuple[dict[str, str], Row | None]:
+    """The parent row's `rank` and `time_vs_fastest`, and the row whose figures it shows: `tiny 8x1: winner` and
+    `next: tiny 1x8 1.46x [1.41, 1.50]`, or `tiny 2x2: fastest; 2 not told apart`; without ranks, the lowest median
+    that fits, said to be unranked."""
+    reference = next((r for r in rows if r.role), None)
+    if reference is not None:
+        nearest = next((r for r in order(rows) if r.comparison is not None), None)
+        nearest_text = f"next: {nearest.name} {paired_text(nearest)}" if nearest else "-"
+        return {RANK: f"{reference.name}: {in_short(reference)}", TIME_VS: nearest_text}, reference
+    timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == str(Status.OK)]
+    if not timed:
+        return {RANK: "no config finished under its cap", TIME_VS: "-"}, None
+    best = min(timed, key=lambda r: r.median)
+    return {RANK: f"{best.name}: lowest median ({NOT_RANKED})", TIME_VS: "-"}, best
+
+
+def in_short(reference: Row) -> str:
+    """The reference's rank as a column of the runs table holds it: `winner`, or `fastest; equal with 1; not told
+    apart from 2` (the rows beside it say which, and by how much)."""
+    if not reference.ties:
+        return rank_text(reference)
+    near = sum(1 for r in reference.ties if close(r))
+    apart = len(reference.ties) - near
+    said = ([f"equal with {near}"] if near else []) + ([f"not told apart from {apart}"] if apart else [])
+    return "; ".join([reference.role, *said])
+
+
+def _figures(row: Row) -> dict[str, float]:
+    values = {"step_time_median_s": row.median, "tokens_per_s": row.tokens_per_s, "peak_gib": row.peak_gib}
+    decimals = {**figures.SHOWN_DECIMALS, "peak_gib": 3}
+    return {k: figures.shown(v, decimals[k]) for k, v in values.items() if v is not None}

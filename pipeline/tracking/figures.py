@@ -1,0 +1,119 @@
+"""What a finished job writes to its MLflow run besides its config: params derived from its result, per-step series,
+its summary metrics as MLflow's UI shows them, and a description in the words the console uses.
+
+MLflow's runs table prints a metric's value whole (`0.03739772099993388`), so the figures a person reads there are
+rounded as the console prints them: step times to four significant digits and at least four decimals (the tables'
+`.4f`), rates to four significant digits (whole numbers from 1,000 on), memory to four significant digits and at
+least three decimals. The statistics that rank configs (`step_time_trimmed_s`) and the per-step series stay whole.
+Metrics that say nothing happened are left out (`compile_s` 0: nothing compiled; `context_gib` 0: no CUDA context),
+so that a run's page charts no empty ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pipeline.records import GIB, PHASES, JobResult, JobSpec, JobSummary
+
+# logged first: MLflow's UI keeps the order a run's metrics were logged in where it lists them, and its compare page
+# plots the first metric the runs share by default
+LEADING_METRICS = ("step_time_median_s", "tokens_per_s", "peak_gib")
+SHOWN_DECIMALS = {"step_time_median_s": 4, "tokens_per_s": 0}  # at least; `*_gib` at least 3
+NOTHING_WHEN_ZERO = ("compile_s", "context_gib")
+DESCRIPTION = "mlflow.note.content"  # the tag MLflow's run page shows, as Markdown, at the top of its overview
+
+PROFILE_METRICS = (
+    "launches_per_step",
+    "kernels_per_step",
+    "device_ms",
+    "host_ms",
+    "device_busy_fraction",
+    "syncs_per_step",
+    "casts_per_step",
+    "ops_per_step",
+)
+
+
+def shown(value: float, decimals: int) -> float:
+    """`value` to four significant digits, and to at least `decimals` decimals."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, max(decimals, 3 - math.floor(math.log10(abs(value)))))
+
+
+def metrics(summary: JobSummary, profile: dict | None = None) -> dict[str, float]:
+    """The summary's metrics, the view's first, rounded where a person reads them; the profile's if one ran."""
+    found = summary.metrics()
+    out = {k: found[k] for k in LEADING_METRICS if k in found} | found
+    for key, value in out.items():
+        if key in SHOWN_DECIMALS:
+            out[key] = shown(value, SHOWN_DECIMALS[key])
+        elif key.endswith("_gib"):
+            out[key] = shown(value, 3)  # every memory figure alike: `peak_gib` stays the largest `peak_rank<r>_gib`
+    out = {k: v for k, v in out.items() if not (k in NOTHING_WHEN_ZERO and v == 0)}
+    if profile:
+        out.update({f"profile.{k}": profile[k] for k in PROFILE_METRICS if profile.get(k) is not None})
+    return out
+
+
+def derived_params(spec: JobSpec, result: JobResult) -> dict[str, object]:
+    """What the config does not say directly: the parsed split, the device, the resolved dtype, versions."""
+    params: dict[str, object | None] = {
+        "micro_batch": spec.micro,
+        "accumulation": spec.accumulation,
+        "effective_batch": spec.config.batch.effective,
+        "world_size": spec.config.world_size,
+        "cap_source": spec.cap_source,
+        "lora_params": result.lora_params,
+        "base_matmul_params": result.base_matmul_params,
+    }
+    if result.placement:
+        p = result.placement
+        params.update(
+            device=p.device, device_name=p.device_name, dtype_resolved=p.dtype, emulated_gpu=p.emulated or "none"
+        )
+    params.update({f"version.{k}": v for k, v in result.versions.items()})
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def series(result: JobResult, steady: set[int]) -> dict[str, list[tuple[int, float]]]:
+    """Per-step series for MLflow's charts: loss, step time and its phases, peak memory so far. `step_time_s` holds
+    the `steady` steps (those the statistics use), `step_time_warmup_s` the others (the warm-up, steps that compiled
+    or ran under the profiler), so that the first steps' seconds do not flatten the steady ones on one axis;
+    `step_compile_s` only when something compiled."""
+    keys = ["loss", "grad_norm", "learning_rate", *(f"{p}_s" for p in PHASES)]
+    out = {key: [(s.step, getattr(s, key)) for s in result.steps if getattr(s, key) is not None] for key in keys}
+    out["step_time_s"] = [(s.step, s.step_time_s) for s in result.steps if s.step in steady]
+    out["step_time_warmup_s"] = [(s.step, s.step_time_s) for s in result.steps if s.step not in steady]
+    out["step_peak_gib"] = [(s.step, s.peak_bytes / GIB) for s in result.steps]
+    if result.world_size > 1:
+        out["allreduce_s"] = [(s.step, s.allreduce_s) for s in result.steps]
+    if any(s.compile_s for s in result.steps):
+        out["step_compile_s"] = [(s.step, s.compile_s) for s in result.steps]  # `compile_s` is the job's total
+    return out
+
+
+def description(name: str, summary: JobSummary, more: list[str] | tuple[str, ...] = ()) -> str:
+    """The run's page's first lines, as the console says them: `**tiny 2x2 #1**: ok, step 0.1888 s (median of 25
+    steady steps, 96% interval [0.1491, 0.2839]) · 2,712 tokens/s · peak 0.467 GiB`, then `drift +15%` (the last
+    third of the steady steps against the first: the metric `step_time_drift` is that ratio, 1.15), `cv 194%`, and
+    the lines `more` adds (the rank, the time ratio)."""
+    head = f"**{name}**: {summary.status}"
+    s = summary.step_time
+    if s is not None:
+        head += (
+            f", step {s.median:.4f} s (median of {s.n} steady steps, {100 * s.ci.level:.0f}% interval "
+            f"[{s.ci.low:.4f}, {s.ci.high:.4f}])"
+        )
+    rate = summary.per_second(summary.tokens_per_step)
+    head += f" · {rate:,.0f} tokens/s" if rate else ""
+    head += f" · peak {summary.peak_gib:.3f} GiB" if summary.peak_gib is not None else ""
+    lines = [head]
+    if s is not None:
+        drift = (
+            []
+            if summary.drift is None
+            else [f"drift {100 * (summary.drift - 1):+.0f}% (the last third of steady steps against the first)"]
+        )
+        lines.append(", ".join([*drift, f"cv {100 * s.cv:.0f}%"]))
+    return "\n\n".join([*lines, *more])
