@@ -39,6 +39,12 @@ def override_text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
+def choice_of(value: Any) -> Any:
+    """A value as an Optuna categorical choice: scalars as they are, a list (`lora.target_modules`) as its override
+    text, since a study's storage holds only None, bools, numbers and strings."""
+    return override_text(value) if isinstance(value, list | tuple) else value
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One point of the space: (config key, value) pairs, batch.split first, with the config they make."""
@@ -50,7 +56,8 @@ class Candidate:
 
     @property
     def params(self) -> dict[str, Any]:
-        return dict(self.values)
+        """The values as the trial's params (Optuna's categorical choices: a list value as its override text)."""
+        return {k: choice_of(v) for k, v in self.values}
 
     @property
     def split(self) -> str:
@@ -95,7 +102,7 @@ def knob_space(cfg: DictConfig) -> dict[str, list[Any]]:
     space = {SPLIT_KEY: all_splits(cfg.batch.effective, world_sizes(cfg))}
     for key, values in cfg.optimize.space.items():
         if len(values):
-            space[key] = list(values)
+            space[key] = [OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in values]
     return space
 
 
@@ -188,4 +195,9 @@ def check_values(cfg: DictConfig) -> None:
 
 
 def suggest(trial, space: dict[str, list[Any]]) -> tuple[tuple[str, Any], ...]:
-    return tuple((key, trial.suggest_categorical(key, values)) for key, values in space.items())
+    """The sampler's proposal: a value of every key of the space."""
+    found = []
+    for key, values in space.items():
+        chosen = trial.suggest_categorical(key, [choice_of(v) for v in values])
+        found.append((key, next(v for v in values if choice_of(v) == chosen)))
+    return tuple(found)
