@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import logging
 import os
 import signal
 import sys
@@ -217,13 +218,27 @@ def _stores_as_exception() -> Iterator[None]:
 @contextlib.contextmanager
 def _kept_process_state() -> Iterator[None]:
     """What a command line's run changes in its process, put back for the caller's next cell: sys.argv (Hydra reads
-    it), the SIGTERM handler, HYDRA_FULL_ERROR, Hydra's global state."""
+    it), the SIGTERM handler, HYDRA_FULL_ERROR, Hydra's global state, and logging (Hydra's quiet logging config
+    disables every logger that exists and raises the root's level: the caller's own, and the libraries' they
+    watch, would go silent)."""
     from hydra.core.global_hydra import GlobalHydra
 
     argv, handler, full_error = sys.argv, signal.getsignal(signal.SIGTERM), os.environ.get("HYDRA_FULL_ERROR")
+    root = logging.getLogger()
+    kept = {
+        name: (lg.disabled, lg.level)
+        for name, lg in logging.Logger.manager.loggerDict.items()
+        if isinstance(lg, logging.Logger)
+    }
+    root_state = root.level, list(root.handlers)
     try:
         yield
     finally:
+        for name, (disabled, level) in kept.items():
+            logger = logging.getLogger(name)
+            logger.disabled, logger.level = disabled, level
+        root.setLevel(root_state[0])
+        root.handlers[:] = root_state[1]
         sys.argv = argv
         with contextlib.suppress(ValueError):  # not the main thread: the handler was never changed either
             signal.signal(signal.SIGTERM, handler)

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from pipeline.records import RecordedJob, RunKind, Status
+from pipeline.records import RunKind, Status
 from pipeline.reporting.document import fastest_line
 from pipeline.reporting.table import Criteria, Row, comparison_rows, format_table, order, rank_text
+from pipeline.summaries import RecordedJob
 from pipeline.tracking import runs
 from pipeline.tracking.readback import read_text
 from pipeline.tracking.store import Tracker

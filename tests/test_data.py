@@ -3,11 +3,12 @@ its memory is its training's. The up-front check still reads every line."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import pytest
 
-from pipeline.builders.dataset import take_records
+from pipeline.builders.dataset import take_records, token_count
 from pipeline.config.compose import compose_job
 from pipeline.config.data import check_data
 from pipeline.config.errors import ConfigError
@@ -57,9 +58,10 @@ def test_packing_reads_the_records_that_fill_its_sequences(tmp_path, large_jsonl
     job = Job(job_spec(cfg), workdir)
     result = job.run()
     assert result.status is Status.OK, result.traceback
-    tokens = sum(job._count_tokens(record) for record in job.dataset)
+    count = functools.partial(token_count, job.tokenizer, job.cfg.train.max_length)
+    tokens = sum(count(record) for record in job.dataset)
     assert 8 < len(job.dataset) < 200 and tokens >= 8 * 256
-    assert tokens - job._count_tokens(job.dataset[-1]) < 8 * 256  # not one record more than needed
+    assert tokens - count(job.dataset[-1]) < 8 * 256  # not one record more than needed
     assert len(job.trainer.train_dataset) >= 8  # packed: enough sequences for 2 steps of 4, none seen twice
     assert len(result.steps) == 2 and all(s.tokens > 3 * 256 for s in result.steps)  # 4 sequences of up to 256
 

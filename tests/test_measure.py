@@ -9,7 +9,8 @@ import pytest
 from pipeline.measure.callback import StepMeter
 from pipeline.measure.stats import max_relative_deviation, median_ci, order_coverage, summarize
 from pipeline.measure.summary import summarize_job
-from pipeline.records import Fit, Interval, JobSummary, Status, Step, StopRule, fit_of
+from pipeline.records import Fit, Status, Step, StopRule, fit_of
+from pipeline.summaries import Interval, JobSummary
 from tests.helpers.records import result
 
 

@@ -1,5 +1,6 @@
-"""The package's structure, checked by reading its source: no import cycle, short functions, and statuses, run
-kinds and trial roles only through their enums."""
+"""The package's structure, checked by reading its source: no import cycle, short functions and modules, statuses,
+run kinds, trial roles and the config's choices only through their enums (which validation, --help and the YAML
+comments read), and the typed config read by attribute outside the config package."""
 
 from __future__ import annotations
 
@@ -8,6 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config import choices
+from pipeline.config.compose import compose_job
+from pipeline.config.errors import ConfigError
+from pipeline.config.help import help_text
+from pipeline.config.schema import choices_of, field_choices
+from pipeline.config.validate import validate
 from pipeline.records import RunKind, RunState, Status
 from pipeline.search.trials import Role
 
@@ -134,7 +141,7 @@ LAYERS = [
     {"reporting", "results"},
     {"compare", "measure", "tracking", "builders"},
     {"config"},
-    {"records", "exits", "liveness", "progress", "__init__"},
+    {"records", "summaries", "exits", "liveness", "progress", "__init__"},
 ]
 
 
@@ -148,3 +155,97 @@ def test_every_import_goes_down_the_layers_of_the_readme():
         f"{a} -> {b}" for a, targets in _graph().items() for b in targets if _layer(b) < _layer(a) and a != "pipeline"
     ]
     assert not upward, upward
+
+
+MAX_MODULE_LINES = 300
+CONFIG_READERS = {"cfg", "config", "model", "lora", "gpu", "batch", "train", "measure", "optimize", "launcher"}
+
+
+def test_no_module_is_longer_than_three_hundred_lines():
+    long = [f"{m}: {n}" for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
+    assert not long, long
+
+
+def _config_subscripts(tree: ast.AST) -> list[tuple[int, str]]:
+    """`cfg["train"]`, `spec.config["model"]["name"]`, `train["steps"]`: a config section or field read by a string
+    subscript (the typed config is read by attribute)."""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)):
+            continue
+        if not isinstance(node.slice.value, str):
+            continue
+        base = node.value
+        while isinstance(base, ast.Subscript):
+            base = base.value
+        name = base.attr if isinstance(base, ast.Attribute) else base.id if isinstance(base, ast.Name) else None
+        if name in CONFIG_READERS:
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_the_config_is_read_by_attribute_outside_the_config_package():
+    found = [
+        f"{module}:{line}: {text}"
+        for module, path in MODULES.items()
+        if not module.startswith("pipeline.config.")
+        for line, text in _config_subscripts(ast.parse(path.read_text()))
+    ]
+    assert not found, found
+
+
+def test_the_subscript_finder_finds_one():
+    tree = ast.parse('x = spec.config["train"]["steps"] + cfg["model"]\ny = attrs["times"]')
+    assert sorted(text for _, text in _config_subscripts(tree)) == [
+        "cfg['model']",
+        "spec.config['train']",
+        "spec.config['train']['steps']",
+    ]
+
+
+CHOICE_ENUMS = {  # the config's enums whose values are words of their own: spelled only through the enum
+    name: {m.value for m in getattr(choices, name)}
+    for name in ("Padding", "CompileMode", "AdapterDtype", "ModelSource", "DataKind", "LauncherKind", "Loss")
+}
+
+
+@pytest.mark.parametrize("name", list(CHOICE_ENUMS))
+def test_a_fields_choices_are_compared_only_through_its_enum(name):
+    found = [
+        f"{module}:{line}: {value!r}"
+        for module, path in MODULES.items()
+        if module != "pipeline.config.choices"
+        for line, value in _literal_uses(ast.parse(path.read_text()))
+        if value in CHOICE_ENUMS[name]
+    ]
+    assert not found, found
+
+
+@pytest.mark.parametrize("key", list(field_choices()))
+def test_validation_and_help_read_a_fields_choices_from_its_enum(key):
+    enum, aliases = field_choices()[key]
+    accepted = [m.value for m in enum]
+    assert f"{key:<27} {' | '.join([*accepted, *aliases])}" in help_text("pipeline.train", "x\n\ny")
+    if aliases:  # read by its own parser (train.torch_compile), which names the aliases too
+        return
+    cfg = compose_job("config", [f"{key}=no_such_value"])
+    with pytest.raises(ConfigError) as refused:
+        validate(cfg)
+    assert str(refused.value) == f"{key}: got 'no_such_value'; accepted: {', '.join(accepted)}"
+
+
+def test_the_yaml_comments_list_a_fields_choices_as_its_enum_does():
+    """A comment `# a | b | c` beside a key of a conf/ file names exactly that field's choices (the enum's)."""
+    wrong = []
+    for path in sorted((PACKAGE.parent / "conf").rglob("*.yaml")):
+        group = path.parent.name
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            key, _, rest = line.partition(":")
+            comment = rest.partition("#")[2]
+            if " | " not in comment or line.startswith(" "):
+                continue
+            listed = [part.strip().split()[0].strip("\"':(;,") for part in comment.split("|")]
+            accepted = choices_of(f"{group}.{key.strip()}")
+            if accepted is None or set(listed) != set(accepted) - {"true", "false"}:
+                wrong.append(f"{path.name}:{number}: {listed} against {accepted}")
+    assert not wrong, wrong

@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from pipeline.config.choices import CompileMode
+
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The model's outermost decoder layers (transformers' repeated blocks are `GradientCheckpointingLayer`s), in
@@ -28,5 +30,5 @@ def compile_layers(model: torch.nn.Module, mode: str) -> int:
     if not layers:
         raise ValueError(f"{type(model).__name__} has no decoder layers to compile; use train.torch_compile=whole")
     for layer in layers:
-        layer.compile(mode=None if mode == "default" else mode)
+        layer.compile(mode=None if mode == CompileMode.DEFAULT else mode)
     return len(layers)

@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 from datasets import Dataset, load_dataset
 
-from pipeline.config.schema import DataConfig, DataKind, Distribution
+from pipeline.config.choices import DataKind, Distribution
+from pipeline.config.schema import DataConfig
 
 FIRST_ORDINARY_ID = 4  # ids below are the byte-level tokenizer's specials
 FIELDS = ("messages", "text")  # what a text or chat record trains on (config.data checks each record has one)
@@ -115,3 +116,12 @@ def truncated(dataset: Dataset, tokenizer, max_length: int) -> Dataset:
         return {"input_ids": ids[:max_length]}
 
     return dataset.map(tokenize, remove_columns=dataset.column_names)
+
+
+def token_count(tokenizer, max_length: int, record: dict) -> int:
+    """A text or chat record's tokens as TRL sees them, at most max_length (TRL's packing truncates the rest)."""
+    if "messages" in record:
+        ids = tokenizer.apply_chat_template(record["messages"], tokenize=True)["input_ids"]
+    else:
+        ids = tokenizer(record["text"])["input_ids"]
+    return min(len(ids), max_length)

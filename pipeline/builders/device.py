@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.config.schema import CPU, GpuConfig
+from pipeline.config.choices import CPU
+from pipeline.config.schema import GpuConfig
 from pipeline.records import GIB, Placement
 
 

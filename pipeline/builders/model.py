@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from pipeline.config.schema import ARCH_KEYS, ModelConfig, ModelSource
+from pipeline.config.choices import ModelSource
+from pipeline.config.schema import ARCH_KEYS, ModelConfig
 
 
 def architecture(model: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> dict:

@@ -16,17 +16,17 @@ import re
 import textwrap
 from pathlib import Path
 
-from pipeline.config.schema import (
-    ARCH_KEYS,
+from pipeline.config.choices import (
     AdapterDtype,
-    Config,
     DataKind,
     Distribution,
+    Dtype,
     Loss,
     ModelSource,
     OptimizerStep,
     Padding,
 )
+from pipeline.config.schema import ARCH_KEYS, Config
 from pipeline.records import Compile
 
 BUILDERS = Path(__file__).resolve().parent
@@ -192,7 +192,7 @@ def lora_lines(config: Config, sft: dict) -> list[str]:
         f"target_modules={targets!r}, bias={lora.bias!r},",
         "                      task_type='CAUSAL_LM')",
     ]
-    if t.adapter_dtype == AdapterDtype.COMPUTE and placement(sft)[1] != "fp32":
+    if t.adapter_dtype == AdapterDtype.COMPUTE and placement(sft)[1] != Dtype.FP32:
         lines += [
             "    # adapters in the compute dtype (PEFT keeps them in fp32 otherwise, and casts at every step)",
             "    model, lora = get_peft_model(model, lora, autocast_adapter_dtype=False), None",

@@ -3,6 +3,7 @@ TRL (the optimizer's answer gives them as a ready `SFTConfig(...)` call)."""
 
 from __future__ import annotations
 
+from pipeline.config.choices import CompileMode, Loss, Padding
 from pipeline.config.schema import TrainConfig
 from pipeline.records import CUDA_GRAPH_MODES, Compile
 
@@ -34,7 +35,7 @@ def sft_kwargs(
         max_steps=train.steps,
         # padding-free without packing: TRL enforces no max_length itself and refuses one, so the job's data comes
         # truncated already (`builders.dataset.truncated`)
-        max_length=None if padding == "padding_free" else train.max_length,
+        max_length=None if padding == Padding.PADDING_FREE else train.max_length,
         learning_rate=train.learning_rate,
         lr_scheduler_type=train.lr_scheduler,
         warmup_steps=train.warmup_steps,
@@ -48,15 +49,15 @@ def sft_kwargs(
         use_cpu=device == "cpu",
         gradient_checkpointing=train.gradient_checkpointing,
         gradient_checkpointing_kwargs={"use_reentrant": False} if train.gradient_checkpointing else None,
-        padding_free=padding == "padding_free",
-        packing=padding == "packing",
-        pad_to_multiple_of=train.max_length if padding == "max_length" else None,
+        padding_free=padding == Padding.PADDING_FREE,
+        packing=padding == Padding.PACKING,
+        pad_to_multiple_of=train.max_length if padding == Padding.MAX_LENGTH else None,
         use_liger_kernel=train.liger_kernel,
         torch_compile=whole,
-        torch_compile_mode=mode if whole and mode != "default" else None,
+        torch_compile_mode=mode if whole and mode != CompileMode.DEFAULT else None,
         logging_steps=1,
         logging_strategy="steps",
-        logging_nan_inf_filter=train.loss == "trl",  # two reads of the device per micro-batch (builders.step)
+        logging_nan_inf_filter=train.loss == Loss.TRL,  # two reads of the device per micro-batch (builders.step)
         save_strategy="no",
         report_to="none",
         disable_tqdm=not train.progress_bar,

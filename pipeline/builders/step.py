@@ -29,6 +29,8 @@ import types
 
 import torch
 
+from pipeline.config.choices import Loss
+
 
 def model_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
     """`SFTTrainer.compute_loss` without TRL's LM head and metrics: the model's own loss over the labels, normalised by
@@ -45,13 +47,13 @@ def model_loss(self, model, inputs, return_outputs=False, num_items_in_batch=Non
 
 def capture_loss(trainer, mode: str) -> None:
     """Set the LM head and loss `mode` (one of trl, model, compiled, liger) on a built SFTTrainer."""
-    if mode == "trl":
+    if mode == Loss.TRL:
         return
     trainer.compute_loss = types.MethodType(model_loss, trainer)
     base = trainer.model.get_base_model() if hasattr(trainer.model, "get_base_model") else trainer.model
-    if mode == "compiled":
+    if mode == Loss.COMPILED:
         base.loss_function = torch.compile(base.loss_function)
-    elif mode == "liger":
+    elif mode == Loss.LIGER:
         from liger_kernel.transformers.monkey_patch import _apply_liger_kernel_to_instance
 
         # the fused linear cross-entropy alone (the layer kernels are train.liger_kernel's); it replaces the forward

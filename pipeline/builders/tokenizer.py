@@ -10,7 +10,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from tokenizers.pre_tokenizers import ByteLevel
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-from pipeline.config.schema import ModelConfig, ModelSource
+from pipeline.config.choices import ModelSource
+from pipeline.config.schema import ModelConfig
 
 SPECIALS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML = (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.errors import ConfigError, at_least
-from pipeline.config.schema import DataKind, Distribution
 
 JSONL_FORM = "a readable JSON-lines file, each record with 'text' (a string) or 'messages' (a list of {role, content})"
 

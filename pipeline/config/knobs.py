@@ -7,9 +7,7 @@ import importlib.util
 
 from omegaconf import DictConfig
 
-from pipeline.config.devices import cuda_device_count
-from pipeline.config.errors import ConfigError
-from pipeline.config.schema import (
+from pipeline.config.choices import (
     CPU,
     AdapterDtype,
     Attention,
@@ -20,6 +18,8 @@ from pipeline.config.schema import (
     OptimizerStep,
     Padding,
 )
+from pipeline.config.devices import cuda_device_count
+from pipeline.config.errors import ConfigError
 from pipeline.records import CUDA_GRAPH_MODES, Compile
 
 COMPILE_FORMS = "off, regional, whole (true is regional, false is off)"

@@ -3,9 +3,9 @@ has a fixed set of values.
 
 Each YAML option in conf/<group>/ starts its defaults list with `<group>_schema`, so OmegaConf checks its keys and
 types against the dataclass here. A field with a fixed set of values keeps them on the field, as an enum with its
-help (`chosen(...)`, in the manner of TRL's `SFTConfig` metadata): validation (`field_choices`), `--help` and the
-test of the YAML comments read them from there. The fields stay strings for OmegaConf, so a value is written as
-the user types it (`reduce-overhead`); code compares it with the enum's members, which are strings too. Rules that
+help (`chosen(...)`, in the manner of TRL's `SFTConfig` metadata; the enums are in `config.choices`): validation
+(`field_choices`), `--help` and the test of the YAML comments read them from there. The fields stay strings for
+OmegaConf, so a value is written as the user types it (`reduce-overhead`). Rules that
 span fields (split against effective batch, cap format, ranges) live in `pipeline.config.validate`, checked once
 before anything runs.
 """
@@ -20,117 +20,26 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from pipeline.config.choices import (
+    AdapterDtype,
+    Attention,
+    CompileMode,
+    ConfirmMode,
+    DataKind,
+    Distribution,
+    Dtype,
+    LauncherKind,
+    LoraBias,
+    Loss,
+    ModelSource,
+    Optimizer,
+    OptimizerStep,
+    Padding,
+    Sampler,
+    Scheduler,
+    chosen,
+)
 from pipeline.records import Compile
-
-CPU = "cpu"  # the gpu profile (and device) of a job measured on the CPU
-
-
-class Dtype(StrEnum):
-    AUTO = "auto"
-    FP32 = "fp32"
-    FP16 = "fp16"
-    BF16 = "bf16"
-
-
-class Padding(StrEnum):
-    LONGEST = "longest"
-    MAX_LENGTH = "max_length"
-    PADDING_FREE = "padding_free"
-    PACKING = "packing"
-
-
-class Optimizer(StrEnum):
-    ADAMW_TORCH = "adamw_torch"
-    ADAMW_TORCH_FUSED = "adamw_torch_fused"
-    ADAFACTOR = "adafactor"
-    SGD = "sgd"
-
-
-class Scheduler(StrEnum):
-    LINEAR = "linear"
-    COSINE = "cosine"
-    CONSTANT = "constant"
-    CONSTANT_WITH_WARMUP = "constant_with_warmup"
-
-
-class CompileMode(StrEnum):
-    DEFAULT = "default"
-    REDUCE_OVERHEAD = "reduce-overhead"
-    MAX_AUTOTUNE_NO_CUDAGRAPHS = "max-autotune-no-cudagraphs"
-    MAX_AUTOTUNE = "max-autotune"
-
-
-class Loss(StrEnum):
-    """What computes the LM head and loss (`pipeline.builders.step`)."""
-
-    TRL = "trl"
-    MODEL = "model"
-    COMPILED = "compiled"
-    LIGER = "liger"
-
-
-class OptimizerStep(StrEnum):
-    EAGER = "eager"
-    COMPILED = "compiled"
-    GRAPH = "graph"  # a CUDA graph
-
-
-class AdapterDtype(StrEnum):
-    FP32 = "fp32"
-    COMPUTE = "compute"
-
-
-class Attention(StrEnum):
-    EAGER = "eager"
-    SDPA = "sdpa"
-    FLEX_ATTENTION = "flex_attention"
-    FLASH_ATTENTION_2 = "flash_attention_2"
-    FLASH_ATTENTION_3 = "flash_attention_3"
-
-
-class ModelSource(StrEnum):
-    CONFIG = "config"
-    PRETRAINED = "pretrained"
-
-
-class LoraBias(StrEnum):
-    NONE = "none"
-    ALL = "all"
-    LORA_ONLY = "lora_only"
-
-
-class DataKind(StrEnum):
-    SYNTHETIC = "synthetic"
-    JSONL = "jsonl"
-    HUB = "hub"
-
-
-class Distribution(StrEnum):
-    FIXED = "fixed"
-    UNIFORM = "uniform"
-
-
-class Sampler(StrEnum):
-    TPE = "tpe"
-    RANDOM = "random"
-    BRUTEFORCE = "bruteforce"
-
-
-class ConfirmMode(StrEnum):
-    AUTO = "auto"
-    ALWAYS = "always"
-    NEVER = "never"
-
-
-class LauncherKind(StrEnum):
-    FORKSERVER = "forkserver"
-    SUBPROCESS = "subprocess"
-    TORCHRUN = "torchrun"
-
-
-def chosen(default: StrEnum, help: str, aliases: tuple[str, ...] = ()) -> Any:
-    """A field whose value is one of `type(default)`'s members (or one of `aliases`, which its reader resolves)."""
-    return field(default=default.value, metadata={"choices": type(default), "help": help, "aliases": aliases})
 
 
 @dataclass

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.choices import CPU, Dtype, LauncherKind, ModelSource
 from pipeline.config.data import check_data
 from pipeline.config.devices import cpu_cores, cuda_device_count
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
 from pipeline.config.knobs import check_knobs, on_cuda
-from pipeline.config.schema import ARCH_FIELDS, CPU, Dtype, LauncherKind, ModelSource, field_choices
+from pipeline.config.schema import ARCH_FIELDS, field_choices
 from pipeline.records import GIB, Compile
 
 _SPLIT = re.compile(r"^([0-9]+)x([0-9]+)$")

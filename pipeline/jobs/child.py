@@ -10,26 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import sys
-import tempfile
-import threading
 import time
 import traceback
-import warnings
 from pathlib import Path
 
-import datasets
-import peft
 import torch
-import tqdm
-import transformers
-import trl
 
 from pipeline.builders.compile import compile_layers
-from pipeline.builders.dataset import build_dataset
-from pipeline.builders.dataset import truncated as build_truncated
+from pipeline.builders.dataset import build_dataset, token_count, truncated
 from pipeline.builders.device import resolve_placement, torch_dtype
 from pipeline.builders.distributed import init_process_group, leave_process_group, local_rank, world_size
 from pipeline.builders.lora import build_lora_config, build_peft_model
@@ -38,41 +30,18 @@ from pipeline.builders.sft_args import sft_kwargs
 from pipeline.builders.step import capture_step
 from pipeline.builders.tokenizer import build_tokenizer
 from pipeline.builders.trainer import build_trainer
-from pipeline.config.schema import CPU, AdapterDtype, Dtype, Padding, typed
+from pipeline.config.choices import CPU, AdapterDtype, Dtype, Loss, Padding
+from pipeline.config.schema import typed
 from pipeline.jobs import ranks, watchdog
 from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
+from pipeline.jobs.process import flops_fields, no_process_locks, quiet, versions, write_json
 from pipeline.measure import memory
 from pipeline.measure.busy import BusyWindow
 from pipeline.measure.callback import StepMeter, StopTraining
 from pipeline.measure.collective import AllReduceClock
 from pipeline.measure.compiled import CompileWatch
-from pipeline.measure.flops import flops_per_token
 from pipeline.measure.profile import ProfileWindow
-from pipeline.records import Compile, JobResult, JobSpec, Memory, Status, Step
-
-
-def versions() -> dict[str, str]:
-    return {
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "trl": trl.__version__,
-        "peft": peft.__version__,
-        "datasets": datasets.__version__,
-        "cuda": str(torch.version.cuda),
-        "driver": memory.driver_version(),
-    }
-
-
-def count_params(model: torch.nn.Module) -> tuple[int, int]:
-    """(weights of frozen Linear layers incl. the LM head, trainable adapter weights) of a PEFT-wrapped model."""
-    base = sum(
-        module.weight.numel()
-        for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and "lora_" not in name
-    )
-    lora = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return base, lora
+from pipeline.records import Compile, JobResult, JobSpec, Status, Step
 
 
 class Job:
@@ -143,19 +112,11 @@ class Job:
             self.model.config.vocab_size,
             train.seed,
             needed,
-            self._count_tokens if packing else None,
+            functools.partial(token_count, self.tokenizer, train.max_length) if packing else None,
             needed * train.max_length if packing else 0,
         )
         if train.padding == Padding.PADDING_FREE:
-            self.dataset = build_truncated(self.dataset, self.tokenizer, train.max_length)
-
-    def _count_tokens(self, record: dict) -> int:
-        """A text or chat record's tokens as TRL sees them, at most max_length (TRL's packing truncates the rest)."""
-        if "messages" in record:
-            ids = self.tokenizer.apply_chat_template(record["messages"], tokenize=True)["input_ids"]
-        else:
-            ids = self.tokenizer(record["text"])["input_ids"]
-        return min(len(ids), self.cfg.train.max_length)
+            self.dataset = truncated(self.dataset, self.tokenizer, train.max_length)
 
     def _setup_trainer(self) -> None:
         self.sft_kwargs = sft_kwargs(
@@ -214,7 +175,7 @@ class Job:
         what = [] if choice is Compile.OFF else [choice.value]
         if choice is Compile.REGIONAL:
             what = [f"regional ({compile_layers(self.trainer.model, train.compile_mode)} layers)"]
-        what += ["loss compiled"] if train.loss == "compiled" else []
+        what += ["loss compiled"] if train.loss == Loss.COMPILED else []
         what += [f"optimizer step {train.optimizer_step}"] if train.optimizer_step != "eager" else []
         if what:
             self.compiled, self.compile_watch = ", ".join(what), CompileWatch()
@@ -235,51 +196,6 @@ class Job:
             if self.meter.first_step_at is not None and started is not None:  # what setup costs before training
                 self.timings["first_step_s"] = self.meter.first_step_at - started
 
-    def _memory(self) -> Memory:
-        """This process's peaks; in a torchrun job also every rank's at the last step, and the largest as the peak
-        (each rank is judged against the cap on its own device, so the job fits when its largest rank does)."""
-        cap = self.spec.cap_bytes
-        if self.placement is None:
-            return Memory(peak_bytes=None, cap_bytes=cap)
-        ranks = self.meter.rank_peaks if self.meter else ()
-        if self.placement.device == "cuda":
-            reserved = torch.cuda.max_memory_reserved()
-            return Memory(
-                peak_bytes=max((reserved + self.context_bytes, *ranks)),
-                cap_bytes=cap,
-                model_load_bytes=self.model_load_bytes,
-                context_bytes=self.context_bytes,
-                peak_reserved_bytes=reserved,
-                peak_allocated_bytes=torch.cuda.max_memory_allocated(),
-                nvml_process_bytes=self.device_memory.process_bytes() if self.device_memory else None,
-                rank_peak_bytes=ranks,
-            )
-        rss = memory.peak_rss_bytes()
-        return Memory(
-            peak_bytes=max((rss, *ranks)),
-            cap_bytes=cap,
-            model_load_bytes=self.model_load_bytes,
-            peak_rss_bytes=rss,
-            rank_peak_bytes=ranks,
-        )
-
-    def _flops(self, steps) -> dict:
-        model = self.trainer.model
-        base, lora = count_params(model)
-        padded_length = sum(s.padded_tokens for s in steps) / max(1, sum(s.samples for s in steps)) if steps else 0
-        m = model.base_model.model.config
-        head_dim = getattr(m, "head_dim", None) or m.hidden_size // m.num_attention_heads
-        fpt = flops_per_token(
-            base,
-            lora,
-            m.num_hidden_layers,
-            padded_length,
-            m.num_attention_heads,
-            head_dim,
-            self.cfg.train.gradient_checkpointing,
-        )
-        return {"base_matmul_params": base, "lora_params": lora, "model_flops_per_token": fpt.model}
-
     def run(self) -> JobResult:
         started = time.time()
         self.timings["child_start"] = started
@@ -292,7 +208,7 @@ class Job:
             self._setup_compile()
             self.timings["setup_s"] = time.time() - started
             within = self._train()
-            fields.update(self._flops(self.meter.steps))
+            fields.update(flops_fields(self.trainer.model, self.meter.steps, self.cfg.train.gradient_checkpointing))
             reason = self.meter.stop_reason
             status = reason or Status.OK
             if reason:
@@ -319,7 +235,14 @@ class Job:
             profile=self.profiler.summary if self.profiler else None,
             compile_note=self.compile_watch.note(self.compiled) if self.compile_watch else None,
             placement=self.placement,
-            memory=self._memory(),
+            memory=memory.job_memory(
+                self.placement,
+                self.spec.cap_bytes,
+                self.meter,
+                self.context_bytes,
+                self.model_load_bytes,
+                self.device_memory,
+            ),
             sft_kwargs=self.sft_kwargs,
             versions=versions(),
             timings=self.timings,
@@ -341,33 +264,6 @@ class Job:
                 delattr(self, name)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-
-
-def write_json(path: Path, record: dict) -> None:
-    """Write atomically, so a reader never sees half a record."""
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
-        json.dump(record, tmp, default=str)
-    os.replace(tmp.name, path)
-
-
-def quiet(progress_bar: bool) -> None:
-    """Without train.progress_bar the job prints nothing but errors: no progress bars of the dataset preparation,
-    no library notices, no warnings about argument names the user did not choose."""
-    if progress_bar:
-        return
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-    transformers.logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning, module="torch")
-
-
-def no_process_locks() -> None:
-    """tqdm (every progress bar of datasets, TRL and transformers, shown or not) otherwise makes a multiprocessing
-    lock, a named semaphore registered with the resource tracker of the process that started the job: a job killed
-    by a timeout, a signal or Ctrl-C never unregisters it, and the tracker warns of a leaked semaphore when the sweep
-    ends. The job's bars all run in this one process, so a thread lock is all they need."""
-    tqdm.tqdm.set_lock(threading.RLock())
 
 
 def main(spec: JobSpec, workdir: str) -> None:

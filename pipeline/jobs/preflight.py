@@ -12,7 +12,8 @@ from pathlib import Path
 
 from huggingface_hub import constants as hub
 
-from pipeline.config.schema import Config, DataKind, ModelSource
+from pipeline.config.choices import DataKind, ModelSource
+from pipeline.config.schema import Config
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 TIMEOUT_S = 3.0

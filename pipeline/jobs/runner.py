@@ -32,6 +32,7 @@ from pathlib import Path
 
 import psutil
 
+from pipeline.config.choices import LauncherKind
 from pipeline.jobs import ranks, watchdog
 from pipeline.jobs.files import PROCESS_FILE, RESULT_FILE, SPEC_FILE, STEPS_FILE
 from pipeline.records import JobResult, JobSpec, Status, Step
@@ -78,7 +79,7 @@ def _main_without_a_missing_file():
 
 def warm_up(kind: str) -> None:
     """Start the fork server now (it imports the training stack once), so the first job's spawn time is a fork."""
-    if kind == "forkserver":
+    if kind == LauncherKind.FORKSERVER:
         context = _forkserver()
         forkserver.ensure_running()
         probe = context.Process(target=_noop)  # returns once the server has finished its imports
@@ -142,11 +143,11 @@ class _Handle:
 def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
     workdir.mkdir(parents=True, exist_ok=True)
     spec = dataclasses.replace(spec, owner_pid=os.getpid())  # the job dies with this process (jobs/watchdog.py)
-    if kind in ("subprocess", "torchrun"):
+    if kind in (LauncherKind.SUBPROCESS, LauncherKind.TORCHRUN):
         spec_path = workdir / SPEC_FILE
         spec_path.write_text(json.dumps(spec.to_json()), encoding="utf-8")
         job = ["-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
-        if kind == "torchrun":  # one process per device, PyTorch's own elastic launcher
+        if kind == LauncherKind.TORCHRUN:  # one process per device, PyTorch's own elastic launcher
             show = ["--show-rank0"] if spec.config.train.progress_bar else []
             job = ["-m", "pipeline.jobs.ranks", str(spec.config.world_size), str(spec_path), str(workdir), *show]
         return _Handle(subprocess.Popen([sys.executable, *job]))
@@ -239,7 +240,7 @@ def run_job(
     else:
         reason = f"timed out after {timeout_s:g} s" if timed_out else _no_result(handle.exitcode)
         result = JobResult(status=Status.FAILED, error=reason, steps=read_steps(workdir), pid=handle.pid)
-    if kind == "torchrun" and not timed_out:
+    if kind == LauncherKind.TORCHRUN and not timed_out:
         result = _blame_rank(result, workdir, spec.config.world_size, recorded)
     timings = {**result.timings, "wall_s": time.time() - launched}
     if "child_start" in timings:

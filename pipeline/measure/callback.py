@@ -33,61 +33,12 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-try:
-    from torch._dynamo.utils import calculate_time_spent
-except ImportError:  # a torch without it: compilation time is then not told apart
-    calculate_time_spent = None
-
 from pipeline.measure import collective, memory
+from pipeline.measure.clock import Clock, compile_seconds, samples_from_positions
 from pipeline.measure.collective import AllReduceClock
 from pipeline.records import Status, Step, StopRule
 
-
-class _Clock:
-    """Marks on the device timeline (CUDA events) or the host clock (CPU). The events are kept and recorded again
-    each step (`reuse`, once the step's figures are read): no event is created or destroyed per micro-batch."""
-
-    def __init__(self, cuda: bool) -> None:
-        self.cuda = cuda
-        self._events: list[Any] = []
-        self._used = 0
-
-    def mark(self) -> Any:
-        if not self.cuda:
-            return time.perf_counter()
-        if self._used == len(self._events):
-            self._events.append(torch.cuda.Event(enable_timing=True))
-        event = self._events[self._used]
-        self._used += 1
-        event.record()
-        return event
-
-    def seconds(self, start: Any, end: Any) -> float:
-        if self.cuda:
-            return start.elapsed_time(end) / 1000.0
-        return end - start
-
-    def reuse(self) -> None:
-        """Every event may be recorded again: the figures of those recorded so far have been read."""
-        self._used = 0
-
-
 IN_STEP_FACTOR = 2.0  # a second step of the pruning window longer than this x the threshold ends the job at once
-
-
-CUDAGRAPH_RECORDING = "CUDAGraphNode.record"  # Inductor's timer of recording one CUDA graph (reduce-overhead)
-
-
-def compile_seconds() -> float:
-    """Seconds this process has spent compiling so far: Dynamo frames (their graphs' backend compile included),
-    lazily compiled backward graphs, and recording CUDA graphs (under reduce-overhead the step after the first records
-    the graphs later steps replay: a one-off cost like compiling, seconds for a model's layers, which would otherwise
-    look like a slow step to the pruning clock). Private Dynamo timers (present from torch 2.5 to 2.13); 0.0 without
-    them."""
-    if calculate_time_spent is None:
-        return 0.0
-    spent = calculate_time_spent()
-    return float(spent.get("total_wall_time", 0.0) + spent.get(CUDAGRAPH_RECORDING, 0.0))
 
 
 class StopTraining(Exception):
@@ -118,7 +69,7 @@ class StepMeter(TrainerCallback):
         self.context_bytes = context_bytes
         self.stop_reason: Status | None = None
         self._ppid = os.getppid()
-        self.clock = _Clock(cuda)
+        self.clock = Clock(cuda)
         self.steps_path = steps_path
         self.steps: list[Step] = []
         self.current_step = 0
@@ -151,7 +102,7 @@ class StepMeter(TrainerCallback):
         mask = kwargs.get("attention_mask")
         if ids is not None:
             self._padded += ids.numel()
-            self._samples.append(ids.shape[0] if mask is not None else _samples_from_positions(kwargs, ids))
+            self._samples.append(ids.shape[0] if mask is not None else samples_from_positions(kwargs, ids))
             self._tokens.append(mask.sum() if mask is not None else ids.numel())
 
     def _stop_within_step(self) -> None:
@@ -316,12 +267,3 @@ class StepMeter(TrainerCallback):
         if self._steps_file is not None:
             self._steps_file.close()
             self._steps_file = None
-
-
-def _samples_from_positions(kwargs: dict, ids: torch.Tensor) -> torch.Tensor | int:
-    """Padding-free batches are one flattened row; count sequences by position ids restarting at 0 (a tensor,
-    read after the step's synchronisation)."""
-    positions = kwargs.get("position_ids")
-    if positions is None:
-        return ids.shape[0]
-    return (positions == 0).sum()

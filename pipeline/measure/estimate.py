@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from pipeline.config.choices import CPU, DataKind, ModelSource
 from pipeline.config.devices import cpu_matmul_flops, cuda_device_count
 from pipeline.measure.flops import Shape, flops_per_token
 
@@ -17,13 +18,13 @@ SLOWEST_CPU_FLOPS = 1e9  # below this many FLOPs per LONG_JOB_S no CPU is too sl
 
 def cpu_job_flops(cfg: DictConfig) -> float | None:
     """Hardware FLOPs of the job; None when it runs on a GPU or its shape is unknown."""
-    if cfg.gpu.name != "cpu" and cuda_device_count() > 0:
+    if cfg.gpu.name != CPU and cuda_device_count() > 0:
         return None
     m = cfg.model
-    if m.source != "config":
+    if m.source != ModelSource.CONFIG:
         return None
     shape = Shape.from_model(m)
-    length = cfg.data.length if cfg.data.kind == "synthetic" else cfg.train.max_length
+    length = cfg.data.length if cfg.data.kind == DataKind.SYNTHETIC else cfg.train.max_length
     fpt = flops_per_token(
         shape.base_matmul_params(),
         shape.lora_params(cfg.lora.r, list(cfg.lora.target_modules)),

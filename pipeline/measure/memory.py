@@ -10,6 +10,8 @@ import psutil
 import pynvml
 import torch
 
+from pipeline.records import Memory
+
 
 def _proc_status_kib(field: str) -> int | None:
     try:
@@ -112,3 +114,31 @@ def apply_cuda_cap(cap_bytes: int | None, device_memory: DeviceMemory) -> CapPla
     fraction = max(0.0, min(1.0, (cap_bytes - context) / total))
     torch.cuda.set_per_process_memory_fraction(fraction)
     return CapPlan(context, fraction)
+
+
+def job_memory(placement, cap_bytes, meter, context_bytes: int, model_load_bytes, device_memory) -> Memory:
+    """A job's peaks; in a torchrun job also every rank's at the last step, and the largest as the peak (each rank is
+    judged against the cap on its own device, so the job fits when its largest rank does)."""
+    if placement is None:
+        return Memory(peak_bytes=None, cap_bytes=cap_bytes)
+    ranks = meter.rank_peaks if meter else ()
+    if placement.device == "cuda":
+        reserved = torch.cuda.max_memory_reserved()
+        return Memory(
+            peak_bytes=max((reserved + context_bytes, *ranks)),
+            cap_bytes=cap_bytes,
+            model_load_bytes=model_load_bytes,
+            context_bytes=context_bytes,
+            peak_reserved_bytes=reserved,
+            peak_allocated_bytes=torch.cuda.max_memory_allocated(),
+            nvml_process_bytes=device_memory.process_bytes() if device_memory else None,
+            rank_peak_bytes=ranks,
+        )
+    rss = peak_rss_bytes()
+    return Memory(
+        peak_bytes=max((rss, *ranks)),
+        cap_bytes=cap_bytes,
+        model_load_bytes=model_load_bytes,
+        peak_rss_bytes=rss,
+        rank_peak_bytes=ranks,
+    )

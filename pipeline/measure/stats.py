@@ -17,7 +17,7 @@ import statistics
 
 from scipy.stats import binom
 
-from pipeline.records import Interval, Summary
+from pipeline.summaries import Interval, Summary
 
 
 def quantile(sorted_values: list[float], q: float) -> float:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import statistics
 
 from pipeline.measure.stats import summarize
-from pipeline.records import GIB, PHASES, SECONDS, JobResult, JobSummary, Step, fit_of
+from pipeline.records import GIB, PHASES, SECONDS, JobResult, Step, fit_of
+from pipeline.summaries import JobSummary
 
 
 def steady_steps(result: JobResult, warmup_steps: int) -> list[Step]:

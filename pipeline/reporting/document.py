@@ -12,7 +12,7 @@ import datetime
 import html
 from pathlib import Path
 
-from pipeline.records import RecordedJob, RunKind
+from pipeline.records import RunKind
 from pipeline.reporting import plots
 from pipeline.reporting.headline import fastest_line
 from pipeline.reporting.table import (
@@ -20,8 +20,6 @@ from pipeline.reporting.table import (
     Row,
     comparison_rows,
     footnotes,
-    markdown_table,
-    num,
     order,
     paired_header,
     paired_text,
@@ -29,6 +27,8 @@ from pipeline.reporting.table import (
     step_header,
     step_text,
 )
+from pipeline.reporting.text import markdown_table, num
+from pipeline.summaries import RecordedJob
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 

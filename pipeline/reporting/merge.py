@@ -15,7 +15,7 @@ from pathlib import Path
 from pipeline import exits
 from pipeline.records import Status
 from pipeline.reporting.cards import Card, CardError, answer_line, load, setting_line
-from pipeline.reporting.table import markdown_table
+from pipeline.reporting.text import markdown_table
 
 GROUPS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 VARIED = "varied"

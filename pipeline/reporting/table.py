@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pipeline.compare.paired import WIDE, Comparison, Judgement, margin_text
 from pipeline.compare.ranking import Ranking, rank
 from pipeline.measure.stats import TRIM, max_relative_deviation
-from pipeline.records import PHASES, Fit, Interval, RecordedJob, RunKind, Status
+from pipeline.records import PHASES, Fit, RunKind, Status
+from pipeline.reporting.text import interval_text, markdown_table, num
+from pipeline.summaries import Interval, RecordedJob
 
 MEASURED = (RunKind.JOB, RunKind.TRIAL)  # runs whose figures a row shows; confirmation runs only add rounds
 FASTEST, ANSWER = "fastest", "answer"  # what the reference of a ranking is: the rows' time ratios are against it
@@ -173,18 +175,6 @@ def _apply(rows: list[Row], ranking: Ranking, prefer: str | None) -> None:
     reference.ties = [r for r in order(rows) if r.comparison is not None and r.judgement is Judgement.EQUAL]
 
 
-def num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def interval_text(median: float, ci: Interval, confidence: float) -> str:
-    """`0.2615 [0.1840, 0.3390]`, with the interval's real coverage added when it falls short of `confidence`."""
-    text = f"{median:.4f} [{ci.low:.4f}, {ci.high:.4f}]"
-    if ci.level < confidence - 1e-12:
-        text += f" ({100 * ci.level:.0f}%)"
-    return text
-
-
 def step_text(row: Row, confidence: float) -> str:
     if row.median is None:
         return "-" if row.first_steps is None else f"{row.first_steps:.4f} (first steps)"
@@ -289,12 +279,3 @@ def footnotes(rows: list[Row], criteria: Criteria) -> list[str]:
             f" over {100 * criteria.max_cv:g}% within a run); paired rounds cancel drift between runs"
         )
     return out
-
-
-def markdown_table(lines: list[list[object]]) -> str:
-    """A header row then data rows, as an aligned Markdown table ('|' in a cell escaped)."""
-    cells = [[str(c).replace("|", "\\|") for c in line] for line in lines]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
-    out = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in cells]
-    out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    return "\n".join(out)

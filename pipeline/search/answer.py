@@ -16,7 +16,8 @@ from pipeline import exits
 from pipeline.config.identity import parse_override
 from pipeline.jobs.export import Exported, export_answer
 from pipeline.records import GIB, RunState, Status
-from pipeline.reporting.table import interval_text, markdown_table, num, step_header
+from pipeline.reporting.table import step_header
+from pipeline.reporting.text import interval_text, markdown_table, num
 from pipeline.search import speedup, trials
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration

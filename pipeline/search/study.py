@@ -33,7 +33,7 @@ from optuna.trial import TrialState
 from tqdm import tqdm
 
 from pipeline import progress
-from pipeline.config.schema import ConfirmMode
+from pipeline.config.choices import ConfirmMode
 from pipeline.config.validate import validate
 from pipeline.jobs import runner, task
 from pipeline.liveness import HEARTBEAT_S

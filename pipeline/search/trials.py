@@ -13,7 +13,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from pipeline.records import Interval, Status
+from pipeline.records import Status
+from pipeline.summaries import Interval
 
 # user attribute names
 LABEL, CONFIG_ID, OVERRIDES, VALUES = "label", "config_id", "overrides", "values"

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-from pipeline.records import GIB, PHASES, JobResult, JobSpec, JobSummary
+from pipeline.records import GIB, PHASES, JobResult, JobSpec
+from pipeline.summaries import JobSummary
 
 # logged first: MLflow's UI keeps the order a run's metrics were logged in where it lists them, and its compare page
 # plots the first metric the runs share by default

@@ -15,17 +15,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from pipeline.liveness import Owner
-from pipeline.records import (
-    GIB,
-    Fit,
-    JobResult,
-    JobSpec,
-    JobSummary,
-    RecordedJob,
-    RunKind,
-    RunState,
-    Status,
-)
+from pipeline.records import GIB, Fit, JobResult, JobSpec, RunKind, RunState, Status
+from pipeline.summaries import JobSummary, RecordedJob
 from pipeline.tracking import figures
 from pipeline.tracking.store import HEARTBEAT_TAG, OWNER_TAG, Tracker, flatten
 

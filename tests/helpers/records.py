@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pipeline.measure.summary import summarize_job
-from pipeline.records import JobResult, Memory, Placement, RecordedJob, RunKind, Status, Step
+from pipeline.records import JobResult, Memory, Placement, RunKind, Status, Step
+from pipeline.summaries import RecordedJob
 
 
 def result(times, loss_offset=0.0, peak=2**30, cap=None, tokens=100, busy=None) -> JobResult:

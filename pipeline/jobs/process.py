@@ -1,0 +1,85 @@
+"""The job process's surroundings: the versions it records, the parameters it counts, its quiet output, its
+thread-only progress-bar lock, and the atomic write of its record."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import datasets
+import peft
+import torch
+import tqdm
+import transformers
+import trl
+
+from pipeline.measure import memory
+from pipeline.measure.flops import flops_per_token
+
+
+def versions() -> dict[str, str]:
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "peft": peft.__version__,
+        "datasets": datasets.__version__,
+        "cuda": str(torch.version.cuda),
+        "driver": memory.driver_version(),
+    }
+
+
+def count_params(model: torch.nn.Module) -> tuple[int, int]:
+    """(weights of frozen Linear layers incl. the LM head, trainable adapter weights) of a PEFT-wrapped model."""
+    base = sum(
+        module.weight.numel()
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and "lora_" not in name
+    )
+    lora = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return base, lora
+
+
+def write_json(path: Path, record: dict) -> None:
+    """Write atomically, so a reader never sees half a record."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
+        json.dump(record, tmp, default=str)
+    os.replace(tmp.name, path)
+
+
+def quiet(progress_bar: bool) -> None:
+    """Without train.progress_bar the job prints nothing but errors: no progress bars of the dataset preparation,
+    no library notices, no warnings about argument names the user did not choose."""
+    if progress_bar:
+        return
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    transformers.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=UserWarning, module="torch")
+
+
+def no_process_locks() -> None:
+    """tqdm (every progress bar of datasets, TRL and transformers, shown or not) otherwise makes a multiprocessing
+    lock, a named semaphore registered with the resource tracker of the process that started the job: a job killed
+    by a timeout, a signal or Ctrl-C never unregisters it, and the tracker warns of a leaked semaphore when the sweep
+    ends. The job's bars all run in this one process, so a thread lock is all they need."""
+    tqdm.tqdm.set_lock(threading.RLock())
+
+
+def flops_fields(model: torch.nn.Module, steps, checkpointing: bool) -> dict:
+    """The trained model's parameter counts and FLOPs per token, at the mean padded length its steps ran."""
+    base, lora = count_params(model)
+    padded_length = sum(s.padded_tokens for s in steps) / max(1, sum(s.samples for s in steps)) if steps else 0
+    m = model.base_model.model.config
+    head_dim = getattr(m, "head_dim", None) or m.hidden_size // m.num_attention_heads
+    fpt = flops_per_token(
+        base, lora, m.num_hidden_layers, padded_length, m.num_attention_heads, head_dim, checkpointing
+    )
+    return {"base_matmul_params": base, "lora_params": lora, "model_flops_per_token": fpt.model}
