@@ -16,9 +16,8 @@ from pipeline import exits
 from pipeline.config.identity import parse_override
 from pipeline.jobs.export import Exported, export_answer
 from pipeline.records import GIB, RunState, Status
-from pipeline.reporting.table import step_header
-from pipeline.reporting.text import interval_text, markdown_table, num
 from pipeline.search import speedup, trials
+from pipeline.search.answer_table import confirmation_lines, format_trials
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration
 from pipeline.search.confirmation import ATTR as CONFIRMATION
@@ -28,7 +27,7 @@ from pipeline.search.prior import Coverage
 from pipeline.search.scaling import Scaling, world_lines
 from pipeline.search.space import LeftOut
 from pipeline.search.speedup import Claim, Speedup
-from pipeline.search.trials import Role, TrialRecord
+from pipeline.search.trials import TrialRecord
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -116,29 +115,6 @@ class Answer:
     script: Exported | None = None  # the best config as a plain TRL script
 
 
-def _step_cell(r: TrialRecord, confidence: float) -> str:
-    if r.median is None or r.ci is None:
-        return "-"
-    if r.status is Status.OK:
-        return interval_text(r.median, r.ci, confidence)
-    return f"{r.median:.4f} (first steps)"  # a pruned trial's few steps: no interval to speak of
-
-
-def format_trials(records: list[TrialRecord], confidence: float, baseline: TrialRecord | None) -> str:
-    header = ["#", "config", "status", step_header(confidence), "tokens/s", "peak GiB", "predicted GiB", "fits"]
-    lines: list[list[object]] = [[*header, "loss dev", "note"]]
-    # measured in full first, by step time; then pruned, over the cap, skipped, failed
-    for r in sorted(records, key=lambda r: (r.status is not Status.OK, r.median is None, r.median or 0.0)):
-        fits = "no (predicted)" if r.status is Status.SKIPPED else {True: "yes", False: "no", None: "-"}[r.feasible]
-        role = ("baseline, outside the space" if r.outside else "baseline") if r.role is Role.BASELINE else ""
-        note = "; ".join(n for n in (role, r.note[:60]) if n)
-        status = r.status or r.state.name.lower()
-        lines.append([r.number, r.label, status, _step_cell(r, confidence), num(r.tokens_per_s, ",.0f")])
-        lines[-1] += [num(r.peak_gib, ".3f"), num(r.predicted_gib, ".3f"), fits]
-        lines[-1] += [num(trials.loss_deviation(r, baseline), ".1e"), note]
-    return markdown_table(lines)
-
-
 def answer_overrides(command: list[str], best: TrialRecord) -> list[str]:
     """The overrides that rebuild the best trial's config: the study's own (its search settings aside), then the
     trial's values."""
@@ -152,29 +128,6 @@ def reproduce(command: list[str], best: TrialRecord) -> str:
 
 def sft_call(kwargs: dict) -> str:
     return "SFTConfig(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
-
-
-def confirmation_lines(record: ConfirmationRecord, winner: str, total_s: float) -> list[str]:
-    s = record.state
-    names = [f"{n} (baseline)" if n == record.baseline else n for n in s.finalists]
-    if record.rounds == 0:
-        return [
-            f"confirmation round: not run; its budget, {record.budget_s:.0f} s, buys fewer than two rounds of "
-            f"{', '.join(names)}: raise optimize.confirm_share (or optimize.confirm_budget_s), or train more steps"
-        ]
-    stopped = "" if record.finished else " (the study stopped during the round; the same command runs it again)"
-    lines = [
-        f"confirmation round{stopped}: {record.rounds} round{'s' if record.rounds != 1 else ''} of "
-        f"{record.steps_text()} steady steps, {s.seconds:.0f} s "
-        f"({100 * s.seconds / total_s:.0f}% of the study's device time; budget {record.budget_s:.0f} s): "
-        + ", ".join(names)
-    ]
-    lines += [f"  {c.sentence()}" for c in s.comparisons(winner)]
-    if record.left_out:
-        lines.append(f"  not re-measured (the budget buys too few rounds): {', '.join(record.left_out)}")
-    if s.failed:
-        lines.append(f"  failed in the round: {', '.join(s.failed)}")
-    return lines
 
 
 def claim_of(decided: Decided, best: TrialRecord, setting: Setting) -> Claim:

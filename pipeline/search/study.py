@@ -20,10 +20,7 @@ nested in one MLflow parent run for the study.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import random
-import sys
 import time
 
 import optuna
@@ -177,8 +174,7 @@ class StudyDriver:
         done = len(set(workers.decided(self.ctx.study)) & set(self.ctx.by_id))
         # on a terminal or in a notebook only: a log or a pipe gets the lines without the bar's redraws
         bar = progress.bar(total=budget, initial=min(done, budget), desc="trials", unit="trial")
-        above = contextlib.nullcontext() if bar.disable else contextlib.redirect_stdout(_AboveBar(sys.stdout))
-        with above, bar:
+        with progress.lines_above(bar), bar:
             while self._next_trial(bar):
                 pass
         self._fail_stale()  # a dead worker's config may have been measured here just now: its trial ends too
@@ -250,20 +246,3 @@ class StudyDriver:
         if dead:
             print(f"[study] {len(dead)} trial(s) of a dead worker marked FAIL", flush=True)
             task.clean_up(self.ctx.tracker, dead)
-
-
-class _AboveBar(io.TextIOBase):
-    """stdout while the trials' bar is on a terminal: each whole line is written above the bar (tqdm.write), so
-    the job lines and the bar do not share a line."""
-
-    def __init__(self, out) -> None:
-        self.out, self.pending = out, ""
-
-    def write(self, text: str) -> int:
-        *lines, self.pending = (self.pending + text).split("\n")
-        for line in lines:
-            tqdm.write(line, file=self.out)
-        return len(text)
-
-    def flush(self) -> None:
-        self.out.flush()
