@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from pipeline.compare.paired import WIDE, Judgement
 from pipeline.records import RunKind, Status
 from pipeline.reporting.document import fastest_line
 from pipeline.reporting.table import Criteria, Row, comparison_rows, format_table, order, rank_text
@@ -172,8 +173,8 @@ def _gain(best: Row, baseline: Row | None) -> tuple[float, float, float] | None:
     if baseline is best:
         return 1.0, 1.0, 1.0
     c = baseline.comparison  # the baseline against the best (the reference of the ranking)
-    if c is None or c.judgement is None:
-        return None
+    if c is None or c.judgement is None or (c.judgement is Judgement.EQUAL and c.margin >= WIDE):
+        return None  # one round, or rounds that left them untold apart: no figure says anything
     return 1 / c.speedup, 1 / c.high if c.high else 0.0, 1 / c.low if c.low else math.inf
 
 
@@ -190,7 +191,8 @@ def study_answer(parent, rows: list[Row], jobs: list[RecordedJob], confidence: f
     if best is None:
         return Answer(None, None, None, None, None, confidence, None, text)
     gain = [metrics.get(k) for k in ("speedup_vs_baseline", "speedup_low", "speedup_high")]
-    against = "the baseline (the study's own config)" if gain[0] is not None else None
+    named = tags.get(runs.BASELINE)
+    against = (f"the baseline {named}" if named else "the baseline") if gain[0] is not None else None
     return Answer(best.name, tags.get("answer"), *gain, confidence, against, text)
 
 

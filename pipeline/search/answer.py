@@ -245,6 +245,9 @@ def log_answer(tracker: Tracker, parent: str, answer: Answer, finished: bool) ->
     if answer.speedup is not None:
         c = answer.speedup.comparison
         metrics.update(speedup_vs_baseline=c.speedup, speedup_low=c.low, speedup_high=c.high)
+        tracker.tags(parent, {runs.BASELINE: answer.speedup.baseline.label})
+    if answer.claim is not None:
+        tracker.tags(parent, {runs.CLAIM: answer.claim.line()})
     if answer.best is not None:
         metrics.update(best_world_size=answer.best.world_size)
     if answer.scaling is not None:
