@@ -18,7 +18,7 @@ from pipeline.config.choices import CPU, Dtype, LauncherKind, ModelSource
 from pipeline.config.data import check_data
 from pipeline.config.devices import cpu_cores, cuda_device_count
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
-from pipeline.config.knobs import check_knobs, on_cuda
+from pipeline.config.knobs import check_knobs, compile_choice, on_cuda
 from pipeline.config.schema import ARCH_FIELDS, field_choices
 from pipeline.config.study_checks import MAX_EXPERIMENT_NAME, check_name, check_optimize
 from pipeline.records import GIB, Compile
@@ -238,6 +238,14 @@ def check_profile(measure: DictConfig, t: DictConfig) -> None:
                 f"{t.steps} leaves too few steady steps around the profiler's; accepted with "
                 f"measure.profile=true: {needed} or more",
             )
+
+
+def resolved(cfg: DictConfig) -> Resolved:
+    """What a config resolves to (its split, its cap, what it compiles), read without checking it again: for a
+    config that `validate` passed (the precheck of a command line, the candidates of a study), so that every config
+    is checked once."""
+    cap_bytes, cap_source = resolve_cap(cfg)
+    return Resolved(parse_split(cfg.batch.split), cap_bytes, cap_source, compile_choice(cfg.train.torch_compile))
 
 
 def validate(cfg: DictConfig) -> Resolved:

@@ -24,7 +24,7 @@ from pipeline.config.compose import CONF_DIR
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.schema import typed
-from pipeline.config.validate import validate
+from pipeline.config.validate import resolved
 from pipeline.jobs import devicelock, preflight, ranks, runner
 from pipeline.jobs.context import SweepContext, job_command, job_overrides
 from pipeline.jobs.files import PROFILE_DIR
@@ -62,24 +62,24 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
     """What the child needs, parsed once: the resolved config, its identity, the split, the cap. `uncapped` lifts
     the cap from the device (a study's probes and its baseline measure what a config needs and how fast it runs);
     the peak is still judged against it."""
-    resolved = validate(cfg)
+    found = resolved(cfg)  # checked before: by the command line's precheck, or as a candidate of the study
     config = typed(cfg)
-    config.train.torch_compile = resolved.compile.value  # `true` is `regional`: one spelling on record
+    config.train.torch_compile = found.compile.value  # `true` is `regional`: one spelling on record
     if name is None:
         context = SweepContext.from_env()
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
         name = display_name(cfg.model.name, cfg.batch.split, varying)
     t = cfg.train
-    compiled = resolved.compile is not Compile.OFF or t.loss == Loss.COMPILED or t.optimizer_step != OptimizerStep.EAGER
+    compiled = found.compile is not Compile.OFF or t.loss == Loss.COMPILED or t.optimizer_step != OptimizerStep.EAGER
     env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if compiled else {}
     return JobSpec(
         config=config,
         config_id=config_id(dataclasses.asdict(config)),
         name=name,
-        micro=resolved.split.micro,
-        accumulation=resolved.split.accumulation,
-        cap_bytes=resolved.cap_bytes,
-        cap_source=resolved.cap_source,
+        micro=found.split.micro,
+        accumulation=found.split.accumulation,
+        cap_bytes=found.cap_bytes,
+        cap_source=found.cap_source,
         gpu_profiles=gpu_profiles(),
         stop=stop or StopRule(),
         env=env,

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from pipeline import progress
 from pipeline.config.choices import ConfirmMode
-from pipeline.config.validate import validate
+from pipeline.config.validate import resolve_cap
 from pipeline.jobs import runner, task
 from pipeline.liveness import HEARTBEAT_S
 from pipeline.records import GIB
@@ -50,7 +50,7 @@ from pipeline.search.telling import TrialTeller
 class StudyDriver:
     def __init__(self, cfg: DictConfig, command: list[str]) -> None:
         """`command`: the overrides the study was started with, the start of every reproduce line it prints."""
-        self.ctx = StudyContext.open(cfg, command, validate(cfg).cap_bytes)
+        self.ctx = StudyContext.open(cfg, command, resolve_cap(cfg)[0])
         self.teller = TrialTeller(self.ctx)
         self.final = FinalRound(self.ctx)
         self.base: Candidate | None = None
