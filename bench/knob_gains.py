@@ -27,6 +27,7 @@ from pathlib import Path
 
 from bench.twin import paired
 from pipeline.config.compose import compose_job
+from pipeline.config.validate import validate
 from pipeline.jobs import runner, task
 from pipeline.measure.stats import trimmed_mean
 
@@ -35,7 +36,9 @@ PROFILED = ("launches_per_step", "kernels_per_step", "device_ms", "host_ms", "de
 
 
 def run_job(overrides: list[str], warmup: int) -> dict:
-    outcome = task.run(compose_job("config", overrides))
+    cfg = compose_job("config", overrides)
+    validate(cfg)  # as the command line checks it before a job
+    outcome = task.run(cfg)
     steady = [s.step_time_s for s in outcome.result.steps if s.step > warmup and s.steady_candidate]
     memory = outcome.result.memory
     return {

@@ -31,6 +31,7 @@ from pathlib import Path
 from scipy.stats import t as student_t
 
 from pipeline.config.compose import compose_job
+from pipeline.config.validate import validate
 from pipeline.jobs import runner, task
 from pipeline.jobs.export import export
 from pipeline.measure.stats import trimmed_mean
@@ -40,7 +41,9 @@ GIB = 2**30
 
 def job_side(overrides: list[str], warmup: int) -> dict:
     """One job of the pipeline, as `pipeline.train` runs it."""
-    outcome = task.run(compose_job("config", overrides))
+    cfg = compose_job("config", overrides)
+    validate(cfg)  # as the command line checks it before a job
+    outcome = task.run(cfg)
     steps = [s for s in outcome.result.steps if s.step > warmup]
     memory = outcome.result.memory
     return {

@@ -37,6 +37,7 @@ IMPORTS = (  # (import line, the name the code uses): a script imports what its 
     ("import os", "os"),
     ("import time", "time"),
     ("import types", "types"),
+    ("from enum import StrEnum", "StrEnum"),
     ("", ""),
     ("import numpy as np", "np"),
     ("import torch", "torch"),
@@ -74,8 +75,10 @@ class StepLog(TrainerCallback):
 
 
 def source(module: str, *names: str) -> str:
-    """The source of top-level functions and constants of `pipeline.builders.<module>`, in the order named."""
-    text = (BUILDERS / f"{module}.py").read_text(encoding="utf-8")
+    """The source of top-level functions, classes and constants of `pipeline.builders.<module>` (or of
+    `pipeline.config.choices`, the enums the builders compare with: `module="choices"`), in the order named."""
+    folder = BUILDERS.parent / "config" if module == "choices" else BUILDERS
+    text = (folder / f"{module}.py").read_text(encoding="utf-8")
     found: dict[str, str] = {}
     for node in ast.parse(text).body:
         if isinstance(node, ast.FunctionDef | ast.ClassDef):
@@ -84,7 +87,7 @@ def source(module: str, *names: str) -> str:
             found[node.targets[0].id] = ast.get_source_segment(text, node)
     missing = [n for n in names if n not in found]
     if missing:
-        raise KeyError(f"pipeline/builders/{module}.py has no {', '.join(missing)}")
+        raise KeyError(f"{folder / module}.py has no {', '.join(missing)}")
     return "\n\n\n".join(found[n] for n in names)
 
 
@@ -115,9 +118,11 @@ def helpers(config: Config) -> list[str]:
         reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"
         parts.append(source("dataset", "FIELDS", "take_records", "_field", reader))
     if Compile.of(t.torch_compile) is Compile.REGIONAL:
-        parts.append(source("compile", "decoder_layers", "compile_layers"))
+        parts.append(
+            source("choices", "CompileMode") + "\n\n\n" + source("compile", "decoder_layers", "compile_layers")
+        )
     if t.loss != Loss.TRL:
-        parts.append(source("step", "model_loss", "capture_loss"))
+        parts.append(source("choices", "Loss") + "\n\n\n" + source("step", "model_loss", "capture_loss"))
     if t.optimizer_step != OptimizerStep.EAGER:
         parts.append(source("step", "compile_optimizer_step"))
     return parts

@@ -20,6 +20,7 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.identity import display_name, parse_override
 from pipeline.config.knobs import compute_dtype, on_cuda
 from pipeline.config.schema import typed
+from pipeline.config.validate import validate
 from pipeline.jobs.task import job_spec
 from pipeline.reporting.table import Row
 from pipeline.tracking.runs import OVERRIDES
@@ -57,6 +58,7 @@ def export(overrides: list[str], sft: dict | None = None, placement: tuple[str, 
     trained with (else those it would train with here, on `placement`: device and dtype). Raises ConfigError."""
     kept = [o for o in overrides if parse_override(o)[0] not in BOOKKEEPING]
     cfg = compose_job("config", kept)
+    validate(cfg)  # the command's one check (a job's spec reads a checked config)
     spec = job_spec(cfg, name=display_name(cfg.model.name, cfg.batch.split, []))
     command = "python -m pipeline.train " + shlex.join(kept)
     sft = sft or sft_of(cfg, spec.micro, spec.accumulation, placement)
