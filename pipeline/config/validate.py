@@ -145,8 +145,14 @@ def check_model(m: DictConfig) -> None:
             raise ConfigError("model.name_or_path", "required with model.source=pretrained; a hub id or a directory")
         path = str(m.name_or_path)
         looks_local = path.startswith(("/", ".", "~")) or os.path.exists(path)
-        if looks_local and not (Path(path).expanduser() / "config.json").is_file():
-            raise ConfigError("model.name_or_path", f"'{path}' is not a directory with a config.json")
+        folder = Path(path).expanduser()
+        if looks_local and not (folder / "config.json").is_file():
+            problem = "has no config.json" if folder.is_dir() else "is not a folder" if folder.exists() else None
+            raise ConfigError(
+                "model.name_or_path",
+                f"'{path}' {problem or 'does not exist'}; accepted: a hub model id such as Qwen/Qwen3-0.6B, or a "
+                "folder with a saved model (its config.json and weights)",
+            )
         return
     for name in ARCH_FIELDS:
         at_least(f"model.{name}", m[name], 1)

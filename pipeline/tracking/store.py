@@ -110,7 +110,12 @@ _BEATING = threading.Thread(target=_beat, name="mlflow-heartbeat", daemon=True)
 
 
 class ExperimentNotFound(LookupError):
-    """A read-only command asked for an experiment the store does not have."""
+    """A read-only command asked for an experiment the store does not have (`experiments`: those it has), or for a
+    store that does not exist (`experiments` None)."""
+
+    def __init__(self, message: str, experiments: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.experiments = experiments
 
 
 class Tracker:
@@ -124,7 +129,9 @@ class Tracker:
             self.client = MlflowClient(tracking_uri=self.uri)
             found = self.client.get_experiment_by_name(experiment)
             if found is None and not create:
-                raise ExperimentNotFound(f"no experiment '{experiment}' in {self.uri}")
+                # MLflow's own "Default" (id 0) holds nothing of this tool's
+                names = [e.name for e in self.client.search_experiments() if e.experiment_id != "0"]
+                raise ExperimentNotFound(f"no experiment '{experiment}' in {self.uri}", names)
             if found is None:
                 found = self._create_experiment(experiment, artifact_root)
             self.experiment_id = found.experiment_id
