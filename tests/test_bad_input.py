@@ -346,6 +346,42 @@ def test_bad_report_arguments_give_one_line_naming_the_argument_and_write_nothin
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlruns"] and not (tmp_path / "mlruns" / "reports").exists()
 
 
+def test_the_ui_on_a_taken_port_or_a_foreign_address_is_one_line_and_exit_2(tmp_path):
+    """`make ui PORT=N` where something listens on N: one line naming --port, who holds it and a free port to use,
+    exit code 2 at once, no link printed and nothing saved in the store (its saved view). Was: the link (to the other
+    server), and exit code 0 half a minute later."""
+    import os
+    import re
+    import socket
+
+    from pipeline.tracking.store import Tracker
+
+    Tracker("sqlite:///mlruns/mlflow.db", "batch-split", "mlruns/artifacts")
+    db = tmp_path / "mlruns" / "mlflow.db"
+    before = db.read_bytes()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_cli("--store", "mlruns", "--port", str(port), cwd=tmp_path, module="pipeline.ui", timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    (line,) = proc.stderr.splitlines()
+    pattern = (
+        rf"error: --port: 127\.0\.0\.1:{port} is in use by pid {os.getpid()} \(.*python.*\); accepted: a free port, "
+        r"e\.g\. --port (\d+) \(make ui PORT=\1\)"
+    )
+    assert re.fullmatch(pattern, line), line
+    cases = {
+        ("--host", "192.0.2.1"): "--host: cannot listen on 192.0.2.1 (Cannot assign requested address); accepted: an"
+        " address of this machine, such as 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)",
+        ("--port", "99999"): "--port: got 99999; accepted: a port number from 1 to 65535",
+    }
+    for args, expected in cases.items():
+        proc = run_cli("--store", "mlruns", *args, cwd=tmp_path, module="pipeline.ui", timeout=60)
+        assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {expected}\n", ""), args
+    assert db.read_bytes() == before
+
+
 def test_help_says_what_the_tool_does_and_lists_real_options(tmp_path):
     proc = run_cli("--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
