@@ -25,8 +25,8 @@ from pipeline.config.identity import parse_override, varying_keys
 from pipeline.config.validate import layout_mismatch
 from pipeline.jobs import runner, task
 from pipeline.jobs.context import SweepContext
-from pipeline.records import RunKind, RunState, Status
-from pipeline.reporting.table import Criteria, comparison_rows, format_table, rank_text
+from pipeline.records import RecordedJob, RunKind, RunState, Status
+from pipeline.reporting.table import Criteria, Row, comparison_rows, format_table, rank_text
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -95,8 +95,8 @@ class SweepCallback(Callback):
             for job in row.jobs:
                 if row.loss_dev is not None:
                     self.tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
-                self.tracker.tags(job.run_id, {"rank": rank_text(row) if row.judgement else NOT_RANKED})
-        table = format_table(rows, criteria)
+                self.tracker.tags(job.run_id, {"rank": job_rank(row, job)})
+        table = "\n".join([format_table(rows, criteria), *pairs_lines(rows, jobs)])
         code, line = exits.jobs_exit_code((j.status, j.summary.fit) for j in jobs)
         print(table, flush=True)
         print(f"[sweep] {line}", flush=True)
@@ -108,3 +108,35 @@ class SweepCallback(Callback):
         exits.ExitCode.set(code, line)
         SweepContext.clear()
         self.context = None
+
+
+def job_rank(row: Row, job: RecordedJob) -> str:
+    """The rank tag of one run: its config's rank, which only the runs it was ranked from carry (a run that did not
+    finish gave it no figure)."""
+    if job.status is not Status.OK:
+        return f"not ranked: this run {job.status}"
+    return rank_text(row) if row.judgement else NOT_RANKED
+
+
+def pairs_lines(rows: list[Row], jobs: list[RecordedJob]) -> list[str]:
+    """How many paired rounds each rank stands on, where some round gave no pair (a run failed, was killed, or ran
+    over its cap): `tiny 1x4 is ranked from 3 of 4 rounds ...`; one line for all when every round paired."""
+    rounds = sorted({j.round for j in jobs if j.round is not None})
+    reference = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
+    if len(rounds) < 2 or reference is None:
+        return []
+    lines = []
+    for row in rows:
+        if row is reference or not row.fit.feasible:
+            continue
+        pairs = row.rounds.keys() & reference.rounds.keys()
+        if len(pairs) < len(rounds):
+            missing = ", ".join(
+                f"{who.name} #{n}" for n in rounds if n not in pairs for who in (row, reference) if n not in who.rounds
+            )
+            ranked = f"ranked from {len(pairs)}" if row.judgement else f"not ranked: {len(pairs)}"
+            lines.append(
+                f"[sweep] {row.name} is {ranked} of {len(rounds)} paired rounds with {reference.name} (no figure "
+                f"from {missing})"
+            )
+    return lines or [f"[sweep] every rank is from {len(rounds)} paired rounds"]
