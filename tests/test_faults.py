@@ -268,7 +268,6 @@ def test_a_study_killed_during_its_round_ends_its_parent_run_truthfully_when_it_
     command: its clean-up ends the parent KILLED, saying the process ended without closing it; the study goes on in
     that parent run, and once it has its answer the run is FINISHED, `ok`, and says nothing of the kill any more (it
     kept the note, FINISHED beside `ended without closing it`)."""
-    mlflow = tmp_path / "mlruns" / "mlflow.db"
     worker = Command(
         "pipeline.optimize",
         *STUDY,
@@ -277,12 +276,7 @@ def test_a_study_killed_during_its_round_ends_its_parent_run_truthfully_when_it_
         cwd=tmp_path,
         env=child_env(),
     )
-    wait_until(
-        lambda: mlflow.exists() and any(r.data.tags["kind"] == "confirm" for r in mlflow_runs(tmp_path)),
-        600,
-        "a confirmation run",
-        alive=worker.running,
-    )
+    worker.wait_for("[job] confirm 1: ", 600)  # its run is open: the round has begun
     worker.proc.kill()
     assert worker.finish(60) == -signal.SIGKILL
     (parent,) = [r for r in mlflow_runs(tmp_path) if r.data.tags["kind"] == "study"]

@@ -34,10 +34,15 @@ def all_runs(client: MlflowClient):
 
 
 def test_sweep_records_a_parent_run_with_three_nested_jobs(tmp_path):
-    proc = run_cli("-m", "batch.split=1x4,2x2,4x1", *FAST, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "3/3 jobs done" in proc.stdout
-    assert re.search(r"\| tiny 4x1 +\| ok", proc.stdout), proc.stdout[-2000:]
+    """Three jobs nested under one parent run. The fork server, started with the command, is gone when the command
+    exits: it held the command's output a second and more after it (`... | tee` waited for it)."""
+    cmd = Command("pipeline.train", "-m", "batch.split=1x4,2x2,4x1", *FAST, cwd=tmp_path, env=child_env())
+    server = cmd.fork_server()
+    assert cmd.proc.wait(300) == 0, cmd.output[-3000:]
+    assert process_gone(server.pid)  # killed and reaped before the command's exit
+    cmd.finish(60)
+    assert "3/3 jobs done" in cmd.output
+    assert re.search(r"\| tiny 4x1 +\| ok", cmd.output), cmd.output[-2000:]
 
     client = client_for(tmp_path)
     runs = all_runs(client)
