@@ -151,6 +151,23 @@ def test_a_corrupt_store_at_run_time_is_one_line_naming_it_and_exit_1(tmp_path):
     assert "Traceback" not in err
 
 
+def test_ctrl_c_as_the_command_starts_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C once the command has started its fork server (during its checks, or Hydra's start): exit code 130, one
+    line, no traceback (a long check, `repeats=100000`, printed 44 lines of one), no run left open, and the fork
+    server gone with the command."""
+    cmd = Command("pipeline.train", "-m", "batch.split=1x4,4x1", *FAST, cwd=tmp_path, env=child_env())
+    server = cmd.fork_server()
+    cmd.ctrl_c()
+    assert cmd.finish(120) == 130, cmd.output
+    assert process_gone(server.pid)
+    out = cmd.output
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    said = [line for line in out.splitlines() if line.startswith("interrupted")]
+    assert said in (["interrupted before anything ran"], ["interrupted: runs in progress were marked KILLED"]), out
+    if (tmp_path / "mlruns" / "mlflow.db").exists():
+        assert all(r.info.status == "KILLED" for r in mlflow_runs(tmp_path))
+
+
 FIRST_CTRL_C = ("once the job line is out", "once the job trained a step")
 SECOND_CTRL_C = ("right after the first", "once the interrupted line is out", "once the job's run is KILLED")
 
