@@ -269,9 +269,7 @@ def run_job(
     launched = time.time()
     handle = start(kind, spec, workdir)
     try:
-        (workdir / PROCESS_FILE).write_text(
-            json.dumps({"pid": handle.pid, "owner_pid": os.getpid()}), encoding="utf-8"
-        )
+        (workdir / PROCESS_FILE).write_text(json.dumps({"pid": handle.pid, "owner_pid": os.getpid()}), encoding="utf-8")
         if on_start is not None:
             on_start(handle.pid)
         finished = handle.wait(timeout_s)
