@@ -73,6 +73,10 @@ class Interrupts:
         os._exit(exits.INTERRUPTED)
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _exit(code: int) -> NoReturn:
     """Flush what was printed while a closed output can still be caught (`_output_closed`), then exit."""
     Interrupts.stopping = True  # the exit handlers end runs: an interrupt now must not break them off
@@ -216,6 +220,8 @@ def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) ->
     """Run `task` through hydra.main with `argv`; the exit code. Hydra's own report of a failure (a trimmed
     traceback, exit code 1) is turned off, so that a store failing outside the task (Hydra saving its config on a
     disk that filled up) and a closed output end here with their one line or none."""
+    if signal.getsignal(signal.SIGTERM) != Interrupts.heard:  # a caller's process (pipeline.api), not run_entry's
+        signal.signal(signal.SIGTERM, _terminate)
     sys.argv = [sys.argv[0], *argv]
     os.environ["HYDRA_FULL_ERROR"] = "1"
     exits.ExitCode.reset()
