@@ -4,11 +4,14 @@ Hydra's basic launcher runs multirun jobs one after another in one process, wher
 leaked tensors would carry over and one OOM would end the sweep. Here every job gets its own process:
 
 - `forkserver` (default): a server process imports torch/transformers/trl/peft once (it never touches CUDA) and
-  forks a fresh child per job, so jobs do not pay the imports again;
+  forks a fresh child per job, so jobs do not pay the imports again. The entry point starts it with the command,
+  so that its imports run beside the command's own, and it is killed when the command exits;
 - `subprocess`: a new interpreter per job (`python -m pipeline.jobs.child`), e.g. under a debugger or profiler;
 - `torchrun`: `world_size` processes of one job under PyTorch's elastic launcher, as `torchrun --standalone` starts
   them (DDP; `jobs.ranks`); rank 0 writes the record, and a failed job names the rank that failed first.
 
+The fork server and its jobs, and a `subprocess` job, ignore SIGINT: a terminal's Ctrl-C reaches every process of
+its group, and this process ends the job itself.
 A child that crashes, is killed or times out still yields a record (status `failed`, its signal or exit code, and
 the steps it logged before dying, read back from its steps.jsonl).
 """
