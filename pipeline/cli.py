@@ -5,6 +5,7 @@ Bad input ends here with one line on stderr and exit code 2, before Hydra create
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import signal
@@ -59,6 +60,14 @@ class Interrupts:
         cls.stopping = cls.warned = False
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, cls.heard)
+        atexit.register(cls.ignore)  # the first exit handler registered runs last
+
+    @staticmethod
+    def ignore() -> None:
+        """Once the exit handlers have ended the runs: the interpreter's shutdown gives the signals their default
+        action back, and one then would kill the command (exit status -2 in place of its own)."""
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
 
     @classmethod
     def heard(cls, signum: int, frame: Any) -> None:
