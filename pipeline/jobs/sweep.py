@@ -45,6 +45,7 @@ class SweepCallback(Callback):
         self.done = 0
         self.total = 0
         self.started = 0.0
+        self.warm = True  # the fork server is ready, or not this process's to wait for
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with exits.guard_stores(exits.store_uris(config)):
@@ -73,8 +74,15 @@ class SweepCallback(Callback):
         self.context = SweepContext(sweep_id, parent_id, tuple(varying_keys(jobs)))
         self.context.to_env()
         print(f"[sweep] {sweep_id}: {self.total} jobs, MLflow parent run {parent_id}", flush=True)
-        if "BasicLauncher" in str(OmegaConf.select(config, "hydra.launcher._target_")):
-            runner.warm_up(config.launcher.kind)  # jobs run in this process: start the fork server once, now
+        self.warm = "BasicLauncher" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Before the first job's task, once Hydra has composed and saved its config (a second or two, spent beside
+        the fork server's imports): wait for the fork server, started with the command, so that the job's spawn is a
+        fork. Jobs a launcher runs in other processes start their own."""
+        if not self.warm:
+            self.warm = True
+            runner.warm_up(config.launcher.kind)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.context is None or layout_mismatch(config):  # left out of a world-size sweep: no job ran
