@@ -5,6 +5,7 @@ Bad input ends here with one line on stderr and exit code 2, before Hydra create
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import signal
@@ -16,11 +17,12 @@ import hydra
 from hydra._internal.utils import get_args_parser
 
 from pipeline import exits
-from pipeline.config.compose import CONF_DIR, LEFT_OUT_ENV, plan_sweep
+from pipeline.config.compose import CONF_DIR, LEFT_OUT_ENV, check_repeats, plan_sweep
 from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.schema import register_configs
 from pipeline.config.store_checks import check_stores
+from pipeline.jobs import runner
 from pipeline.measure.estimate import long_cpu_job_warning
 
 
@@ -31,6 +33,7 @@ def _with_repeats(overrides: list[str], multirun: bool) -> tuple[list[str], bool
     if not repeats or any(o.split("=", 1)[0] == "repeat" for o in overrides):
         return overrides, multirun
     value = repeats[-1].split("=", 1)[1]
+    check_repeats(value)  # before it becomes a list of that many values
     if not value.isdigit() or int(value) <= 1:
         return overrides, multirun
     return [f"repeat={','.join(str(i) for i in range(int(value)))}", *overrides], True
@@ -39,7 +42,44 @@ def _with_repeats(overrides: list[str], multirun: bool) -> tuple[list[str], bool
 def _refuse(err: ConfigError) -> NoReturn:
     """Bad input: its one line, exit code 2 (1 for a store the machine cannot give: `StoreUnavailable`)."""
     print(f"error: {err}", file=sys.stderr)
-    sys.exit(err.exit_code)
+    _exit(err.exit_code)
+
+
+class Interrupts:
+    """Ctrl-C (SIGINT) and SIGTERM. The first stops the command: its job is killed, its runs end KILLED, exit code
+    130 (`_run_hydra`). One more while it does so is said and let be: breaking off that clean-up would leave runs
+    open and print a traceback from wherever it struck. A third stops at once, and leaves the runs it did not end to
+    the next command's clean-up (`tracking.runs.end_orphans`). Once the command is ending anyway (its work done, its
+    exit handlers ending runs), the first already counts as the one more."""
+
+    stopping = False
+    warned = False
+
+    @classmethod
+    def install(cls) -> None:
+        cls.stopping = cls.warned = False
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, cls.heard)
+        atexit.register(cls.ignore)  # the first exit handler registered runs last
+
+    @staticmethod
+    def ignore() -> None:
+        """Once the exit handlers have ended the runs: the interpreter's shutdown gives the signals their default
+        action back, and one then would kill the command (exit status -2 in place of its own)."""
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+
+    @classmethod
+    def heard(cls, signum: int, frame: Any) -> None:
+        if not cls.stopping:
+            cls.stopping = True
+            raise KeyboardInterrupt(f"signal {signum}")
+        if not cls.warned:
+            cls.warned = True
+            # a raw write: the signal may have struck inside a print to stderr, whose buffer does not re-enter
+            os.write(2, b"interrupted again: ending the runs in progress first; once more stops at once\n")
+            return
+        os._exit(exits.INTERRUPTED)
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -48,6 +88,7 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def _exit(code: int) -> NoReturn:
     """Flush what was printed while a closed output can still be caught (`_output_closed`), then exit."""
+    Interrupts.stopping = True  # the exit handlers end runs: an interrupt now must not break them off
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(code)
@@ -79,8 +120,15 @@ def run_entry(
     `task` through hydra.main, as `python -m prog`. `base_overrides` go first unless the command line sets the same
     key. `doc` (the entry module's docstring: a summary, a blank line, example commands) is the start of `--help`.
     `sweeps`: whether the entry takes -m (a study searches its own space: it does not)."""
+    Interrupts.install()
     try:
         argv = _checked_argv(prog, config_name, doc, argv, extra_check, base_overrides, sweeps)
+    except KeyboardInterrupt:
+        print("interrupted before anything ran", file=sys.stderr)
+        _exit(exits.INTERRUPTED)
+    except BrokenPipeError:
+        _output_closed()
+    try:
         _exit(_run_hydra(config_name, task, argv))
     except BrokenPipeError:
         _output_closed()
@@ -105,7 +153,10 @@ def _checked_argv(
     informational = args.hydra_help or args.cfg or args.info or args.shell_completion
     given = {o.split("=", 1)[0].lstrip("+~") for o in args.overrides}
     base = [o for o in base_overrides or [] if o.split("=", 1)[0] not in given]
-    overrides, multirun = _with_repeats([*base, *args.overrides], bool(args.multirun))
+    try:
+        overrides, multirun = _with_repeats([*base, *args.overrides], bool(args.multirun))
+    except ConfigError as err:
+        _refuse(err)
     if multirun and not sweeps:
         _refuse(
             ConfigError(
@@ -123,9 +174,21 @@ def _checked_argv(
         )
     if informational:
         return [*rest, *overrides]
+    runner.start_server(_launcher(overrides))  # its imports run beside the checks
+    _check_plan(args.config_name or config_name, overrides, multirun, extra_check)
+    return [*rest, *(["--multirun"] if multirun and not args.multirun else []), *overrides]
+
+
+def _check_plan(
+    config_name: str, overrides: list[str], multirun: bool, extra_check: Callable[[Any], None] | None
+) -> None:
+    """Every config of the command composed and checked, the stores it writes to too; bad input ends here. The fork
+    server started for it stops again when no job will use it."""
     try:
-        plan = plan_sweep(args.config_name or config_name, overrides, multirun)
+        plan = plan_sweep(config_name, overrides, multirun)
         configs = plan.configs
+        if all(c.launcher.kind != "forkserver" for c in configs) or _launcher(overrides) is None:
+            runner.stop_server()
         for root, uri in dict.fromkeys((c.paths.root, c.tracking.uri) for c in configs):
             check_stores(root, uri)
         for cfg in configs:
@@ -137,7 +200,19 @@ def _checked_argv(
     warning = long_cpu_job_warning(max(configs, key=lambda c: c.train.steps * c.batch.effective))
     if warning:
         print(warning, file=sys.stderr, flush=True)
-    return [*rest, *(["--multirun"] if multirun and not args.multirun else []), *overrides]
+
+
+def _launcher(overrides: list[str]) -> str | None:
+    """The launcher kind the command line asks for, as far as it says (`launcher.kind`, else the default); None
+    where Hydra's launcher runs the jobs in other processes (`hydra/launcher=`), which start their own."""
+    kind = "forkserver"
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") == "hydra/launcher":
+            return None
+        if key.lstrip("+~") == "launcher.kind":
+            kind = value
+    return kind
 
 
 def _announce_left_out(left_out: list[str]) -> None:
@@ -154,7 +229,8 @@ def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) ->
     """Run `task` through hydra.main with `argv`; the exit code. Hydra's own report of a failure (a trimmed
     traceback, exit code 1) is turned off, so that a store failing outside the task (Hydra saving its config on a
     disk that filled up) and a closed output end here with their one line or none."""
-    signal.signal(signal.SIGTERM, _terminate)
+    if signal.getsignal(signal.SIGTERM) != Interrupts.heard:  # a caller's process (pipeline.api), not run_entry's
+        signal.signal(signal.SIGTERM, _terminate)
     sys.argv = [sys.argv[0], *argv]
     os.environ["HYDRA_FULL_ERROR"] = "1"
     exits.ExitCode.reset()

@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from pipeline import exits
 
@@ -47,15 +48,47 @@ def main(argv: list[str] | None = None) -> None:
         clean_up(tracker)  # runs a killed command left RUNNING are ended before they are reported
         out = write_report(tracker, args.sweep, args.out, study=args.study, criteria=Criteria(args.confidence))
     except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(exits.BAD_INPUT)
-    except (ReportError, ExperimentNotFound) as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(exits.BAD_INPUT)
+        _refuse(str(err))
+    except ExperimentNotFound as err:
+        if err.experiments is None:
+            _refuse(
+                f"--tracking-uri: {err}; accepted: the store a sweep or study recorded into ({DEFAULT_URI}, "
+                "relative to the folder it ran in)"
+            )
+        accepted = ", ".join(err.experiments) or "none yet: a sweep or study makes batch-split"
+        _refuse(f"--experiment: {err}; accepted: an experiment recorded there: {accepted}")
+    except ReportError as err:
+        _refuse(_not_recorded(tracker, args) or f"{_asked(args)}: {err}")
     except FilterValueError as err:
-        print(f"error: --sweep/--study: {err}; accepted: a sweep id or study name as printed", file=sys.stderr)
-        sys.exit(exits.BAD_INPUT)
+        _refuse(f"--sweep/--study: {err}; accepted: a sweep id or study name as printed")
     print(f"report: {out / 'report.md'} and {out / 'report.html'} (also logged on its MLflow parent run)")
+
+
+def _refuse(line: str) -> NoReturn:
+    print(f"error: {line}", file=sys.stderr)
+    sys.exit(exits.BAD_INPUT)
+
+
+def _asked(args: argparse.Namespace) -> str:
+    return "--sweep" if args.sweep else "--study" if args.study else "--tracking-uri"
+
+
+def _not_recorded(tracker, args: argparse.Namespace) -> str | None:
+    """The sweep or study asked for is not in the store, which has others: named, newest first. None where the store
+    has none of that kind (the report's own line then says how to record one)."""
+    from pipeline.records import RunKind
+    from pipeline.tracking import runs
+
+    if not (args.sweep or args.study):
+        return None
+    kind, tag = (RunKind.SWEEP, runs.SWEEP) if args.sweep else (RunKind.STUDY, runs.STUDY)
+    names = list(dict.fromkeys(r.data.tags.get(tag) for r in runs.find_parents(tracker, kind, limit=50)))[:5]
+    if not names:
+        return None
+    what, asked = (f"sweep '{args.sweep}'", "--sweep") if args.sweep else (f"study '{args.study}'", "--study")
+    return f"{asked}: no record of {what} in {tracker.uri}; accepted: one recorded there (newest first): " + (
+        ", ".join(names)
+    )
 
 
 if __name__ == "__main__":

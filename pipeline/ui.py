@@ -24,7 +24,9 @@ The command is built here once, for `make ui` and for the test that drives the U
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
 
 DEFAULT_STORE = "mlruns"
@@ -72,6 +74,58 @@ def experiment_url(host: str, port: int, experiment_id: str) -> str:
     return f"http://{host}:{port}{RUNS_PAGE}?experiment={experiment_id}"
 
 
+def cannot_listen(host: str, port: int) -> str | None:
+    """Why a server could not listen on host:port (one line naming the argument, what is wrong, what is accepted),
+    or None. Tried the way uvicorn binds (SO_REUSEADDR: a port whose last connections are closing is free to it).
+    MLflow's server, given a port that is taken, prints the address anyway and exits 0 half a minute later."""
+    if not 1 <= port <= 65535:  # 0 would be a port the kernel picks, which the printed link could not name
+        return f"--port: got {port}; accepted: a port number from 1 to 65535"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, OverflowError) as err:
+        return f"--host: '{host}' is no address here ({err}); accepted: {HOST_FORM}"
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as err:
+            if err.errno != errno.EADDRINUSE:
+                return f"--host: cannot listen on {host} ({os.strerror(err.errno)}); accepted: {HOST_FORM}"
+        else:
+            return None
+    free = next((p for p in range(port + 1, min(port + 50, 65536)) if _free(host, p)), None)
+    instead = f", e.g. --port {free} (make ui PORT={free})" if free else ""
+    return f"--port: {host}:{port} is in use{_holder(port)}; accepted: a free port{instead}"
+
+
+HOST_FORM = "an address of this machine, such as 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+
+
+def _free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _holder(port: int) -> str:
+    """` by pid N (its command)` for the process listening on `port`, where this user may see it; else nothing."""
+    import psutil
+
+    try:
+        pids = {c.pid for c in psutil.net_connections("tcp") if c.laddr.port == port and c.status == "LISTEN" and c.pid}
+        process = psutil.Process(min(pids)) if pids else None
+        command = " ".join(" ".join(process.cmdline()).split()) if process else ""
+    except (psutil.Error, OSError):
+        return ""
+    if process is None:
+        return ""
+    return f" by pid {process.pid} ({command[:80] + '...' if len(command) > 80 else command or process.name()})"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pipeline.ui", description=__doc__.splitlines()[0])
     parser.add_argument("--store", default=DEFAULT_STORE, help="folder holding mlflow.db and artifacts/")
@@ -79,6 +133,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="the experiment whose runs to link to")
     args = parser.parse_args(argv)
+    problem = cannot_listen(args.host, args.port)
+    if problem:  # before anything is printed or saved: the link would lead to whatever holds the port
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
 
     from pipeline.tracking import view
     from pipeline.tracking.store import find_experiment

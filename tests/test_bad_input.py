@@ -82,9 +82,17 @@ CASES = [
     (["model=pretrained"], "model.name_or_path: required with model.source=pretrained", "a hub id or a directory"),
     (
         ["model=pretrained", "model.name_or_path=./missing-dir"],
-        "model.name_or_path: './missing-dir' is not a directory",
-        "config.json",
+        "model.name_or_path: './missing-dir' does not exist; accepted: a hub model id such as Qwen/Qwen3-0.6B, or a "
+        "folder with a saved model (its config.json and weights)",
+        "",
     ),
+    (  # was `'/nonexistent/dir' is not a directory with a config.json`: no accepted form
+        ["model=pretrained", "model.name_or_path=/nonexistent/dir"],
+        "model.name_or_path: '/nonexistent/dir' does not exist; accepted: a hub model id",
+        "a folder with a saved model",
+    ),
+    (["model=pretrained", "model.name_or_path=/etc"], "model.name_or_path: '/etc' has no config.json", "hub model"),
+    (["model=pretrained", "model.name_or_path=few.jsonl"], "model.name_or_path: 'few.jsonl' is not a folder", "hub"),
     (["model.hidden_size=abc"], "model.hidden_size: got 'abc'", "an integer"),
     (["train.foo=1"], "train.foo: unknown key", "steps, max_length"),
     (["+train.foo=1"], "train.foo: unknown key", "steps"),
@@ -92,6 +100,24 @@ CASES = [
     (["~model"], "model: required but not set", "accepted: model=pretrained or model=qwen3-0.6b"),
     (["measure.warmup_steps=30"], "measure.warmup_steps: 30 leaves no steady step", "accepted: 0 to 29"),
     (["repeats=0"], "repeats: got 0", "a whole number >= 1"),
+    # sweeps too large to run (repeats=1000000000 grew to 22 GB before the kernel killed it)
+    (["-m", "batch.split=1x4,4x1", "repeats=1000000000"], "repeats: got 1000000000", "a whole number from 1 to 1,000"),
+    (["repeats=1001"], "repeats: got 1001", "a whole number from 1 to 1,000"),
+    (
+        ["-m", "batch.split=1x4,4x1", "repeats=600"],
+        "-m: the sweep has 1,200 jobs (600 repeats x 2 batch.split)",
+        "accepted: at most 1,000 jobs in one sweep",
+    ),
+    (
+        ["-m", "train.steps=range(10,1000000000)", "batch.split=1x4,4x1"],
+        "-m: the sweep has over 1,000 jobs (over 1,000 train.steps x 2 batch.split)",
+        "accepted: at most 1,000 jobs in one sweep",
+    ),
+    (  # 1,000 jobs of two configs: each config is checked once (one check per job took minutes), then the store
+        ["-m", "batch.split=1x4,4x1", "repeats=500", "tracking.uri=bogus://x"],
+        "tracking.uri: got 'bogus://x'",
+        "sqlite:///",
+    ),
     (["launcher.kind=ssh"], "launcher.kind: got 'ssh'", "forkserver, subprocess"),
     (["world_size=3"], "batch.split: '4x1' x world_size 3 gives 12", "world_size does not divide"),
     # data that would fail inside the job, or measure the wrong thing
@@ -123,6 +149,21 @@ CASES = [
         ["data=jsonl", "data.path=/dev/zero"],
         "data.path: '/dev/zero' is not a regular file (a character device)",
         "a readable JSON-lines file",
+    ),
+    (  # was `does not exist`
+        ["data=jsonl", "data.path=loop.jsonl"],
+        "data.path: 'loop.jsonl' is a loop of symbolic links (following them never reaches a file)",
+        "accepted: a readable JSON-lines file",
+    ),
+    (
+        ["data=jsonl", "data.path=dangling.jsonl"],
+        "data.path: 'dangling.jsonl' is a symbolic link to 'gone.jsonl', which does not exist",
+        "accepted: a readable JSON-lines file",
+    ),
+    (
+        ["data=jsonl", "data.path=looped/x.jsonl"],
+        "data.path: 'looped/x.jsonl' is a loop of symbolic links",
+        "accepted: a readable JSON-lines file",
     ),
 ]
 OPTIMIZE_CASES = [
@@ -226,9 +267,14 @@ FILES = {
 }
 
 
+SYMLINKS = {"loop.jsonl": "loop.jsonl", "dangling.jsonl": "gone.jsonl", "looped": "looped"}
+
+
 def _prepare(folder):
     for name, content in FILES.items():
         (folder / name).write_bytes(content)
+    for name, target in SYMLINKS.items():
+        (folder / name).symlink_to(target)
 
 
 @pytest.mark.parametrize(("module", "cases"), [("pipeline.train", CASES), ("pipeline.optimize", OPTIMIZE_CASES)])
@@ -250,7 +296,7 @@ def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
     failures = []
     for (args, start, accepted), folder, proc in zip(cases, folders, results, strict=True):
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        written = sorted(p.name for p in folder.iterdir()) != sorted(FILES)
+        written = sorted(p.name for p in folder.iterdir()) != sorted([*FILES, *SYMLINKS])
         ok = (
             proc.returncode == 2
             and len(lines) == 1
@@ -266,6 +312,76 @@ def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
             )
     assert not failures, "\n".join(failures)
     assert outside_existed or not Path("/nonexistent").exists()  # a refused storage's folder is not made either
+
+
+def test_bad_report_arguments_give_one_line_naming_the_argument_and_write_nothing(tmp_path):
+    """`pipeline.report` over a real store holding one sweep: an unknown experiment, sweep or study, or a store that
+    is not there, is one line naming the argument and what is accepted (what the store has), exit code 2, and the
+    store's file is left as it was."""
+    from pipeline.records import RunKind, RunState
+    from pipeline.tracking import runs
+    from pipeline.tracking.store import Tracker
+
+    tracker = Tracker("sqlite:///mlruns/mlflow.db", "batch-split", "mlruns/artifacts")
+    for sweep in ("20260101-000000-aaaaaa", "20260102-000000-bbbbbb"):
+        tracker.end(
+            tracker.start(f"sweep {sweep}", tags={runs.KIND: RunKind.SWEEP, runs.SWEEP: sweep}), RunState.FINISHED
+        )
+    db = tmp_path / "mlruns" / "mlflow.db"
+    before = db.read_bytes()
+    uri = f"sqlite:///{db}"
+    cases = {
+        ("--experiment", "nope"): f"--experiment: no experiment 'nope' in {uri}; accepted: an experiment recorded "
+        "there: batch-split",
+        ("--sweep", "nope"): f"--sweep: no record of sweep 'nope' in {uri}; accepted: one recorded there (newest "
+        "first): 20260102-000000-bbbbbb, 20260101-000000-aaaaaa",
+        ("--study", "nope"): f"--study: no record of study 'nope' in {uri}; run one first: python -m pipeline.optimize"
+        " ...",
+        ("--tracking-uri", "sqlite:///other.db"): "--tracking-uri: no MLflow store at other.db; record a sweep or "
+        "study first; accepted: the store a sweep or study recorded into (sqlite:///mlruns/mlflow.db, relative to the "
+        "folder it ran in)",
+    }
+    for args, line in cases.items():
+        proc = run_cli(*args, cwd=tmp_path, module="pipeline.report", timeout=120)
+        assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {line}\n", ""), args
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlruns"] and not (tmp_path / "mlruns" / "reports").exists()
+
+
+def test_the_ui_on_a_taken_port_or_a_foreign_address_is_one_line_and_exit_2(tmp_path):
+    """`make ui PORT=N` where something listens on N: one line naming --port, who holds it and a free port to use,
+    exit code 2 at once, no link printed and nothing saved in the store (its saved view). Was: the link (to the other
+    server), and exit code 0 half a minute later."""
+    import os
+    import re
+    import socket
+
+    from pipeline.tracking.store import Tracker
+
+    Tracker("sqlite:///mlruns/mlflow.db", "batch-split", "mlruns/artifacts")
+    db = tmp_path / "mlruns" / "mlflow.db"
+    before = db.read_bytes()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_cli("--store", "mlruns", "--port", str(port), cwd=tmp_path, module="pipeline.ui", timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    (line,) = proc.stderr.splitlines()
+    pattern = (
+        rf"error: --port: 127\.0\.0\.1:{port} is in use by pid {os.getpid()} \(.*python.*\); accepted: a free port, "
+        r"e\.g\. --port (\d+) \(make ui PORT=\1\)"
+    )
+    assert re.fullmatch(pattern, line), line
+    cases = {
+        ("--host", "192.0.2.1"): "--host: cannot listen on 192.0.2.1 (Cannot assign requested address); accepted: an"
+        " address of this machine, such as 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)",
+        ("--port", "99999"): "--port: got 99999; accepted: a port number from 1 to 65535",
+    }
+    for args, expected in cases.items():
+        proc = run_cli("--store", "mlruns", *args, cwd=tmp_path, module="pipeline.ui", timeout=60)
+        assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {expected}\n", ""), args
+    assert db.read_bytes() == before
 
 
 def test_help_says_what_the_tool_does_and_lists_real_options(tmp_path):

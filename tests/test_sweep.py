@@ -19,7 +19,9 @@ from mlflow.tracking import MlflowClient
 from pipeline.config.compose import compose_job
 from pipeline.config.identity import config_id
 from tests.helpers.cli import run_cli
+from tests.helpers.env import child_env
 from tests.helpers.net import free_port
+from tests.helpers.processes import Command
 from tests.helpers.wait import process_gone, wait_for_steps, wait_until
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
@@ -35,10 +37,15 @@ def all_runs(client: MlflowClient):
 
 
 def test_sweep_records_a_parent_run_with_three_nested_jobs(tmp_path):
-    proc = run_cli("-m", "batch.split=1x4,2x2,4x1", *FAST, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "3/3 jobs done" in proc.stdout
-    assert re.search(r"\| tiny 4x1 +\| ok", proc.stdout), proc.stdout[-2000:]
+    """Three jobs nested under one parent run. The fork server, started with the command, is gone when the command
+    exits: it held the command's output a second and more after it (`... | tee` waited for it)."""
+    cmd = Command("pipeline.train", "-m", "batch.split=1x4,2x2,4x1", *FAST, cwd=tmp_path, env=child_env())
+    server = cmd.fork_server()
+    assert cmd.proc.wait(300) == 0, cmd.output[-3000:]
+    assert process_gone(server.pid)  # killed and reaped before the command's exit
+    cmd.finish(60)
+    assert "3/3 jobs done" in cmd.output
+    assert re.search(r"\| tiny 4x1 +\| ok", cmd.output), cmd.output[-2000:]
 
     client = client_for(tmp_path)
     runs = all_runs(client)
@@ -298,6 +305,45 @@ def test_repeats_pool_exactly_the_runs_of_one_identity(tmp_path):
         most = max(high + 0.005, 1 / (low - 0.005) if low > 0.005 else math.inf) - 1
         shown, step = (int(tie[1]) / 100, 0.01) if tie[1] else (float(tie[2]) - 1, 0.1)
         assert least <= shown <= most + step, (shown, least, most, rows)
+
+
+@pytest.mark.slow
+def test_a_killed_repeat_carries_no_rank_and_a_line_says_how_many_pairs_the_rank_used(tmp_path):
+    """`repeats=4` with the second round's 1x4 killed (frozen before it could finish, then SIGKILLed): that run ends
+    FAILED with no rank of its config (it had carried `rank=winner`), its config's three others keep theirs, and a line
+    says the rank stands on 3 of the 4 paired rounds and which run gave no figure."""
+    job_tmp = tmp_path / "jobs"
+    job_tmp.mkdir()
+    args = ["-m", "batch.split=1x4,4x1", "repeats=4", "train.steps=8", *FAST[1:]]
+    cmd = Command("pipeline.train", *args, cwd=tmp_path, env=child_env(TMPDIR=str(job_tmp)))
+    cmd.wait_for("[job] tiny 1x4 #1: starting")
+    workdir = wait_until(lambda: next(job_tmp.glob("batch-split-job-*/process.json"), None), 120, "the job's process")
+    pid = _job_pid(workdir.parent)
+    os.kill(pid, signal.SIGSTOP)  # it cannot finish now; it had setup and eight steps to go
+    assert not (workdir.parent / "result.json").exists()
+    os.kill(pid, signal.SIGKILL)
+    assert cmd.finish(900) == 1, cmd.output[-3000:]
+    out = cmd.output
+    assert "[sweep] 1 of 8 jobs did not finish under their cap (1 failed)" in out, out[-3000:]
+    line = re.search(
+        r"^\[sweep\] tiny (1x4|4x1) is ranked from 3 of 4 paired rounds with tiny (1x4|4x1) \(no figure from tiny 1x4 "
+        r"#1\)$",
+        out,
+        re.MULTILINE,
+    )
+    assert line and line[1] != line[2], out[-3000:]
+    jobs = [r for r in all_runs(client_for(tmp_path)) if r.data.tags["kind"] == "job"]
+    (killed,) = [r for r in jobs if r.info.status != "FINISHED"]
+    assert (killed.data.tags["display_name"], killed.data.tags["repeat"]) == ("tiny 1x4", "1")
+    assert killed.info.status == "FAILED" and killed.data.tags["rank"] == "not ranked: this run failed"
+    ranks = {(r.data.tags["display_name"], r.data.tags["rank"]) for r in jobs if r is not killed}
+    assert len(ranks) == 2 and {name for name, _ in ranks} == {"tiny 1x4", "tiny 4x1"}, ranks
+    table = {cells[0]: cells[9] for cells in _table(out)}
+    assert ranks == set(table.items()), (ranks, table)
+
+
+def _table(out: str) -> list[list[str]]:
+    return [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines() if line.startswith("| tiny ")]
 
 
 @pytest.mark.slow

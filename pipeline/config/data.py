@@ -3,8 +3,10 @@ number in the message), so a bad record stops the command before any job or MLfl
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -47,11 +49,13 @@ def check_data(d: DictConfig, max_length: int, effective: int) -> None:
 
 def _check_regular_file(file: Path, shown: str) -> None:
     """A file to read to its end: not a folder, and no device or pipe (reading /dev/zero never ends)."""
+    try:
+        os.stat(file)
+    except OSError as err:
+        raise ConfigError("data.path", f"'{shown}' {_unreachable(file, err)}; accepted: {JSONL_FORM}") from None
     if file.is_file():
         return
-    if not file.exists():
-        problem = "does not exist"
-    elif file.is_dir():
+    if file.is_dir():
         problem = "is a folder"
     else:
         kind = next(
@@ -60,6 +64,17 @@ def _check_regular_file(file: Path, shown: str) -> None:
         )
         problem = f"is not a regular file ({kind})"
     raise ConfigError("data.path", f"'{shown}' {problem}; accepted: {JSONL_FORM}")
+
+
+def _unreachable(file: Path, err: OSError) -> str:
+    """Why a path cannot be opened, in words: a symbolic link that loops or leads nowhere is no missing file."""
+    if err.errno == errno.ELOOP:
+        return "is a loop of symbolic links (following them never reaches a file)"
+    if file.is_symlink():
+        return f"is a symbolic link to '{os.readlink(file)}', which does not exist"
+    if err.errno in (errno.ENOENT, errno.ENOTDIR):
+        return "does not exist"
+    return f"cannot be reached ({os.strerror(err.errno)})" if err.errno else f"cannot be reached ({err})"
 
 
 _SPECIAL_FILES = (

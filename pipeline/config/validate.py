@@ -131,14 +131,20 @@ def check_world_size(cfg: DictConfig) -> None:
         raise ConfigError("world_size", f"{need}; accepted here: 1 to {devices}")
 
 
+MODEL_FORM = "a hub model id such as Qwen/Qwen3-0.6B, or a folder with a saved model (its config.json and weights)"
+
+
 def check_model(m: DictConfig) -> None:
     if m.source == ModelSource.PRETRAINED:
         if not m.name_or_path:
             raise ConfigError("model.name_or_path", "required with model.source=pretrained; a hub id or a directory")
         path = str(m.name_or_path)
         looks_local = path.startswith(("/", ".", "~")) or os.path.exists(path)
-        if looks_local and not (Path(path).expanduser() / "config.json").is_file():
-            raise ConfigError("model.name_or_path", f"'{path}' is not a directory with a config.json")
+        if looks_local and not ((folder := Path(path).expanduser()) / "config.json").is_file():
+            problem = (
+                "has no config.json" if folder.is_dir() else "is not a folder" if folder.exists() else "does not exist"
+            )
+            raise ConfigError("model.name_or_path", f"'{path}' {problem}; accepted: {MODEL_FORM}")
         return
     for name in ARCH_FIELDS:
         at_least(f"model.{name}", m[name], 1)

@@ -4,17 +4,21 @@ Hydra's basic launcher runs multirun jobs one after another in one process, wher
 leaked tensors would carry over and one OOM would end the sweep. Here every job gets its own process:
 
 - `forkserver` (default): a server process imports torch/transformers/trl/peft once (it never touches CUDA) and
-  forks a fresh child per job, so jobs do not pay the imports again;
+  forks a fresh child per job, so jobs do not pay the imports again. The entry point starts it with the command,
+  so that its imports run beside the command's own, and it is killed when the command exits;
 - `subprocess`: a new interpreter per job (`python -m pipeline.jobs.child`), e.g. under a debugger or profiler;
 - `torchrun`: `world_size` processes of one job under PyTorch's elastic launcher, as `torchrun --standalone` starts
   them (DDP; `jobs.ranks`); rank 0 writes the record, and a failed job names the rank that failed first.
 
+The fork server and its jobs, and a `subprocess` job, ignore SIGINT: a terminal's Ctrl-C reaches every process of
+its group, and this process ends the job itself.
 A child that crashes, is killed or times out still yields a record (status `failed`, its signal or exit code, and
 the steps it logged before dying, read back from its steps.jsonl).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -22,9 +26,11 @@ import multiprocessing
 import multiprocessing.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing import forkserver
@@ -47,6 +53,7 @@ def _forkserver() -> multiprocessing.context.BaseContext:
         _CONTEXT = multiprocessing.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(PRELOAD)
         _claim(Path(multiprocessing.util.get_temp_dir()))
+        atexit.register(stop_server)
     return _CONTEXT
 
 
@@ -77,12 +84,53 @@ def _main_without_a_missing_file():
             main.__file__ = path
 
 
+@contextlib.contextmanager
+def _ctrl_c_left_to_this_process():
+    """Processes started within begin with SIGINT ignored (a disposition that fork and exec keep, and that Python
+    keeps at start-up). A terminal's Ctrl-C goes to its whole foreground process group: a job that heard it would
+    print its own KeyboardInterrupt traceback while this process ends it (`run_job`), and the fork server would do the
+    same during its imports. The jobs of the fork server inherit the server's disposition."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def start_server(kind: str) -> None:
+    """Start the fork server without waiting for it: it imports the training stack (seconds) while this process
+    goes on with its own imports and checks. Nothing happens for the other launchers."""
+    if kind != "forkserver" or watchdog.alive(forkserver._forkserver._forkserver_pid):
+        return  # (a server that died is started again here, by the next job)
+    _forkserver()
+    with _ctrl_c_left_to_this_process():
+        forkserver.ensure_running()  # spawns the server and returns; the server imports on its own
+
+
+def stop_server() -> None:
+    """Kill the fork server, and reap it, before this process exits. Left to itself, it would see this process gone
+    only once its imports are done and then tear down torch (1.5 s or more), holding the output it shares with this
+    process: `... | tee` would wait for it. Its jobs are over by now (`run_job` ends them); one still running would
+    notice its parent gone (`jobs.watchdog`)."""
+    server = forkserver._forkserver  # multiprocessing keeps no public handle on its server
+    pid = server._forkserver_pid
+    if pid is None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        server._stop()  # closes its pipe, reaps it (dead already) and removes its socket
+
+
 def warm_up(kind: str) -> None:
-    """Start the fork server now (it imports the training stack once), so the first job's spawn time is a fork."""
+    """Wait until the fork server has finished its imports (starting it if it was not), so that the first job's spawn
+    time is a fork."""
     if kind == LauncherKind.FORKSERVER:
-        context = _forkserver()
-        forkserver.ensure_running()
-        probe = context.Process(target=_noop)  # returns once the server has finished its imports
+        start_server(kind)
+        probe = _forkserver().Process(target=_noop)  # returns once the server has finished its imports
         with _main_without_a_missing_file():
             probe.start()
         probe.join()
@@ -150,7 +198,9 @@ def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
         if kind == LauncherKind.TORCHRUN:  # one process per device, PyTorch's own elastic launcher
             show = ["--show-rank0"] if spec.config.train.progress_bar else []
             job = ["-m", "pipeline.jobs.ranks", str(spec.config.world_size), str(spec_path), str(workdir), *show]
-        return _Handle(subprocess.Popen([sys.executable, *job]))
+        with _ctrl_c_left_to_this_process():
+            return _Handle(subprocess.Popen([sys.executable, *job]))
+    start_server(kind)  # started at once by the entry point; here for a caller that did not
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
     with _main_without_a_missing_file():
         process.start()
@@ -222,10 +272,10 @@ def run_job(
     """Run one job to its end and return its result (never raises for the child's sake)."""
     launched = time.time()
     handle = start(kind, spec, workdir)
-    (workdir / PROCESS_FILE).write_text(json.dumps({"pid": handle.pid, "owner_pid": os.getpid()}), encoding="utf-8")
-    if on_start is not None:
-        on_start(handle.pid)
     try:
+        (workdir / PROCESS_FILE).write_text(json.dumps({"pid": handle.pid, "owner_pid": os.getpid()}), encoding="utf-8")
+        if on_start is not None:
+            on_start(handle.pid)
         finished = handle.wait(timeout_s)
     except BaseException:
         handle.kill()  # Ctrl-C or SIGTERM of the parent: take the child down with it

@@ -26,9 +26,9 @@ from pipeline.config.validate import layout_mismatch
 from pipeline.jobs import runner, task
 from pipeline.jobs.context import SweepContext
 from pipeline.jobs.export import sweep_answer
-from pipeline.records import RunKind, RunState, Status
+from pipeline.records import RecordedJob, RunKind, RunState, Status
 from pipeline.reporting import runs_table
-from pipeline.reporting.table import Criteria, comparison_rows, format_table
+from pipeline.reporting.table import Criteria, Row, comparison_rows, format_table
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -45,6 +45,7 @@ class SweepCallback(Callback):
         self.done = 0
         self.total = 0
         self.started = 0.0
+        self.warm = True  # the fork server is ready, or not this process's to wait for
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         with exits.guard_stores(exits.store_uris(config)):
@@ -73,8 +74,15 @@ class SweepCallback(Callback):
         self.context = SweepContext(sweep_id, parent_id, tuple(varying_keys(jobs)))
         self.context.to_env()
         print(f"[sweep] {sweep_id}: {self.total} jobs, MLflow parent run {parent_id}", flush=True)
-        if "BasicLauncher" in str(OmegaConf.select(config, "hydra.launcher._target_")):
-            runner.warm_up(config.launcher.kind)  # jobs run in this process: start the fork server once, now
+        self.warm = "BasicLauncher" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """Before the first job's task, once Hydra has composed and saved its config (a second or two, spent beside
+        the fork server's imports): wait for the fork server, started with the command, so that the job's spawn is a
+        fork. Jobs a launcher runs in other processes start their own."""
+        if not self.warm:
+            self.warm = True
+            runner.warm_up(config.launcher.kind)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         if self.context is None or layout_mismatch(config):  # left out of a world-size sweep: no job ran
@@ -93,7 +101,7 @@ class SweepCallback(Callback):
         rows = comparison_rows(jobs, criteria)
         runs_table.tag_runs(self.tracker, parent_id, rows, criteria)  # each run's rank and notes; the winner's
         answer, script = sweep_answer(self.tracker, rows)
-        table = "\n".join([format_table(rows, criteria), *answer])
+        table = "\n".join([format_table(rows, criteria), *pairs_lines(rows, jobs), *answer])
         if script is not None:
             self.tracker.artifact_text(parent_id, script.path.name, script.text)
         code, line = exits.jobs_exit_code((j.status, j.summary.fit) for j in jobs)
@@ -107,3 +115,27 @@ class SweepCallback(Callback):
         exits.ExitCode.set(code, line)
         SweepContext.clear()
         self.context = None
+
+
+def pairs_lines(rows: list[Row], jobs: list[RecordedJob]) -> list[str]:
+    """How many paired rounds each rank stands on, where some round gave no pair (a run failed, was killed, or ran
+    over its cap): `tiny 1x4 is ranked from 3 of 4 rounds ...`; one line for all when every round paired."""
+    rounds = sorted({j.round for j in jobs if j.round is not None})
+    reference = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
+    if len(rounds) < 2 or reference is None:
+        return []
+    lines = []
+    for row in rows:
+        if row is reference or not row.fit.feasible:
+            continue
+        pairs = row.rounds.keys() & reference.rounds.keys()
+        if len(pairs) < len(rounds):
+            missing = ", ".join(
+                f"{who.name} #{n}" for n in rounds if n not in pairs for who in (row, reference) if n not in who.rounds
+            )
+            ranked = f"ranked from {len(pairs)}" if row.judgement else f"not ranked: {len(pairs)}"
+            lines.append(
+                f"[sweep] {row.name} is {ranked} of {len(rounds)} paired rounds with {reference.name} (no figure "
+                f"from {missing})"
+            )
+    return lines or [f"[sweep] every rank is from {len(rounds)} paired rounds"]

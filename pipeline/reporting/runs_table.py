@@ -44,7 +44,10 @@ def tag_runs(tracker: Tracker, parent_id: str, rows: list[Row], criteria: Criter
         said = [f"rank: {rank}", f"time vs {_against(rows)}: {paired_text(row)}"] if row.judgement else [rank]
         for job in row.jobs:
             note = "; ".join([n for n in (job.note, *notes([job], criteria)) if n])  # why it stopped, its steps
-            tags = {RANK: rank, TIME_VS: paired_text(row)}
+            # the config's rank, carried only by the runs it was ranked from (a run that did not finish gave none)
+            finished = job.status is Status.OK or not row.judgement
+            tags = {RANK: rank if finished else f"not ranked: this run {job.status}"}
+            tags[TIME_VS] = paired_text(row) if finished else "-"
             tags.update({runs.NOTE: note[:500]} if note else {})
             tags.update({runs.REASON: job.note} if job.note else {})  # read back as the run's note: why it stopped
             tags[figures.DESCRIPTION] = figures.description(job.name, job.summary, said)

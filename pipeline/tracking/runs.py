@@ -200,7 +200,7 @@ def open_study(tracker: Tracker, name: str, command: str, params: dict[str, obje
     """The study's parent run: reopened when the study resumes, else created with its settings as params."""
     found = find_parents(tracker, RunKind.STUDY, name, limit=1)
     if found:
-        return tracker.reopen(found[0].info.run_id, ABANDONED)
+        return tracker.reopen(found[0].info.run_id, ABANDONED, {STATUS: Status.RUNNING}, drop=(NOTE,))
     tags = {KIND: RunKind.STUDY, STUDY: name, STATUS: Status.RUNNING, "overrides": command}
     tags[GROUP] = group_of(tags)  # "study <name>", its run's name
     run_id = tracker.start(tags[GROUP], tags=tags, abandon_tags=ABANDONED)

@@ -201,6 +201,7 @@ class MlflowServer:
     url: str
     backend: str
     artifacts: Path
+    group: int = 0  # the process group of the server and its web worker (signal them all with os.killpg)
 
 
 def _answers(url: str) -> bool:
@@ -240,7 +241,7 @@ def running_mlflow(
                 )
                 raise RuntimeError(f"mlflow server {reason}:\n{_tail(log)}")
             time.sleep(0.5)
-        yield MlflowServer(url=url, backend=backend_uri, artifacts=root / "artifacts")
+        yield MlflowServer(url=url, backend=backend_uri, artifacts=root / "artifacts", group=server.pid)
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)
