@@ -34,7 +34,6 @@ from pipeline.liveness import Owner
 from pipeline.records import RunKind
 from pipeline.results import Result
 
-CONFIG = "config"
 ACCEPTED = "accepted: a list of overrides as on the command line, e.g. ['batch.split=1x4,2x2,4x1', 'repeats=3']"
 
 
@@ -60,7 +59,7 @@ class _Entry:
     doc: str
     kind: RunKind
     extra_check: Callable[[Any], None] | None = None
-    base_overrides: list[str] | None = None
+    config: str = "config"  # the entry's primary config (conf/<config>.yaml)
 
     @property
     def multirun(self) -> bool:
@@ -86,7 +85,7 @@ def study(overrides: Sequence[str]) -> Result:
         optimize.__doc__,
         RunKind.STUDY,
         optimize.check_study,
-        optimize.BASE_OVERRIDES,
+        optimize.CONFIG,
     )
     return _run(entry, _checked(overrides))
 
@@ -108,19 +107,18 @@ def _checked(overrides: Sequence[str]) -> list[str]:
 def _run(entry: _Entry, overrides: list[str]) -> Result:
     """The command line's path: its precheck (`cli._checked_argv`), then Hydra (`cli._run_hydra`); then the record."""
     from pipeline import cli
-    from pipeline.config.compose import LEFT_OUT_ENV, compose_job, expand_jobs
+    from pipeline.config.compose import compose_job, expand_jobs
+    from pipeline.jobs.context import COMMAND
 
     argv = ["--multirun", *overrides] if entry.multirun else overrides
     with _kept_process_state():
         with _refused_as_exception():
-            argv = cli._checked_argv(
-                entry.prog, CONFIG, entry.doc, argv, entry.extra_check, entry.base_overrides, entry.multirun
-            )
+            argv = cli._checked_argv(entry.prog, entry.config, entry.doc, argv, entry.extra_check, entry.multirun)
         jobs = expand_jobs([a for a in argv if not a.startswith("-")], entry.multirun)
-        cfg = compose_job(CONFIG, jobs[0])  # where it records: the same for every job that passed the precheck
-        total = len(jobs) - int(os.environ.get(LEFT_OUT_ENV, "0")) if entry.multirun else 0
+        cfg = compose_job(entry.config, jobs[0])  # where it records: the same for every job that passed the precheck
+        total = len(jobs) - COMMAND.left_out if entry.multirun else 0
         with _stores_as_exception(), _counted(entry.task, total) as task:
-            code = cli._run_hydra(CONFIG, task, argv)
+            code = cli._run_hydra(entry.config, task, argv)
     if code == exits.INTERRUPTED:
         raise KeyboardInterrupt("interrupted: runs in progress were marked KILLED")
     return _result(cfg, entry.kind, code)

@@ -17,12 +17,13 @@ import hydra
 from hydra._internal.utils import get_args_parser
 
 from pipeline import exits
-from pipeline.config.compose import CONF_DIR, LEFT_OUT_ENV, check_repeats, plan_sweep
+from pipeline.config.choices import LauncherKind
+from pipeline.config.compose import CONF_DIR, check_repeats, plan_sweep
 from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.schema import register_configs
 from pipeline.config.store_checks import check_stores
-from pipeline.jobs import runner
+from pipeline.jobs import context, runner
 from pipeline.measure.estimate import long_cpu_job_warning
 
 
@@ -113,16 +114,15 @@ def run_entry(
     doc: str,
     argv: list[str] | None = None,
     extra_check: Callable[[Any], None] | None = None,
-    base_overrides: list[str] | None = None,
     sweeps: bool = True,
 ) -> None:
-    """Precheck `argv` (default sys.argv[1:]) for `config_name` (and `extra_check` on every job's config), then run
-    `task` through hydra.main, as `python -m prog`. `base_overrides` go first unless the command line sets the same
-    key. `doc` (the entry module's docstring: a summary, a blank line, example commands) is the start of `--help`.
+    """Precheck `argv` (default sys.argv[1:]) for the primary config `config_name` (conf/<config_name>.yaml; and
+    `extra_check` on every job's config), then run `task` through hydra.main, as `python -m prog`. `doc` (the entry
+    module's docstring: a summary, a blank line, example commands) is the start of `--help`.
     `sweeps`: whether the entry takes -m (a study searches its own space: it does not)."""
     Interrupts.install()
     try:
-        argv = _checked_argv(prog, config_name, doc, argv, extra_check, base_overrides, sweeps)
+        argv = _checked_argv(prog, config_name, doc, argv, extra_check, sweeps)
     except KeyboardInterrupt:
         print("interrupted before anything ran", file=sys.stderr)
         _exit(exits.INTERRUPTED)
@@ -140,7 +140,6 @@ def _checked_argv(
     doc: str,
     argv: list[str] | None,
     extra_check: Callable[[Any], None] | None,
-    base_overrides: list[str] | None,
     sweeps: bool,
 ) -> list[str]:
     """The command line Hydra gets: --help answered here, every job's config checked, repeats expanded."""
@@ -151,10 +150,8 @@ def _checked_argv(
         print(help_text(prog, doc, sweeps))
         _exit(exits.OK)
     informational = args.hydra_help or args.cfg or args.info or args.shell_completion
-    given = {o.split("=", 1)[0].lstrip("+~") for o in args.overrides}
-    base = [o for o in base_overrides or [] if o.split("=", 1)[0] not in given]
     try:
-        overrides, multirun = _with_repeats([*base, *args.overrides], bool(args.multirun))
+        overrides, multirun = _with_repeats(list(args.overrides), bool(args.multirun))
     except ConfigError as err:
         _refuse(err)
     if multirun and not sweeps:
@@ -187,7 +184,7 @@ def _check_plan(
     try:
         plan = plan_sweep(config_name, overrides, multirun)
         configs = plan.configs
-        if all(c.launcher.kind != "forkserver" for c in configs) or _launcher(overrides) is None:
+        if all(c.launcher.kind != LauncherKind.FORKSERVER for c in configs) or _launcher(overrides) is None:
             runner.stop_server()
         for root, uri in dict.fromkeys((c.paths.root, c.tracking.uri) for c in configs):
             check_stores(root, uri)
@@ -218,9 +215,8 @@ def _launcher(overrides: list[str]) -> str | None:
 def _announce_left_out(left_out: list[str]) -> None:
     """A world-size sweep's combinations that do not make the effective batch: named once, and counted out of the
     sweep's jobs (`jobs.sweep` reads the count)."""
-    os.environ.pop(LEFT_OUT_ENV, None)
+    context.COMMAND.left_out = len(left_out)
     if left_out:
-        os.environ[LEFT_OUT_ENV] = str(len(left_out))
         names = ", ".join(dict.fromkeys(left_out))
         print(f"[sweep] left out {len(left_out)} job(s) whose split x world_size is not batch.effective: {names}")
 

@@ -19,6 +19,8 @@ from pipeline.config.validate import resolve_cap
 from pipeline.search.opening import check_binding
 from pipeline.search.space import check_values
 
+CONFIG = "optimize"  # conf/optimize.yaml: the training config, with a base split every effective batch has
+
 
 def check_study(cfg: DictConfig) -> None:
     """What a study needs beyond a valid job: a cap, a space it can search, and a study name that is this config's."""
@@ -40,18 +42,13 @@ def optimize(cfg: DictConfig) -> float | None:
     return answer.best.median if answer.best else None
 
 
-# the study searches every split; the base config's split only has to be a valid one
-BASE_OVERRIDES = ["batch.split='1x${div:${batch.effective},${world_size}}'"]
-
-
 def main() -> None:
     run_entry(
         "pipeline.optimize",
-        "config",
+        CONFIG,
         optimize,
         __doc__,
         extra_check=check_study,
-        base_overrides=BASE_OVERRIDES,
         sweeps=False,
     )
 

@@ -14,6 +14,8 @@ from pipeline import exits
 from pipeline.cli import run_entry
 from pipeline.config.validate import layout_mismatch
 
+CONFIG = "config"  # conf/config.yaml: one group per experiment axis
+
 
 def train(cfg: DictConfig) -> float | None:
     from pipeline.jobs import task  # after the precheck: bad input never pays for this import
@@ -26,7 +28,7 @@ def train(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    run_entry("pipeline.train", "config", train, __doc__)
+    run_entry("pipeline.train", CONFIG, train, __doc__)
 
 
 if __name__ == "__main__":

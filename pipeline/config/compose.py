@@ -33,7 +33,6 @@ from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, register_confi
 from pipeline.config.validate import layout_mismatch, validate
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-LEFT_OUT_ENV = "BATCH_SPLIT_LEFT_OUT"  # how many jobs of the command's sweep its precheck left out
 _TYPE_WORDS = {
     "bool": "true or false",
     "Integer": "an integer",

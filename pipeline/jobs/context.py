@@ -1,5 +1,6 @@
-"""The sweep a job belongs to, passed from the sweep callback to each job's task through the environment (where a
-launcher running the jobs in other processes, or on other machines, finds it too)."""
+"""What a command's sweep passes on to its jobs: the sweep a job belongs to (set by the sweep callback, read by each
+job's task in this process; the environment carries it only to a launcher running the jobs in other processes or on
+other machines, submitit copying it), and what the command line's precheck left out of the sweep."""
 
 from __future__ import annotations
 
@@ -11,7 +12,18 @@ from hydra.core.hydra_config import HydraConfig
 
 from pipeline.config.identity import parse_override
 
-CONTEXT_ENV = "BATCH_SPLIT_SWEEP"
+CONTEXT_ENV = "BATCH_SPLIT_SWEEP"  # for jobs a launcher runs in other processes only
+
+
+@dataclasses.dataclass
+class _Command:
+    """This process's command: its sweep while one runs, and the jobs its precheck left out of it."""
+
+    sweep: SweepContext | None = None
+    left_out: int = 0
+
+
+COMMAND = _Command()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,11 +32,16 @@ class SweepContext:
     parent_run_id: str
     varying: tuple[str, ...]  # config keys whose values differ between the sweep's jobs
 
-    def to_env(self) -> None:
+    def start(self) -> None:
+        """The sweep of this process's jobs from here on (and of jobs a launcher starts elsewhere)."""
+        COMMAND.sweep = self
         os.environ[CONTEXT_ENV] = json.dumps(dataclasses.asdict(self))
 
     @classmethod
-    def from_env(cls) -> SweepContext | None:
+    def current(cls) -> SweepContext | None:
+        """The sweep a job belongs to: this process's, else (a job a launcher started) the environment's."""
+        if COMMAND.sweep is not None:
+            return COMMAND.sweep
         text = os.environ.get(CONTEXT_ENV)
         if not text:
             return None
@@ -33,6 +50,7 @@ class SweepContext:
 
     @staticmethod
     def clear() -> None:
+        COMMAND.sweep = None
         os.environ.pop(CONTEXT_ENV, None)
 
 

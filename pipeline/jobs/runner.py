@@ -103,7 +103,7 @@ def _ctrl_c_left_to_this_process():
 def start_server(kind: str) -> None:
     """Start the fork server without waiting for it: it imports the training stack (seconds) while this process
     goes on with its own imports and checks. Nothing happens for the other launchers."""
-    if kind != "forkserver" or watchdog.alive(forkserver._forkserver._forkserver_pid):
+    if kind != LauncherKind.FORKSERVER or watchdog.alive(forkserver._forkserver._forkserver_pid):
         return  # (a server that died is started again here, by the next job)
     _forkserver()
     with _ctrl_c_left_to_this_process():

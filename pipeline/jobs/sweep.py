@@ -10,7 +10,6 @@ status. An interrupted sweep's parent is ended KILLED by the store's exit handle
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from typing import Any
@@ -20,15 +19,16 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import exits
-from pipeline.config.compose import LEFT_OUT_ENV, expand_jobs
+from pipeline.config.compose import expand_jobs
 from pipeline.config.identity import parse_override, varying_keys
 from pipeline.config.validate import layout_mismatch
 from pipeline.jobs import runner, task
-from pipeline.jobs.context import SweepContext
+from pipeline.jobs.context import COMMAND, SweepContext
 from pipeline.jobs.export import sweep_answer
-from pipeline.records import RecordedJob, RunKind, RunState, Status
+from pipeline.records import RunKind, RunState, Status
 from pipeline.reporting import runs_table
 from pipeline.reporting.table import Criteria, Row, comparison_rows, format_table
+from pipeline.summaries import RecordedJob
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -59,7 +59,8 @@ class SweepCallback(Callback):
         sweep_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
         overrides = list(config.hydra.overrides.task)
         jobs = expand_jobs(overrides, multirun=True)
-        self.total = len(jobs) - int(os.environ.pop(LEFT_OUT_ENV, "0"))  # the precheck named those it left out
+        self.total = len(jobs) - COMMAND.left_out  # the precheck named those it left out
+        COMMAND.left_out = 0
         self.started = time.time()
         self.tracker = Tracker(config.tracking.uri, config.tracking.experiment, config.tracking.artifact_root)
         task.clean_up(self.tracker)
@@ -72,7 +73,7 @@ class SweepCallback(Callback):
         self.tracker.params(parent_id, {"overrides": shown, "jobs": self.total})
         self.tracker.tags(parent_id, {runs.GROUP: runs.group_of({runs.SWEEP: sweep_id})})  # the UI view groups by
         self.context = SweepContext(sweep_id, parent_id, tuple(varying_keys(jobs)))
-        self.context.to_env()
+        self.context.start()
         print(f"[sweep] {sweep_id}: {self.total} jobs, MLflow parent run {parent_id}", flush=True)
         self.warm = "BasicLauncher" not in str(OmegaConf.select(config, "hydra.launcher._target_"))
 

@@ -66,7 +66,7 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
     config = typed(cfg)
     config.train.torch_compile = found.compile.value  # `true` is `regional`: one spelling on record
     if name is None:
-        context = SweepContext.from_env()
+        context = SweepContext.current()
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
         name = display_name(cfg.model.name, cfg.batch.split, varying)
     t = cfg.train
@@ -106,7 +106,7 @@ def run(
     """Run one job in its own process and record it as one MLflow run (nested under `parent_id`, or the sweep's).
     The job's device is held for it alone from before its run opens until after it ends (`jobs.devicelock`)."""
     spec = spec or job_spec(cfg)
-    context = SweepContext.from_env()
+    context = SweepContext.current()
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
     if context is None and parent_id is None:
         clean_up(tracker)  # a lone job: what earlier commands left behind (a sweep or study does this itself)
