@@ -10,14 +10,14 @@ from pathlib import Path
 
 import psutil
 
+from tests.helpers.env import child_env
+
 
 def run_with_closed_output(module: str, *args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     """`python -m MODULE ARGS` writing into a pipe whose reading end is already closed: what `... | head -1` does
     once head has what it wants, without the race of when head exits."""
     read, write = os.pipe()
     os.close(read)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("MLFLOW_TRACKING_URI", None)
     try:
         return subprocess.run(
             [sys.executable, "-m", module, *args],
@@ -26,7 +26,7 @@ def run_with_closed_output(module: str, *args: str, cwd: Path, timeout: float = 
             stderr=subprocess.PIPE,
             text=True,
             timeout=timeout,
-            env=env,
+            env=child_env(),
         )
     finally:
         os.close(write)
