@@ -13,7 +13,6 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.search.trials import TrialRecord
 from tests.helpers.cli import run_cli, start_cli
-from tests.helpers.configs import composed
 from tests.helpers.runs import the_study
 from tests.helpers.wait import wait_for_steps, wait_until
 
@@ -50,7 +49,7 @@ def _trials_so_far(cwd) -> list:
 
 
 @pytest.mark.slow
-def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
+def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path, compose):
     # 1. the exhaustive answer: every split through pipeline.train, then a cap between the 2x4 and 4x2 peaks
     grid = tmp_path / "grid"
     grid.mkdir()
@@ -160,7 +159,7 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     # train.steps differs (shortened here): compare with the identity of the printed command itself
     from pipeline.config.identity import config_id
 
-    assert config_id(composed(*args)) == best_trial.user_attrs["config_id"]
+    assert config_id(compose(*args)) == best_trial.user_attrs["config_id"]
     assert parent.data.tags["best_config_id"] == best_trial.user_attrs["config_id"]
     # the SFTConfig line is what the best trial's job trained with
     sft = best_trial.user_attrs["sft_kwargs"]
