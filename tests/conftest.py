@@ -1,8 +1,10 @@
-"""Shared fixtures: every test runs in its own temporary folder with a clean environment and Hydra state."""
+"""Shared fixtures: every test runs in its own temporary folder with a clean environment and Hydra state; `cfg` and
+`compose` give it job configs composed in that state."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import signal
 import tempfile
 from pathlib import Path
@@ -12,6 +14,7 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 
 from pipeline.jobs import context
+from tests.helpers.configs import composed
 from tests.helpers.services import (  # noqa: F401 - fixtures for every test
     mlflow_server,
     postgres_server,
@@ -41,6 +44,25 @@ def clean_state(tmp_path, monkeypatch):
     yield
     GlobalHydra.instance().clear()
     _end_leftover_commands(before)
+
+
+@pytest.fixture(scope="session")
+def cfg_global():
+    """The default job config (conf/config.yaml, no overrides), composed once. What it reads of the environment
+    (tracking.uri from MLFLOW_TRACKING_URI) stays an interpolation, resolved in each test's clean environment."""
+    return composed()
+
+
+@pytest.fixture
+def cfg(cfg_global):
+    """The default job config, a copy of this test's own: it may change it."""
+    return copy.deepcopy(cfg_global)
+
+
+@pytest.fixture
+def compose():
+    """Compose the job config of some overrides, in this test's clean state: `compose("batch.split=4x1")`."""
+    return composed
 
 
 def _end_leftover_commands(before: set[int]) -> None:

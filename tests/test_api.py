@@ -7,14 +7,11 @@ from __future__ import annotations
 import json
 import math
 import re
-import subprocess
-import sys
 
 import pytest
 
 import pipeline
-from tests.helpers.cli import run_cli
-from tests.helpers.env import child_env
+from tests.helpers.cli import run_cli, run_python
 from tests.helpers.kernel import kernel, run_cell
 from tests.helpers.runs import mlflow_runs
 
@@ -88,9 +85,7 @@ def parsed(out: str) -> dict:
 
 def test_a_sweep_from_standard_input_returns_the_printed_table(tmp_path):
     """`python - < script.py`: its __main__'s file is `<stdin>`, which jobs once failed to find."""
-    proc = subprocess.run(
-        [sys.executable, "-"], input=SCRIPT, cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600
-    )
+    proc = run_python("-", input=SCRIPT, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "No such file" not in proc.stderr and "failed" not in proc.stdout
     result = parsed(proc.stdout)
@@ -100,9 +95,7 @@ def test_a_sweep_from_standard_input_returns_the_printed_table(tmp_path):
 
 @pytest.mark.slow
 def test_a_sweep_from_python_c_returns_the_printed_table(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600
-    )
+    proc = run_python("-c", SCRIPT, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = parsed(proc.stdout)
     assert_rows_match(proc.stdout, result)

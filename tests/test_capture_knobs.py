@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
 import shlex
 import traceback
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 from optuna.trial import TrialState
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import TrainerCallback
@@ -19,7 +17,6 @@ from transformers import TrainerCallback
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.builders.step import compile_optimizer_step
 from pipeline.config import knobs
-from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
 from pipeline.config.knobs import check_capture
@@ -29,6 +26,7 @@ from pipeline.records import Compile, Status
 from pipeline.search.answer import reproduce
 from pipeline.search.space import candidates
 from pipeline.search.trials import TrialRecord
+from tests.helpers.spaces import assert_every_value_runs, runnable_combinations
 from tests.test_training import make_job
 
 GRAPHS = ["experiment=seed-t4-graphs", "gpu=auto", "batch.split=4x1"]
@@ -75,16 +73,16 @@ RULES = [
         ("train.optimizer_step=cuda", "train.optimizer_step: got 'cuda'; accepted: eager, compiled, graph"),
     ],
 )
-def test_a_capture_knob_outside_the_schemas_choices_is_refused_with_them(override, refused):
+def test_a_capture_knob_outside_the_schemas_choices_is_refused_with_them(override, refused, compose):
     with pytest.raises(ConfigError) as err:
-        validate(compose_job("config", [override]))
+        validate(compose(override))
     assert str(err.value) == refused
 
 
 @pytest.mark.parametrize(("overrides", "cuda", "refused"), RULES, ids=[" ".join(o) + f" cuda={c}" for o, c, _ in RULES])
-def test_capture_rules(monkeypatch, overrides, cuda, refused):
+def test_capture_rules(monkeypatch, overrides, cuda, refused, compose):
     monkeypatch.setattr(knobs.importlib.util, "find_spec", lambda name: object())  # every package installed
-    train = compose_job("config", [*GRAPHS, *overrides]).train
+    train = compose(*GRAPHS, *overrides).train
     compiled = Compile.of(train.torch_compile)
     if refused is None:
         check_capture(train, cuda, compiled)
@@ -95,21 +93,21 @@ def test_capture_rules(monkeypatch, overrides, cuda, refused):
     assert "\n" not in str(error.value)
 
 
-def test_liger_needs_its_package(monkeypatch):
+def test_liger_needs_its_package(monkeypatch, compose):
     monkeypatch.setattr(knobs.importlib.util, "find_spec", lambda name: None if name == "liger_kernel" else object())
     with pytest.raises(ConfigError, match=r"^train.loss: liger needs the liger-kernel package \(pip install"):
-        check_capture(compose_job("config", ["train.loss=liger"]).train, True, Compile.OFF)
+        check_capture(compose("train.loss=liger").train, True, Compile.OFF)
 
 
-def test_each_knob_is_part_of_the_identity_the_name_and_the_reproduce_line():
-    base = config_id(compose_job("config", []))
+def test_each_knob_is_part_of_the_identity_the_name_and_the_reproduce_line(cfg, compose):
+    base = config_id(cfg)
     ids = {
-        value: config_id(compose_job("config", [value]))
+        value: config_id(compose(value))
         for value in ("train.loss=model", "train.loss=compiled", "train.optimizer_step=compiled")
     }
     assert len({base, *ids.values()}) == 4
     command = ["mem_cap=1GiB", "++optimize.space={train.loss:[trl,model],train.optimizer_step:[eager,compiled]}"]
-    valid, _ = candidates(compose_job("config", command))
+    valid, _ = candidates(compose(*command))
     chosen = next(
         c
         for c in valid
@@ -120,11 +118,11 @@ def test_each_knob_is_part_of_the_identity_the_name_and_the_reproduce_line():
     assert line == (
         "python -m pipeline.train mem_cap=1GiB batch.split=4x1 train.loss=model train.optimizer_step=compiled"
     )
-    assert config_id(compose_job("config", shlex.split(line)[3:])) == chosen.config_id
+    assert config_id(compose(*shlex.split(line)[3:])) == chosen.config_id
 
 
-def test_only_trl_keeps_the_nan_filter():
-    train = typed(compose_job("config", [])).train
+def test_only_trl_keeps_the_nan_filter(cfg):
+    train = typed(cfg).train
     assert sft_kwargs(4, 1, train, "fp32", "cpu")["logging_nan_inf_filter"] is True
     for loss in ("model", "compiled", "liger"):
         assert (
@@ -237,21 +235,14 @@ def test_a_compiled_step_and_loss_train_the_eager_losses(tmp_path):
     assert sum(s.compile_s > 0 for s in compiled.steps) <= 2  # the first step compiles; no step after the second
 
 
-def test_every_value_of_the_capture_study_runs_on_a_cuda_device(monkeypatch):
+def test_every_value_of_the_capture_study_runs_on_a_cuda_device(monkeypatch, compose):
     """conf/optimize/capture.yaml on the graphs answer: the fused optimizer's compiled step is left out, and every
     value is in a combination that runs (3 losses x (AdamW eager or in a graph, fused AdamW eager))."""
     monkeypatch.setattr(knobs.importlib.util, "find_spec", lambda name: object())
-    cfg = compose_job("config", [*GRAPHS, "optimize=capture"])
+    cfg = compose(*GRAPHS, "optimize=capture")
     space = dict(cfg.optimize.space)
-    valid = []
-    for combo in itertools.product(*space.values()):
-        values = dict(zip(space, combo, strict=True))
-        train = OmegaConf.merge(cfg.train, {k.split(".", 1)[1]: v for k, v in values.items()})
-        try:
-            check_capture(train, True, Compile.of(train.torch_compile))
-        except ConfigError:
-            continue
-        valid.append(values)
+    valid = runnable_combinations(
+        space, cfg.train, lambda train, _: check_capture(train, True, Compile.of(train.torch_compile))
+    )
     assert len(valid) == 9
-    for key, values in space.items():
-        assert {str(v) for v in values} == {str(c[key]) for c in valid}, key
+    assert_every_value_runs(space, valid)

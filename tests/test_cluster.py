@@ -10,10 +10,8 @@ heartbeat alone, as across machines), device-lock folder (so their jobs run side
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -22,7 +20,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline.tracking.store import store_lock
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, start_python
 from tests.helpers.runs import the_study
 from tests.helpers.wait import wait_for_steps
 
@@ -58,13 +56,12 @@ print(driver.tracker.experiment_id, driver.study.study_name, flush=True)
 
 
 def _host_env(tmp_path, name: str) -> dict[str, str]:
-    """The environment of a worker playing host `name`: its own host name, device locks and job folders."""
+    """What the environment of a worker playing host `name` adds: its own host name, device locks and job folders."""
     home = tmp_path / name
     for sub in ("locks", "tmp"):
         (home / sub).mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "BATCH_SPLIT_HOST": name, "TMPDIR": str(home / "tmp")}
+    env = {"BATCH_SPLIT_HOST": name, "TMPDIR": str(home / "tmp")}
     env.update(BATCH_SPLIT_LOCK_DIR=str(home / "locks"), BATCH_SPLIT_HEARTBEAT_S="1", BATCH_SPLIT_GRACE_S=str(GRACE_S))
-    env.pop("MLFLOW_TRACKING_URI", None)
     return env
 
 
@@ -76,14 +73,7 @@ def _started_together(
     any still running when the block ends is killed (its jobs stop with it)."""
     go = tmp_path / "go"
     workers = {
-        name: subprocess.Popen(
-            [sys.executable, "-c", script, str(go), *args],
-            cwd=tmp_path / name,
-            env=_host_env(tmp_path, name),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        name: start_python("-c", script, str(go), *args, cwd=tmp_path / name, env=_host_env(tmp_path, name))
         for name in hosts
     }
     try:

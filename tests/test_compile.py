@@ -6,32 +6,29 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config.compose import compose_job
 from pipeline.jobs import runner
 from pipeline.jobs.task import job_spec
 from pipeline.measure.summary import steady_steps, summarize_job
 from pipeline.records import JobResult, Status
+from tests.helpers.configs import composed
 
 pytestmark = pytest.mark.slow
 
 
 def _run(tmp_path, name: str, *overrides: str) -> JobResult:
-    cfg = compose_job("config", [*overrides, f"paths.root={tmp_path / 'mlruns'}"])
+    cfg = composed(*overrides, f"paths.root={tmp_path / 'mlruns'}")
     result = runner.run_job("forkserver", job_spec(cfg), tmp_path / name)
     assert result.status is Status.OK, result.error
     return result
 
 
-def test_a_compiled_job_is_measured_like_any_other(tmp_path):
-    cfg = compose_job(
-        "config",
-        [
-            "batch.split=2x2",
-            "train.torch_compile=whole",
-            "train.steps=8",
-            "measure.warmup_steps=2",
-            f"paths.root={tmp_path / 'mlruns'}",
-        ],
+def test_a_compiled_job_is_measured_like_any_other(tmp_path, compose):
+    cfg = compose(
+        "batch.split=2x2",
+        "train.torch_compile=whole",
+        "train.steps=8",
+        "measure.warmup_steps=2",
+        f"paths.root={tmp_path / 'mlruns'}",
     )
     spec = job_spec(cfg)
     assert spec.env["TORCHINDUCTOR_CACHE_DIR"] == str((tmp_path / "mlruns" / "compile-cache").resolve())

@@ -5,16 +5,13 @@ Fast: nothing here compiles (the compiled jobs are in test_compile.py, slow)."""
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import shlex
 
 import pytest
-from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from pipeline.builders.compile import compile_layers, decoder_layers
 from pipeline.builders.sft_args import sft_kwargs
-from pipeline.config.compose import compose_job
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
@@ -27,25 +24,27 @@ from pipeline.records import Compile
 from pipeline.search.answer import reproduce
 from pipeline.search.space import candidates, combinations, splits
 from pipeline.search.trials import TrialRecord
+from tests.helpers.configs import composed
+from tests.helpers.spaces import assert_every_value_runs, runnable_combinations
 
 SEED = ["experiment=seed-t4", "gpu=auto", "mem_cap=14GiB", "batch.split=4x1", "measure.warmup_steps=5"]
 
 
-def test_true_is_regional_and_false_is_off_in_every_record():
+def test_true_is_regional_and_false_is_off_in_every_record(cfg, compose):
     assert [Compile.of(v) for v in (True, "true", "True", "regional")] == [Compile.REGIONAL] * 4
     assert [Compile.of(v) for v in (False, "false", "off")] == [Compile.OFF] * 3
     with pytest.raises(ValueError):
         Compile.of("layers")
-    ids = {v: config_id(compose_job("config", [f"train.torch_compile={v}"])) for v in ("true", "regional", "whole")}
+    ids = {v: config_id(compose(f"train.torch_compile={v}")) for v in ("true", "regional", "whole")}
     assert ids["true"] == ids["regional"] != ids["whole"]
     # the spec the job gets, its MLflow params and config.yaml carry one spelling
-    spec = job_spec(compose_job("config", ["train.torch_compile=true"]))
+    spec = job_spec(compose("train.torch_compile=true"))
     assert spec.config.train.torch_compile == "regional" and spec.config_id == ids["regional"]
-    assert job_spec(compose_job("config", [])).config.train.torch_compile == "off"
+    assert job_spec(cfg).config.train.torch_compile == "off"
 
 
 def _train(*overrides: str):
-    return compose_job("config", [*SEED, *overrides]).train
+    return composed(*SEED, *overrides).train
 
 
 # (overrides on the seed's setting, the start of the refusal's message or the accepted choice), with a CUDA device
@@ -96,8 +95,8 @@ def test_compile_rules_on_a_cuda_device(overrides, expected):
     assert str(refused.value).startswith(expected)
 
 
-def test_a_compile_mode_outside_the_schemas_choices_is_refused_with_them():
-    cfg = compose_job("config", ["train.compile_mode=fast"])
+def test_a_compile_mode_outside_the_schemas_choices_is_refused_with_them(compose):
+    cfg = compose("train.compile_mode=fast")
     with pytest.raises(ConfigError) as refused:
         validate(cfg)
     assert str(refused.value) == (
@@ -115,33 +114,28 @@ def test_cuda_graphs_refuse_accumulation_and_the_cpu():
         check_compile(train, 1, cuda=False)
 
 
-def test_every_value_of_the_compile_study_runs_on_a_cuda_device():
+def test_every_value_of_the_compile_study_runs_on_a_cuda_device(compose):
     """conf/optimize/compile.yaml on the seed's setting: the combinations no job could run are left out by the same
     rules (CUDA graphs only at 4x1 without checkpointing, a mode only with something compiled), and every value of
     the space is in a combination that runs."""
-    cfg = compose_job("config", [*SEED, "optimize=compile"])
+    cfg = compose(*SEED, "optimize=compile")
     space = {"batch.split": splits(cfg.batch.effective, cfg.world_size), **cfg.optimize.space}
-    valid = []
-    for combo in itertools.product(*space.values()):
-        values = dict(zip(space, combo, strict=True))
-        train = OmegaConf.merge(cfg.train, {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("train.")})
-        try:
-            check_compile(train, int(values["batch.split"].split("x")[1]), cuda=True)
-        except ConfigError:
-            continue
-        valid.append(values)
+    valid = runnable_combinations(
+        space,
+        cfg.train,
+        lambda train, values: check_compile(train, int(values["batch.split"].split("x")[1]), cuda=True),
+    )
     # 3 splits x checkpointing x dtype, eager or regional (24), and CUDA graphs at 4x1 without checkpointing (2)
     assert len(valid) == 26
-    for key, values in space.items():
-        assert {str(v) for v in values} == {str(c[key]) for c in valid}, key
+    assert_every_value_runs(space, valid)
     graphs = [c for c in valid if c["train.compile_mode"] == "reduce-overhead"]
     assert {(c["batch.split"], c["train.gradient_checkpointing"]) for c in graphs} == {("4x1", False)}
 
 
 @pytest.mark.skipif(cuda_device_count() > 0, reason="the CPU's refusals")
-def test_the_compile_study_on_the_cpu_keeps_what_the_cpu_runs():
+def test_the_compile_study_on_the_cpu_keeps_what_the_cpu_runs(compose):
     """Through the real candidate code: on a CPU, bf16 with and without regional compilation remains."""
-    cfg = compose_job("config", [*SEED, "optimize=compile"])
+    cfg = compose(*SEED, "optimize=compile")
     valid, invalid = combinations(cfg)
     assert len(valid) == 12
     assert {c.params["train.torch_compile"] for c in valid} == {"off", "regional"}
@@ -153,20 +147,20 @@ def test_the_compile_study_on_the_cpu_keeps_what_the_cpu_runs():
     }
 
 
-def test_the_reproduce_line_names_the_compile_choice():
+def test_the_reproduce_line_names_the_compile_choice(compose):
     command = ["mem_cap=1GiB", "++optimize.space={train.torch_compile:[off,regional]}"]
-    valid, _ = candidates(compose_job("config", command))
+    valid, _ = candidates(compose(*command))
     regional = next(c for c in valid if c.split == "4x1" and c.params["train.torch_compile"] == "regional")
     assert regional.label == "tiny 4x1 compile=regional"
     record = TrialRecord(number=0, state=TrialState.COMPLETE, overrides=tuple(regional.overrides))
     line = reproduce(command, record)
     assert line == "python -m pipeline.train mem_cap=1GiB batch.split=4x1 train.torch_compile=regional"
     # pasted, it is the same config: the identity of the trial the answer names
-    assert config_id(compose_job("config", shlex.split(line)[3:])) == regional.config_id
+    assert config_id(compose(*shlex.split(line)[3:])) == regional.config_id
 
 
-def test_sft_config_compiles_only_the_whole_model():
-    train = typed(compose_job("config", ["train.torch_compile=whole", "train.compile_mode=reduce-overhead"])).train
+def test_sft_config_compiles_only_the_whole_model(compose):
+    train = typed(compose("train.torch_compile=whole", "train.compile_mode=reduce-overhead")).train
     whole = sft_kwargs(4, 1, train, "bf16", "cuda")
     assert whole["torch_compile"] is True and whole["torch_compile_mode"] == "reduce-overhead"
     assert whole["dataloader_drop_last"] is True  # CUDA graphs: every micro-batch of one shape
@@ -238,11 +232,11 @@ def test_recording_cuda_graphs_counts_as_compiling():
 
 
 @pytest.mark.gpu
-def test_the_compile_study_validates_on_a_cuda_device():
+def test_the_compile_study_validates_on_a_cuda_device(compose):
     """The same space through the real candidate code where CUDA is: 26 configs, every value in one that runs."""
     from pipeline.search.space import check_values
 
-    cfg = compose_job("config", [*SEED, "optimize=compile"])
+    cfg = compose(*SEED, "optimize=compile")
     check_values(cfg)
     valid, _ = candidates(cfg)
     assert len(valid) == 26

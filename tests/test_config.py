@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.cli import _with_repeats
-from pipeline.config.compose import CONF_DIR, compose_job, precheck
+from pipeline.config.compose import CONF_DIR, precheck
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
 from pipeline.config.validate import parse_size, parse_split, validate
@@ -36,14 +36,14 @@ def test_every_group_has_options():
 
 
 @pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
-def test_every_option_composes_and_validates(group, option, tmp_path):
+def test_every_option_composes_and_validates(group, option, tmp_path, compose):
     overrides = [f"{group}={option}"]
     if (group, option) == ("data", "jsonl"):
         (tmp_path / "d.jsonl").write_text('{"text": "hello"}\n' * 4)
         overrides.append(f"data.path={tmp_path / 'd.jsonl'}")
     if (group, option) == ("model", "pretrained"):
         overrides.append("model.name_or_path=Qwen/Qwen3-0.6B")  # a hub id: validated by form, not downloaded
-    cfg = compose_job("config", overrides)
+    cfg = compose(*overrides)
     needs_cuda = (group == "gpu" and option in CARDS) or (group == "experiment" and option.startswith("seed-t4"))
     if needs_cuda and cuda_device_count() == 0:
         # a card profile emulates that card's memory on a CUDA device: refused where there is none
@@ -56,7 +56,7 @@ def test_every_option_composes_and_validates(group, option, tmp_path):
         assert resolved.cap_source == f"gpu={option}" and resolved.cap_bytes == int(cfg.gpu.memory_gib * 2**30)
 
 
-def test_published_shapes():
+def test_published_shapes(compose):
     shapes = {
         "qwen3-0.6b": (1024, 3072, 28, 16, True),
         "qwen3-1.7b": (2048, 6144, 28, 16, True),
@@ -64,7 +64,7 @@ def test_published_shapes():
         "qwen3-8b": (4096, 12288, 36, 32, False),
     }
     for name, (hidden, inter, layers, heads, tied) in shapes.items():
-        m = compose_job("config", [f"model={name}"]).model
+        m = compose(f"model={name}").model
         assert (m.hidden_size, m.intermediate_size, m.num_hidden_layers, m.num_attention_heads) == (
             hidden,
             inter,
@@ -74,8 +74,8 @@ def test_published_shapes():
         assert (m.num_key_value_heads, m.head_dim, m.vocab_size, m.tie_word_embeddings) == (8, 128, 151936, tied)
 
 
-def test_seed_t4_experiment_holds_the_published_settings():
-    cfg = compose_job("config", ["experiment=seed-t4"])
+def test_seed_t4_experiment_holds_the_published_settings(compose):
+    cfg = compose("experiment=seed-t4")
     assert cfg.model.name == "qwen3-1.7b" and cfg.gpu.name == "t4"
     t = cfg.train
     assert (t.steps, t.max_length, t.dtype, t.gradient_checkpointing, t.padding) == (
@@ -90,8 +90,8 @@ def test_seed_t4_experiment_holds_the_published_settings():
     assert cfg.batch.effective == 4 and cfg.data.length == 512
 
 
-def test_lora_default_matches_the_seed():
-    lora = compose_job("config", []).lora
+def test_lora_default_matches_the_seed(cfg):
+    lora = cfg.lora
     assert (lora.r, lora.alpha, lora.dropout, list(lora.target_modules)) == (16, 32, 0.0, ["all-linear"])
 
 
@@ -107,10 +107,10 @@ def test_repeats_interleave_configs():
     assert [(c.repeat, c.batch.split) for c in cfgs] == [(0, "1x4"), (0, "4x1"), (1, "1x4"), (1, "4x1")]
 
 
-def test_tracking_uri_follows_the_environment(monkeypatch):
-    assert compose_job("config", []).tracking.uri == "sqlite:///mlruns/mlflow.db"
+def test_tracking_uri_follows_the_environment(monkeypatch, compose):
+    assert compose().tracking.uri == "sqlite:///mlruns/mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
-    assert compose_job("config", []).tracking.uri == "http://127.0.0.1:5000"
+    assert compose().tracking.uri == "http://127.0.0.1:5000"
 
 
 @pytest.mark.parametrize(
@@ -126,24 +126,23 @@ def test_split_parsing():
     assert (s.micro, s.accumulation, str(s)) == (2, 8, "2x8")
 
 
-def test_a_long_cpu_job_is_announced_with_its_estimate():
+def test_a_long_cpu_job_is_announced_with_its_estimate(cfg, compose):
     from pipeline.measure.estimate import cpu_job_flops, long_cpu_job_warning
 
     if cuda_device_count():
         pytest.skip("the estimate is for jobs on the CPU")
-    tiny = compose_job("config", [])
-    big = compose_job("config", ["model=qwen3-1.7b"])
-    assert long_cpu_job_warning(tiny) is None
+    big = compose("model=qwen3-1.7b")
+    assert long_cpu_job_warning(cfg) is None
     # 30 steps x 4 samples x 128 tokens through 1.4 G matmul weights: about 6 x 1.4e9 FLOPs per token
     assert 6 * 1.4e9 * 15360 * 0.8 < cpu_job_flops(big) < 6 * 1.4e9 * 15360 * 1.3
-    warning = long_cpu_job_warning(compose_job("config", ["model=qwen3-1.7b", "train.steps=1000"]))
+    warning = long_cpu_job_warning(compose("model=qwen3-1.7b", "train.steps=1000"))
     assert warning.startswith("warning: qwen3-1.7b on the CPU: at least ") and "GFLOP/s this CPU reaches" in warning
 
 
-def test_identity_ignores_bookkeeping_and_sees_every_real_change():
+def test_identity_ignores_bookkeeping_and_sees_every_real_change(cfg, compose):
     from pipeline.config.identity import config_id
 
-    base = config_id(compose_job("config", []))
+    base = config_id(cfg)
     same = [
         "repeat=2",
         "repeats=3",
@@ -155,7 +154,7 @@ def test_identity_ignores_bookkeeping_and_sees_every_real_change():
         "train.torch_compile=false",  # the old spelling of off
     ]
     for override in same:
-        assert config_id(compose_job("config", [override])) == base, override
+        assert config_id(compose(override)) == base, override
     changed = [
         "lora.r=8",
         "train.gradient_checkpointing=true",
@@ -167,7 +166,7 @@ def test_identity_ignores_bookkeeping_and_sees_every_real_change():
         "train.torch_compile=regional",
         "train.torch_compile=whole",
     ]
-    ids = {config_id(compose_job("config", [override])) for override in changed}
+    ids = {config_id(compose(override)) for override in changed}
     assert len(ids) == len(changed) and base not in ids
 
 

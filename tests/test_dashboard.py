@@ -46,9 +46,10 @@ pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installe
 from optuna.trial import TrialState  # noqa: E402
 
 from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, screenshots_folder  # noqa: E402
-from tests.helpers.env import child_env  # noqa: E402
+from tests.helpers.cli import run_cli, start_cli  # noqa: E402
 from tests.helpers.net import free_port  # noqa: E402
 from tests.helpers.runs import the_study  # noqa: E402
+from tests.helpers.settings import CPU_STUDY  # noqa: E402
 
 pytestmark = pytest.mark.slow
 try:
@@ -140,8 +141,11 @@ def storage(tmp_path_factory) -> str:
 def serving(storage: str):
     """optuna-dashboard over `storage`, as `make dashboard` starts it; yields its API's base address."""
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.dashboard", "--storage", storage, "--host", "127.0.0.1", "--port", str(port)],
+    args = ["--storage", storage, "--host", "127.0.0.1", "--port", str(port)]
+    proc = start_cli(
+        *args,
+        cwd=Path.cwd(),
+        module="pipeline.dashboard",
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -255,20 +259,7 @@ def test_the_dashboard_reads_a_real_mixed_study_as_it_printed_itself(tmp_path):
     nothing fits has no best to show."""
     import re
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.optimize",
-        "mem_cap=0.56GiB",
-        "batch.effective=8",
-        "model.vocab_size=2048",
-        "train.max_length=256",
-        "optimize.trials=4",
-        "train.steps=8",
-        "measure.warmup_steps=2",
-        "optimize.probe_steps=3",
-    ]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600)
+    proc = run_cli(*CPU_STUDY, cwd=tmp_path, module="pipeline.optimize", timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     printed = re.search(r"best feasible: (tiny \d+x\d+) ", proc.stdout).group(1)
     url = f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"

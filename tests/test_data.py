@@ -9,7 +9,6 @@ import json
 import pytest
 
 from pipeline.builders.dataset import take_records, token_count
-from pipeline.config.compose import compose_job
 from pipeline.config.data import check_data
 from pipeline.config.errors import ConfigError
 from pipeline.jobs.child import Job
@@ -34,10 +33,10 @@ def large_jsonl(tmp_path_factory):
     return path
 
 
-def test_a_large_jsonl_starts_training_within_10_s(tmp_path, large_jsonl):
+def test_a_large_jsonl_starts_training_within_10_s(tmp_path, large_jsonl, compose):
     """3 steps of batch 4 use 12 of the 100,000 records: the job reads those, and its first step begins within 10 s
     of its start (its own recorded timing; TRL used to prepare every record first: 390 s for 904k)."""
-    cfg = compose_job("config", ["data=jsonl", f"data.path={large_jsonl}", "train.steps=3", *QUIET])
+    cfg = compose("data=jsonl", f"data.path={large_jsonl}", "train.steps=3", *QUIET)
     workdir = tmp_path / "job"
     workdir.mkdir()
     job = Job(job_spec(cfg), workdir)
@@ -48,11 +47,11 @@ def test_a_large_jsonl_starts_training_within_10_s(tmp_path, large_jsonl):
     assert result.timings["first_step_s"] < 10, result.timings
 
 
-def test_packing_reads_the_records_that_fill_its_sequences(tmp_path, large_jsonl):
+def test_packing_reads_the_records_that_fill_its_sequences(tmp_path, large_jsonl, compose):
     """With packing, a step's samples are sequences of max_length tokens: the job reads as many records as fill the
     steps' sequences, and every step still gets its full batch of them."""
     overrides = ["train.padding=packing", "train.max_length=256", "train.steps=2"]
-    cfg = compose_job("config", ["data=jsonl", f"data.path={large_jsonl}", *overrides, *QUIET])
+    cfg = compose("data=jsonl", f"data.path={large_jsonl}", *overrides, *QUIET)
     workdir = tmp_path / "job"
     workdir.mkdir()
     job = Job(job_spec(cfg), workdir)
@@ -73,16 +72,16 @@ def test_take_records_stops_as_soon_as_samples_and_tokens_suffice():
     assert len(take_records(iter([{"text": "x" * 5}] * 2), 4, lambda r: len(r["text"]), tokens=100)) == 2
 
 
-def test_the_up_front_check_still_reads_every_line(tmp_path, large_jsonl):
+def test_the_up_front_check_still_reads_every_line(tmp_path, large_jsonl, compose):
     """A bad last line is found before anything runs, though no job reads that far."""
     path = tmp_path / "bad-end.jsonl"
     path.write_bytes(large_jsonl.read_bytes() + b"not json\n")
-    cfg = compose_job("config", ["data=jsonl", f"data.path={path}"])
+    cfg = compose("data=jsonl", f"data.path={path}")
     with pytest.raises(ConfigError, match=rf"line {LINES + 1} is not JSON"):
         check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
 
 
-def test_a_hub_dataset_is_cut_to_the_records_used(tmp_path, monkeypatch):
+def test_a_hub_dataset_is_cut_to_the_records_used(tmp_path, monkeypatch, compose):
     """A hub dataset (here a local folder of data files, read as the hub's are) is cut to its first records before
     TRL prepares it."""
     import datasets
@@ -94,7 +93,7 @@ def test_a_hub_dataset_is_cut_to_the_records_used(tmp_path, monkeypatch):
     hub = ["data=capybara", f"data.name={folder}", "data.subset=null", "data.split=train", "train.steps=2"]
     workdir = tmp_path / "job"
     workdir.mkdir()
-    job = Job(job_spec(compose_job("config", [*hub, *QUIET])), workdir)
+    job = Job(job_spec(compose(*hub, *QUIET)), workdir)
     result = job.run()
     assert result.status is Status.OK, result.traceback
     assert job.dataset["text"] == [f"record {i}" for i in range(8)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 from pipeline.jobs import devicelock
-from tests.helpers.env import child_env
+from tests.helpers.cli import start_python
 
 HOLDER = """
 import sys
@@ -30,12 +30,15 @@ def test_a_waiting_job_names_the_holders_job_pid_start_and_command(tmp_path, mon
     monkeypatch.setenv(devicelock.LOCK_DIR_ENV, str(tmp_path))
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
-    holder = subprocess.Popen(
-        [sys.executable, str(script), "-m", "batch.split=1x4,2x2", "repeats=3"],
+    holder = start_python(
+        str(script),
+        "-m",
+        "batch.split=1x4,2x2",
+        "repeats=3",
+        cwd=tmp_path,
+        env={devicelock.LOCK_DIR_ENV: str(tmp_path)},
         stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=child_env(**{devicelock.LOCK_DIR_ENV: str(tmp_path)}),
+        stderr=None,
     )
     told: list[tuple[str, str, float]] = []
 

@@ -2,30 +2,34 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from pipeline.config.compose import compose_job
 from pipeline.jobs import runner
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
+from tests.helpers.cli import start_cli
 from tests.helpers.processes import rank_process
 from tests.helpers.wait import wait_for_steps
 
 COMMON = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false", "gpu=cpu"]
+# a two-rank job that trains until it is stopped (the samples repeat: no dataset of 400,000 samples to build first)
+ENDLESS_TWO_RANKS = [
+    "launcher.kind=torchrun",
+    "world_size=2",
+    "batch.split=2x1",
+    "train.steps=100000",
+    "data.num_samples=64",
+]
 
 
 @pytest.mark.slow
-def test_two_process_ddp_matches_one_process(tmp_path):
-    spec = job_spec(compose_job("config", [*COMMON, "world_size=2", "launcher.kind=torchrun", "batch.split=2x1"]))
+def test_two_process_ddp_matches_one_process(tmp_path, compose):
+    spec = job_spec(compose(*COMMON, "world_size=2", "launcher.kind=torchrun", "batch.split=2x1"))
     record = runner.run_job("torchrun", spec, tmp_path / "ddp")
     assert record.status == "ok", record.error or record.traceback
     assert record.world_size == 2 and record.exitcode == 0
 
-    single = Job(job_spec(compose_job("config", [*COMMON, "batch.split=2x2"])), tmp_path).run()
+    single = Job(job_spec(compose(*COMMON, "batch.split=2x2")), tmp_path).run()
     assert single.status == "ok"
     ddp_losses = [s.loss for s in record.steps]
     one_losses = [s.loss for s in single.steps]
@@ -72,17 +76,7 @@ def test_a_killed_rank_is_named_in_a_few_lines(tmp_path):
     died and how, and no torchelastic_* or job folder stays in the temp folder."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(jobs)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    args = ["launcher.kind=torchrun", "world_size=2", "batch.split=2x1", "train.steps=100000", "data.num_samples=64"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.train", *args, *COMMON[1:]],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = start_cli(*ENDLESS_TWO_RANKS, *COMMON[1:], cwd=tmp_path, env={"TMPDIR": str(jobs)})
     wait_for_steps(jobs, 1, timeout=300, alive=lambda: proc.poll() is None)
     victim = rank_process(proc.pid, rank=1)
     victim.kill()
@@ -175,20 +169,13 @@ def test_a_rank_that_stops_answering_ends_its_job_within_the_launchers_timeout(t
     never sees its launcher die: the runner kills every process under it), its run FAILED, nothing left RUNNING."""
     from mlflow.tracking import MlflowClient
 
-    from tests.helpers.env import child_env
     from tests.helpers.wait import process_gone, wait_until
 
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     timeout_s = 120  # two ranks start and train a step well inside it, however busy the machine
-    args = ["launcher.kind=torchrun", "world_size=2", "batch.split=2x1", "train.steps=100000", "data.num_samples=64"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.train", *args, f"launcher.timeout_s={timeout_s}", *COMMON[1:]],
-        cwd=tmp_path,
-        env=child_env(TMPDIR=str(jobs)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    proc = start_cli(
+        *ENDLESS_TWO_RANKS, f"launcher.timeout_s={timeout_s}", *COMMON[1:], cwd=tmp_path, env={"TMPDIR": str(jobs)}
     )
     wait_for_steps(jobs, 1, timeout=timeout_s, alive=lambda: proc.poll() is None)
     stopped, waiting = rank_process(proc.pid, rank=1), rank_process(proc.pid, rank=0)

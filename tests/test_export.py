@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 
 import pytest
 
 from pipeline.builders.script import script_text
 from pipeline.compare.paired import Judgement
-from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError
 from pipeline.jobs.child import Job
 from pipeline.jobs.export import export, export_answer, sweep_answer
@@ -22,8 +19,8 @@ from pipeline.records import RunKind, Status
 from pipeline.reporting.table import Criteria, comparison_rows
 from pipeline.tracking.runs import OVERRIDES
 from pipeline.tracking.store import Tracker
-from tests.helpers.cli import run_cli
-from tests.helpers.env import child_env
+from tests.helpers.cli import run_cli, run_python
+from tests.helpers.configs import composed
 from tests.helpers.records import recorded
 
 QUIET = ["train.progress_bar=false", "train.steps=6", "measure.warmup_steps=1"]
@@ -35,7 +32,7 @@ def job_losses(tmp_path, overrides: list[str]) -> list[float]:
     """The job of `overrides`, run by the job process's own code (in this process)."""
     workdir = tmp_path / "job"
     workdir.mkdir(parents=True, exist_ok=True)
-    result = Job(job_spec(compose_job("config", overrides)), workdir).run()
+    result = Job(job_spec(composed(*overrides)), workdir).run()
     assert result.status is Status.OK, result.traceback
     return [s.loss for s in result.steps]
 
@@ -43,13 +40,8 @@ def job_losses(tmp_path, overrides: list[str]) -> list[float]:
 def script_losses(tmp_path, path) -> list[float]:
     """The script run as a user runs it, in a fresh interpreter (the package made unimportable)."""
     log = tmp_path / "steps.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-c", NO_PACKAGE, str(path), f"--log={log}", f"--output-dir={tmp_path / 'out'}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=child_env(),
+    proc = run_python(
+        "-c", NO_PACKAGE, str(path), f"--log={log}", f"--output-dir={tmp_path / 'out'}", cwd=tmp_path, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "steps, last loss" in proc.stdout, proc.stdout
@@ -90,7 +82,7 @@ def test_the_exported_script_trains_the_jobs_losses(tmp_path, knobs):
     assert max(abs(a - b) / abs(b) for a, b in zip(other, ours, strict=True)) > 1e-4
 
 
-def test_a_script_holds_the_knobs_of_its_config_and_nothing_of_the_package(tmp_path):
+def test_a_script_holds_the_knobs_of_its_config_and_nothing_of_the_package(tmp_path, compose):
     overrides = ["train.torch_compile=regional", "train.loss=compiled", "train.optimizer_step=compiled"]
     text = export(overrides).text
     tree = ast.parse(text)  # it is valid Python
@@ -109,7 +101,7 @@ def test_a_script_holds_the_knobs_of_its_config_and_nothing_of_the_package(tmp_p
     assert "capture_loss" not in plain and "compile_layers" not in plain and "compile_optimizer_step" not in plain
     assert "logging_nan_inf_filter=True," in plain
     # regional CUDA graphs name their mode; the architecture is the job's (jobs.child passes the same fields)
-    graphs = compose_job("config", ["train.torch_compile=regional", "train.compile_mode=max-autotune-no-cudagraphs"])
+    graphs = compose("train.torch_compile=regional", "train.compile_mode=max-autotune-no-cudagraphs")
     spec = job_spec(graphs)
     sft = {"use_cpu": True, "max_steps": 3}
     assert "compile_layers(trainer.model, 'max-autotune-no-cudagraphs')" in script_text(

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tests.helpers.cli import run_cli, start_cli
 from tests.helpers.env import child_env
 from tests.helpers.processes import Command
 from tests.helpers.runs import mlflow_runs
@@ -30,15 +30,8 @@ def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     truthfully and removes the folders. The killed job leaks no semaphore (issue 21: the resource tracker warned)."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    env = child_env(TMPDIR=str(jobs))
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.train", "-m", "train.steps=100000,6", "data.num_samples=64", *FAST],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    env = {"TMPDIR": str(jobs)}
+    sweep = start_cli("-m", "train.steps=100000,6", "data.num_samples=64", *FAST, cwd=tmp_path, env=env)
     steps = wait_for_steps(jobs, 2, alive=lambda: sweep.poll() is None)
     job = json.loads((steps.parent / "process.json").read_text())["pid"]
     sweep.kill()
@@ -52,9 +45,7 @@ def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     assert steps.parent.exists() and len(list(jobs.glob("pymp-*"))) == 1
     assert "leaked semaphore" not in output and "resource_tracker" not in output, output[-2000:]
 
-    report = subprocess.run(
-        [sys.executable, "-m", "pipeline.report"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    report = run_cli(cwd=tmp_path, env=env, module="pipeline.report", timeout=300)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "[clean-up] ended 2 run(s) left RUNNING and removed 2 temp folder(s)" in report.stdout
     runs = {r.data.tags["kind"]: r for r in mlflow_runs(tmp_path)}
@@ -71,14 +62,7 @@ def test_ctrl_c_ends_the_job_without_a_leaked_semaphore(tmp_path):
     leaked semaphore (issue 21: tqdm's multiprocessing lock, made in every job, was never unregistered)."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.train", "train.steps=100000", "data.num_samples=64", *FAST],
-        cwd=tmp_path,
-        env=child_env(TMPDIR=str(jobs)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    sweep = start_cli("train.steps=100000", "data.num_samples=64", *FAST, cwd=tmp_path, env={"TMPDIR": str(jobs)})
     wait_for_steps(jobs, 1, alive=lambda: sweep.poll() is None)
     sweep.send_signal(signal.SIGINT)
     output = sweep.communicate(timeout=120)[0]
@@ -99,19 +83,10 @@ def test_two_sweeps_on_one_machine_take_turns_on_the_device(tmp_path):
     for name in ("a", "b"):
         folder = tmp_path / name
         folder.mkdir()
-        procs.append(
-            (
-                folder,
-                subprocess.Popen(
-                    [sys.executable, "-m", "pipeline.train", "-m", "batch.split=2x2,4x1", "train.steps=8", *FAST],
-                    cwd=folder,
-                    env=child_env(BATCH_SPLIT_LOCK_DIR=str(locks)),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                ),
-            )
+        sweep = start_cli(
+            "-m", "batch.split=2x2,4x1", "train.steps=8", *FAST, cwd=folder, env={"BATCH_SPLIT_LOCK_DIR": str(locks)}
         )
+        procs.append((folder, sweep))
     outputs = [proc.communicate(timeout=600)[0] for _, proc in procs]
     assert all(proc.returncode == 0 for _, proc in procs), [o[-2000:] for o in outputs]
     assert any("waiting for cpu, in use by job tiny" in o for o in outputs), outputs
@@ -131,14 +106,7 @@ def test_a_corrupt_store_at_run_time_is_one_line_naming_it_and_exit_1(tmp_path):
     its parent run): one line naming the store and where it is, exit code 1, no traceback. Whichever write meets the
     garbage first (the sweep's or a job's), the line is the same."""
     db = tmp_path / "mlruns" / "mlflow.db"
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.train", "-m", "train.steps=3,4", *FAST],
-        cwd=tmp_path,
-        env=child_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    sweep = start_cli("-m", "train.steps=3,4", *FAST, cwd=tmp_path, stderr=subprocess.PIPE)
     with ThreadPoolExecutor(max_workers=1) as reader:
         first = reader.submit(sweep.stdout.readline).result(timeout=120)
     assert first.startswith("[sweep] ") and "MLflow parent run" in first, first

@@ -7,11 +7,11 @@ import statistics
 
 import pytest
 
-from pipeline.config.compose import compose_job
 from pipeline.jobs import runner
 from pipeline.jobs.task import job_spec
 from pipeline.measure.summary import summarize_job
 from pipeline.records import GIB, Fit, Status
+from tests.helpers.configs import composed
 
 pytestmark = pytest.mark.gpu
 
@@ -28,7 +28,7 @@ SETUP = [
 
 def run_job(tmp_path, *overrides: str):
     """One job in its own process, as the tool runs it: a cap set in a process stays for the process's life."""
-    spec = job_spec(compose_job("config", [*SETUP, *overrides]))
+    spec = job_spec(composed(*SETUP, *overrides))
     return spec, runner.run_job("subprocess", spec, tmp_path / "job")
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
 import time
 
 import optuna
@@ -14,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.search.trials import TrialRecord
-from tests.helpers.env import child_env
+from tests.helpers.cli import run_cli, start_cli
 from tests.helpers.runs import the_study
 from tests.helpers.wait import wait_for_steps, wait_until
 
@@ -32,11 +30,9 @@ SETUP = [
 ]
 
 
-def _optimize(cwd, cap, *extra, **kwargs):
-    cmd = [sys.executable, "-m", "pipeline.optimize", f"mem_cap={cap}", "optimize.trials=4", *SETUP, *extra]
-    return subprocess.Popen(
-        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env(), **kwargs
-    )
+def _optimize(cwd, cap, *extra):
+    """The study of SETUP under `cap`, started; its output on `stdout`, together."""
+    return start_cli(f"mem_cap={cap}", "optimize.trials=4", *SETUP, *extra, cwd=cwd, module="pipeline.optimize")
 
 
 def _study(cwd):
@@ -53,12 +49,11 @@ def _trials_so_far(cwd) -> list:
 
 
 @pytest.mark.slow
-def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
+def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path, compose):
     # 1. the exhaustive answer: every split through pipeline.train, then a cap between the 2x4 and 4x2 peaks
     grid = tmp_path / "grid"
     grid.mkdir()
-    cmd = [sys.executable, "-m", "pipeline.train", "-m", "batch.split=1x8,2x4,4x2,8x1", *SETUP]
-    proc = subprocess.run(cmd, cwd=grid, capture_output=True, text=True, env=child_env(), timeout=300)
+    proc = run_cli("-m", "batch.split=1x8,2x4,4x2,8x1", *SETUP, cwd=grid, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     client = MlflowClient(f"sqlite:///{grid / 'mlruns' / 'mlflow.db'}")
     runs = {r.data.params["batch.split"]: r for r in client.search_runs(["1"]) if r.data.tags.get("kind") != "sweep"}
@@ -156,23 +151,15 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path):
     assert parent.data.tags["answer"] == command
     args = shlex.split(command)[3:]
     assert f"batch.split={answer}" in args and f"mem_cap={cap}" in args and "batch.effective=8" in args
-    pasted = subprocess.run(
-        [sys.executable, "-m", "pipeline.train", *args, "train.steps=3", "measure.warmup_steps=1"],
-        cwd=study_dir,
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=300,
-    )
+    pasted = run_cli(*args, "train.steps=3", "measure.warmup_steps=1", cwd=study_dir, timeout=300)
     assert pasted.returncode == 0, pasted.stderr[-2000:]
     best_trial = next(t for t in decided if t.user_attrs["label"] == f"tiny {answer}")
     rerun_runs = [r for r in mlflow.search_runs(["1"]) if r.data.tags.get("kind") == "job"]
     assert len(rerun_runs) == 1
     # train.steps differs (shortened here): compare with the identity of the printed command itself
-    from pipeline.config.compose import compose_job
     from pipeline.config.identity import config_id
 
-    assert config_id(compose_job("config", args)) == best_trial.user_attrs["config_id"]
+    assert config_id(compose(*args)) == best_trial.user_attrs["config_id"]
     assert parent.data.tags["best_config_id"] == best_trial.user_attrs["config_id"]
     # the SFTConfig line is what the best trial's job trained with
     sft = best_trial.user_attrs["sft_kwargs"]
@@ -194,13 +181,7 @@ def test_two_workers_share_one_study_without_duplicating_or_losing_a_config(tmp_
         "optimize.prune_steps=2",
         "optimize.confirm=never",
     ]
-    cmd = [sys.executable, "-m", "pipeline.optimize", *args]
-    workers = [
-        subprocess.Popen(
-            cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env()
-        )
-        for _ in range(2)
-    ]
+    workers = [start_cli(*args, cwd=tmp_path, module="pipeline.optimize") for _ in range(2)]
     outputs = [w.communicate(timeout=300)[0] for w in workers]
     assert all(w.returncode == 0 for w in workers), [o[-2000:] for o in outputs]
     study = _study(tmp_path)
@@ -218,25 +199,10 @@ def test_two_workers_share_one_study_without_duplicating_or_losing_a_config(tmp_
 def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
     import signal
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.optimize",
-        "mem_cap=4GiB",
-        "train.steps=40",
-        "measure.warmup_steps=2",
-        "train.progress_bar=false",
-    ]
+    args = ["mem_cap=4GiB", "train.steps=40", "measure.warmup_steps=2", "train.progress_bar=false"]
     job_tmp = tmp_path / "jobs"
     job_tmp.mkdir()
-    worker = subprocess.Popen(
-        cmd,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=child_env(TMPDIR=str(job_tmp)),
-    )
+    worker = start_cli(*args, cwd=tmp_path, module="pipeline.optimize", env={"TMPDIR": str(job_tmp)})
     deadline = time.time() + 180
     while True:
         assert worker.poll() is None and time.time() < deadline
@@ -261,7 +227,7 @@ def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
     (parent,) = [r for r in runs if r.data.tags.get("kind") == "study"]
     assert parent.info.status == "KILLED"
     # the same command goes on, and measures its baseline again, in full and as the baseline
-    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=600)
+    again = run_cli(*args, cwd=tmp_path, module="pipeline.optimize", timeout=600)
     assert again.returncode == 0, again.stdout[-3000:]
     baselines = [t for t in _study(tmp_path).get_trials() if t.user_attrs.get("role") == "baseline"]
     assert [t.state for t in baselines] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
@@ -273,17 +239,8 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     """A cap below what any config needs: the probes measure, the baseline is measured uncapped (for its speed: it
     does not fit either), every other candidate is skipped by prediction, the answer names the smallest need, the
     exit code is 3, and the storage has no best trial for Optuna or its dashboard."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.optimize",
-        "mem_cap=0.1GiB",
-        "optimize.trials=3",
-        "train.steps=4",
-        "measure.warmup_steps=1",
-        "optimize.probe_steps=2",
-    ]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=child_env(), timeout=300)
+    args = ["mem_cap=0.1GiB", "optimize.trials=3", "train.steps=4", "measure.warmup_steps=1", "optimize.probe_steps=2"]
+    proc = run_cli(*args, cwd=tmp_path, module="pipeline.optimize", timeout=300)
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert re.search(r"nothing fits under 0\.10 GiB: the smallest need is 0\.\d\d GiB", proc.stdout), proc.stdout
     study = _study(tmp_path)
@@ -296,14 +253,7 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     assert all(t.value > 0 for t in trials) and not any(t.user_attrs["feasible"] for t in trials)
     with pytest.raises(ValueError):
         study.best_trial  # noqa: B018 - Optuna's own reading: no feasible trial, so no best
-    report = subprocess.run(
-        [sys.executable, "-m", "pipeline.report"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=300,
-    )
+    report = run_cli(cwd=tmp_path, module="pipeline.report", timeout=300)
     assert report.returncode == 0, report.stderr[-2000:]
     (md,) = (tmp_path / "mlruns" / "reports").glob("*/report.md")
     text = md.read_text()
@@ -313,14 +263,7 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     assert re.search(r"\| tiny 1x4 +\| ok +\|.*\| over-cap +\|", text), text  # the baseline, measured uncapped
     assert text.count("| skipped") == 2
     assert "Device: device not recorded" not in text and "Device: " in text  # the probes ran on it
-    missing = subprocess.run(
-        [sys.executable, "-m", "pipeline.report", "--study", "nope"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=300,
-    )
+    missing = run_cli("--study", "nope", cwd=tmp_path, module="pipeline.report", timeout=300)
     assert missing.returncode == 2 and "run one first: python -m pipeline.optimize" in missing.stderr, missing.stderr
 
 
@@ -346,10 +289,7 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
 
     from pipeline.search import confirmation
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.optimize",
+    args = [
         "mem_cap=4GiB",
         "optimize.study_name=stopped",  # the same study for the two commands below
         "optimize.trials=2",
@@ -362,13 +302,8 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
         "optimize.confirm=always",
         "optimize.prune_factor=100",  # both trials measured in full: two finalists however busy the machine is
     ]
-    worker = subprocess.Popen(
-        [*cmd, "optimize.confirm_rounds=20", "optimize.confirm_share=0.8"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=child_env(),
+    worker = start_cli(
+        *args, "optimize.confirm_rounds=20", "optimize.confirm_share=0.8", cwd=tmp_path, module="pipeline.optimize"
     )
     wait_until(lambda: _partial_rounds(tmp_path) >= 1, 300, "a confirmation round", alive=lambda: worker.poll() is None)
     worker.send_signal(signal.SIGINT)
@@ -391,13 +326,13 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
         or f"paired over {stored.rounds} rounds with the baseline" in claim
     ), claim
 
-    again = subprocess.run(
-        # a budget of 5.7x the search's device time (0.85 / 0.15): three rounds even where its processes run slower
-        [*cmd, "optimize.confirm_rounds=3", "optimize.confirm_share=0.85"],
+    # a budget of 5.7x the search's device time (0.85 / 0.15): three rounds even where its processes run slower
+    again = run_cli(
+        *args,
+        "optimize.confirm_rounds=3",
+        "optimize.confirm_share=0.85",
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=child_env(),
+        module="pipeline.optimize",
         timeout=600,
     )
     assert again.returncode == 0, again.stdout[-3000:]

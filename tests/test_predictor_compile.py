@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config.compose import compose_job
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
 from pipeline.search.calibration import knobs_of
@@ -67,9 +66,9 @@ def test_measured_compiled_peaks_take_over_from_the_scaled_line():
     assert regional == pytest.approx(4.25 + 4 * 1.13 * 0.67 / 0.69, rel=0.01)
 
 
-def test_knobs_of_a_config_carry_its_compile_choice():
-    cfg = compose_job("config", ["train.torch_compile=true", "++optimize.space={train.compile_mode:[default]}"])
-    knobs = knobs_of(cfg, ["batch.split", "train.torch_compile", "train.compile_mode"])
+def test_knobs_of_a_config_carry_its_compile_choice(cfg, compose):
+    compiled = compose("train.torch_compile=true", "++optimize.space={train.compile_mode:[default]}")
+    knobs = knobs_of(compiled, ["batch.split", "train.torch_compile", "train.compile_mode"])
     assert knobs.compile == "regional"
     assert knobs.other == (("train.compile_mode", "default"),)  # the compile choice is the formula's, not a line's
-    assert knobs_of(compose_job("config", []), ["batch.split"]).compile == "off"
+    assert knobs_of(cfg, ["batch.split"]).compile == "off"

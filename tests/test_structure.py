@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import choices
-from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.schema import choices_of, field_choices
@@ -222,13 +221,13 @@ def test_a_fields_choices_are_compared_only_through_its_enum(name):
 
 
 @pytest.mark.parametrize("key", list(field_choices()))
-def test_validation_and_help_read_a_fields_choices_from_its_enum(key):
+def test_validation_and_help_read_a_fields_choices_from_its_enum(key, compose):
     enum, aliases = field_choices()[key]
     accepted = [m.value for m in enum]
     assert f"{key:<27} {' | '.join([*accepted, *aliases])}" in help_text("pipeline.train", "x\n\ny")
     if aliases:  # read by its own parser (train.torch_compile), which names the aliases too
         return
-    cfg = compose_job("config", [f"{key}=no_such_value"])
+    cfg = compose(f"{key}=no_such_value")
     with pytest.raises(ConfigError) as refused:
         validate(cfg)
     assert str(refused.value) == f"{key}: got 'no_such_value'; accepted: {', '.join(accepted)}"

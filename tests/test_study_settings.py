@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
 from pipeline.compare.sequential import ConfirmationRound
-from pipeline.config.compose import compose_job
 from pipeline.config.validate import validate
 from pipeline.records import Status
 from pipeline.search import speedup
@@ -43,6 +43,13 @@ def _optimize(tmp_path, *args: str, timeout: float = 900):
     return run_cli(*args, cwd=tmp_path, module="pipeline.optimize", timeout=timeout)
 
 
+def _study_to_its_end(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, optuna.Study]:
+    """A short study (SHORT) of `args` run to its end, exit code 0; its output and the study its storage holds."""
+    proc = _optimize(tmp_path, *args, *SHORT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return proc, the_study(_storage(tmp_path))
+
+
 def _storage(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"
 
@@ -51,17 +58,9 @@ def _storage(tmp_path) -> str:
 def test_a_base_config_outside_the_space_is_measured_beside_it_and_the_answer_states_its_claim(tmp_path):
     """The space searches checkpointing on only; the command line's config has it off: the baseline is measured
     anyway, labelled so, counts against no budget, and is paired with the answer in the round."""
-    proc = _optimize(
-        tmp_path,
-        "mem_cap=4GiB",
-        "batch.effective=2",
-        "optimize.trials=2",
-        "++optimize.space={train.gradient_checkpointing:[true]}",
-        *SHORT,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    space = "++optimize.space={train.gradient_checkpointing:[true]}"
+    proc, study = _study_to_its_end(tmp_path, "mem_cap=4GiB", "batch.effective=2", "optimize.trials=2", space)
     assert re.search(r"\| tiny 1x2 ckpt=off +\| ok +\|.*\| baseline, outside the space +\|", proc.stdout), proc.stdout
-    study = the_study(_storage(tmp_path))
     (base,) = [t for t in study.trials if t.user_attrs.get("role") == Role.BASELINE]
     assert base.state is TrialState.COMPLETE and base.user_attrs["status"] == "ok" and base.params == {}
     decided = {
@@ -109,9 +108,9 @@ def test_a_wide_interval_is_said_in_words_and_one_round_is_no_figure():
     )
 
 
-def test_a_preset_space_leaves_out_what_this_setting_cannot_run_and_names_it():
+def test_a_preset_space_leaves_out_what_this_setting_cannot_run_and_names_it(compose):
     """optimize=ckpt-dtype on the CPU: fp16 needs a CUDA device, so it is left out (not the study refused)."""
-    cfg = compose_job("config", ["mem_cap=4GiB", "optimize=ckpt-dtype", "gpu=cpu"])
+    cfg = compose("mem_cap=4GiB", "optimize=ckpt-dtype", "gpu=cpu")
     check_values(cfg)
     valid, left_out = candidates(cfg)
     assert {c.params["train.dtype"] for c in valid} == {"bf16"}
@@ -120,7 +119,7 @@ def test_a_preset_space_leaves_out_what_this_setting_cannot_run_and_names_it():
     ]
 
 
-def test_cuda_graphs_in_a_preset_space_name_the_padding_they_need(monkeypatch):
+def test_cuda_graphs_in_a_preset_space_name_the_padding_they_need(monkeypatch, compose):
     """optimize=compile on a CUDA device with padding to the longest: reduce-overhead is left out for the padding
     (the real blocker), not for compilation being off in some other combination."""
     import pipeline.config.knobs
@@ -128,7 +127,7 @@ def test_cuda_graphs_in_a_preset_space_name_the_padding_they_need(monkeypatch):
 
     monkeypatch.setattr(pipeline.config.knobs, "cuda_device_count", lambda: 1)
     monkeypatch.setattr(pipeline.config.validate, "cuda_device_count", lambda: 1)
-    cfg = compose_job("config", ["mem_cap=4GiB", "optimize=compile", "gpu=h200", "train.padding=longest"])
+    cfg = compose("mem_cap=4GiB", "optimize=compile", "gpu=h200", "train.padding=longest")
     check_values(cfg)
     _, left_out = candidates(cfg)
     (graphs,) = [x for x in left_out if x.key == "train.compile_mode"]
@@ -139,9 +138,9 @@ def test_cuda_graphs_in_a_preset_space_name_the_padding_they_need(monkeypatch):
     )
 
 
-def test_a_study_name_of_another_config_is_refused_and_nothing_is_written(tmp_path, monkeypatch):
+def test_a_study_name_of_another_config_is_refused_and_nothing_is_written(tmp_path, monkeypatch, compose):
     monkeypatch.chdir(tmp_path)
-    mine = compose_job("config", ["mem_cap=1GiB", "optimize.study_name=shared"])
+    mine = compose("mem_cap=1GiB", "optimize.study_name=shared")
     StudyContext.open(mine, [], validate(mine).cap_bytes)  # the study of one config, under the name `shared`
     storage = _storage(tmp_path)
     before = optuna.load_study(study_name="shared", storage=storage).user_attrs
@@ -162,18 +161,8 @@ def test_a_study_name_of_another_config_is_refused_and_nothing_is_written(tmp_pa
 def test_a_baseline_over_the_cap_is_measured_for_its_speed_and_paired_with_the_answer(tmp_path):
     """The README's CPU study with the command line's split at 8x1, which needs more than the cap: it is measured
     uncapped in full (infeasible, no answer), and the answer's claim comes from pairs with it."""
-    proc = _optimize(
-        tmp_path,
-        "mem_cap=0.6GiB",
-        "optimize.trials=4",
-        "batch.effective=8",
-        "batch.split=8x1",
-        "model.vocab_size=2048",
-        "train.max_length=256",
-        *SHORT,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    study = the_study(_storage(tmp_path))
+    workload = ["batch.effective=8", "batch.split=8x1", "model.vocab_size=2048", "train.max_length=256"]
+    proc, study = _study_to_its_end(tmp_path, "mem_cap=0.6GiB", "optimize.trials=4", *workload)
     (base,) = [t for t in study.trials if t.user_attrs.get("role") == Role.BASELINE]
     assert base.user_attrs["status"] == "ok" and base.user_attrs["feasible"] is False, base.user_attrs
     assert len(base.user_attrs["step_times"]) == 5  # every steady step: measured in full, not stopped at the cap
@@ -186,10 +175,9 @@ def test_a_baseline_over_the_cap_is_measured_for_its_speed_and_paired_with_the_a
 
 @pytest.mark.slow
 def test_one_finalist_besides_the_baseline_still_buys_three_rounds_and_never_prints_an_empty_interval(tmp_path):
-    proc = _optimize(
-        tmp_path, "mem_cap=4GiB", "optimize.trials=3", "optimize.confirm_k=1", "optimize.confirm_share=0.01", *SHORT
+    proc, _ = _study_to_its_end(
+        tmp_path, "mem_cap=4GiB", "optimize.trials=3", "optimize.confirm_k=1", "optimize.confirm_share=0.01"
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     claim = _claim(proc.stdout)
     if claim["figure"]:
         assert int(claim["rounds"]) >= 3
@@ -206,16 +194,8 @@ def test_one_finalist_besides_the_baseline_still_buys_three_rounds_and_never_pri
 def test_a_knob_that_fails_at_run_time_is_decided_once_and_kept_out_of_the_predictor(tmp_path):
     """Adapters on a module the model does not have: PEFT refuses it inside the trainer, for every split. Each such
     config fails once, counts against the budget, is never run again, and its peak is no predictor error."""
-    proc = _optimize(
-        tmp_path,
-        "mem_cap=4GiB",
-        "batch.effective=2",
-        "optimize.trials=4",
-        "++optimize.space={lora.target_modules:[[q_proj],[no_such_module]]}",
-        *SHORT,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    study = the_study(_storage(tmp_path))
+    space = "++optimize.space={lora.target_modules:[[q_proj],[no_such_module]]}"
+    proc, study = _study_to_its_end(tmp_path, "mem_cap=4GiB", "batch.effective=2", "optimize.trials=4", space)
     labelled = [t for t in study.trials if "label" in t.user_attrs]
     failed = [t for t in labelled if t.user_attrs.get("status") == "failed"]
     assert sorted(t.user_attrs["label"].split()[1] for t in failed) == ["1x2", "2x1"]

@@ -9,16 +9,14 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline.config.compose import compose_job
 from pipeline.config.identity import config_id
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, run_python, start_cli
 from tests.helpers.env import child_env
 from tests.helpers.net import free_port
 from tests.helpers.processes import Command
@@ -79,19 +77,14 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     """SIGKILL the first job's process mid-training: its run ends FAILED, the next job still runs and succeeds."""
     job_tmp = tmp_path / "jobs"
     job_tmp.mkdir()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(job_tmp)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.train",
+    args = [
         "-m",
         "train.steps=100000,6",
         "data.num_samples=64",  # the samples repeat: no 400,000-sample dataset to build first
         "measure.warmup_steps=1",
         "train.progress_bar=false",
     ]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = start_cli(*args, cwd=tmp_path, env={"TMPDIR": str(job_tmp)})
     output = []
     killed = None
     for line in proc.stdout:
@@ -128,24 +121,8 @@ def test_a_job_dies_with_its_killed_parent(tmp_path, kind):
     hold memory and time next to whatever runs after)."""
     job_tmp = tmp_path / "jobs"
     job_tmp.mkdir()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(job_tmp)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pipeline.train",
-        "train.steps=100000",
-        "data.num_samples=64",
-        "train.progress_bar=false",
-    ]
-    parent = subprocess.Popen(
-        [*cmd, f"launcher.kind={kind}"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=env,
-    )
+    args = ["train.steps=100000", "data.num_samples=64", "train.progress_bar=false", f"launcher.kind={kind}"]
+    parent = start_cli(*args, cwd=tmp_path, env={"TMPDIR": str(job_tmp)})
     steps = wait_for_steps(job_tmp, 2, alive=lambda: parent.poll() is None)
     job = _job_pid(steps.parent)
     assert not process_gone(job), "the job ended before its parent was killed"
@@ -185,23 +162,13 @@ def test_report_and_mlflow_server_read_back_a_sweep(tmp_path):
 
     port = free_port()
     store = tmp_path / "mlruns"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{store / 'mlflow.db'}",
-            "--default-artifact-root",
-            str(store / "artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
+    args = ["server", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}"]
+    args += ["--default-artifact-root", str(store / "artifacts"), "--host", "127.0.0.1", "--port", str(port)]
+    server = start_cli(
+        *args,
+        "--workers",
+        "1",
+        module="mlflow",
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -242,13 +209,12 @@ def test_report_and_mlflow_server_read_back_a_sweep(tmp_path):
 
 
 @pytest.mark.slow
-def test_subprocess_launcher_runs_a_job_in_a_fresh_interpreter(tmp_path):
+def test_subprocess_launcher_runs_a_job_in_a_fresh_interpreter(tmp_path, compose):
     """`launcher.kind=subprocess`: the job is `python -m pipeline.jobs.child SPEC WORKDIR`, and its record comes back."""
-    from pipeline.config.compose import compose_job
     from pipeline.jobs import runner
     from pipeline.jobs.task import job_spec
 
-    spec = job_spec(compose_job("config", ["train.steps=4", "measure.warmup_steps=1", "train.progress_bar=false"]))
+    spec = job_spec(compose("train.steps=4", "measure.warmup_steps=1", "train.progress_bar=false"))
     pids = []
     record = runner.run_job("subprocess", spec, tmp_path / "job", on_start=pids.append)
     assert record.status == "ok", record.error
@@ -347,7 +313,7 @@ def _table(out: str) -> list[list[str]]:
 
 
 @pytest.mark.slow
-def test_the_cpu_acceptance_sweep_names_8x1_the_winner(tmp_path):
+def test_the_cpu_acceptance_sweep_names_8x1_the_winner(tmp_path, compose):
     """`-m batch.effective=8 batch.split=1x8,8x1 repeats=4` on the tiny model: 8x1 does the same work in one
     micro-batch instead of eight, 1.2-1.6x faster on a 2-core CPU (quiet or busy), and four paired rounds name it the
     winner."""
@@ -368,12 +334,12 @@ def test_the_cpu_acceptance_sweep_names_8x1_the_winner(tmp_path):
     command = shlex.split(lines[at + 1])
     assert command[:3] == ["python", "-m", "pipeline.train"], lines[at + 1]
     winner = [r for r in all_runs(client_for(tmp_path)) if r.data.tags.get("display_name") == "tiny 8x1"]
-    assert config_id(compose_job("config", command[3:])) == winner[0].data.tags["config_id"]  # pasted: the same config
+    assert config_id(compose(*command[3:])) == winner[0].data.tags["config_id"]  # pasted: the same config
     script = re.fullmatch(r"  script: (\S+)  \(the same in plain TRL: python \1\)", lines[at + 2])
     assert script and (tmp_path / script[1]).is_file(), lines[at + 2]
     # run as a user runs it, it trains the winner's losses, step by step
     log = tmp_path / "steps.jsonl"
-    run = subprocess.run([sys.executable, script[1], f"--log={log}"], cwd=tmp_path, capture_output=True, timeout=600)
+    run = run_python(script[1], f"--log={log}", cwd=tmp_path, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     theirs = [json.loads(line)["loss"] for line in log.read_text().splitlines() if '"loss"' in line]
     history = client_for(tmp_path).get_metric_history(winner[0].info.run_id, "loss")

@@ -25,7 +25,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -35,8 +34,9 @@ import psutil
 import pytest
 
 from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, screenshots_folder
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, start_cli
 from tests.helpers.net import free_port
+from tests.helpers.settings import CPU_STUDY
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -44,14 +44,7 @@ if TYPE_CHECKING:
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 SPLITS = ["1x4", "2x2", "4x1"]
 STUDY = [  # the README's CPU study, shorter, its confirmation round three rounds of every config that fits
-    "mem_cap=0.56GiB",
-    "batch.effective=8",
-    "model.vocab_size=2048",
-    "train.max_length=256",
-    "optimize.trials=4",
-    "train.steps=8",
-    "measure.warmup_steps=2",
-    "optimize.probe_steps=3",
+    *CPU_STUDY,
     "optimize.confirm=always",
     "optimize.confirm_rounds=3",
     "optimize.confirm_share=0.8",
@@ -72,17 +65,15 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 
 def _start_ui(folder: Path, port: int) -> tuple[subprocess.Popen, Path]:
     """`make ui`'s command, in its own session so that stopping it stops the server's workers too."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"):
-        env.pop(key, None)
     log = folder / "ui.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.ui", "--store", "mlruns", "--host", "127.0.0.1", "--port", str(port)],
+    args = ["--store", "mlruns", "--host", "127.0.0.1", "--port", str(port)]
+    with open(log, "w") as out:  # MLflow's job runner as pipeline.ui sets it, not as this shell might
+        proc = start_cli(
+            *args,
             cwd=folder,
+            module="pipeline.ui",
+            env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": None},
             stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
             start_new_session=True,
         )
     return proc, log

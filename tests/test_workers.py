@@ -12,7 +12,6 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from pipeline.config.compose import compose_job
 from pipeline.jobs import task
 from pipeline.records import RunKind
 from pipeline.search import workers
@@ -45,7 +44,7 @@ def test_a_trial_left_ownerless_past_the_grace_is_stale(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def tiny_study(tmp_path):
+def tiny_study(tmp_path, compose):
     """A study of the tiny model's two splits, its round off, on this test's own store."""
     overrides = [
         "mem_cap=4GiB",
@@ -57,7 +56,7 @@ def tiny_study(tmp_path):
         "measure.warmup_steps=1",
         "optimize.probe_steps=2",
     ]
-    driver = StudyDriver(compose_job("config", overrides), overrides)
+    driver = StudyDriver(compose(*overrides), overrides)
     other = optuna.load_study(study_name=driver.name, storage=driver.storage)
     return driver, other
 

@@ -10,7 +10,7 @@ import pytest
 from optuna.trial import TrialState
 
 from pipeline.compare.sequential import ConfirmationRound
-from pipeline.config.compose import compose_job, plan_sweep
+from pipeline.config.compose import plan_sweep
 from pipeline.config.devices import cpu_cores
 from pipeline.config.errors import ConfigError
 from pipeline.jobs import ranks
@@ -29,8 +29,8 @@ WORLD = ["launcher.kind=torchrun", "gpu=cpu", "++optimize.space={world_size:[1,2
 
 
 @TWO_RANKS
-def test_candidates_are_every_split_and_world_size_whose_product_is_the_effective_batch():
-    cfg = compose_job("config", [*WORLD, "batch.effective=4"])
+def test_candidates_are_every_split_and_world_size_whose_product_is_the_effective_batch(compose):
+    cfg = compose(*WORLD, "batch.effective=4")
     space = knob_space(cfg)
     assert space["batch.split"] == ["1x2", "1x4", "2x1", "2x2", "4x1"]  # both world sizes' splits, by micro-batch
     valid, invalid = combinations(cfg)
@@ -43,10 +43,10 @@ def test_candidates_are_every_split_and_world_size_whose_product_is_the_effectiv
     check_values(cfg)  # every value runs in some combination
 
 
-def test_a_world_size_beyond_the_devices_present_is_refused_with_the_accepted_form(tmp_path):
+def test_a_world_size_beyond_the_devices_present_is_refused_with_the_accepted_form(tmp_path, compose):
     cores = cpu_cores()
     space = f"++optimize.space={{world_size:[1,{cores + 1}]}}"
-    cfg = compose_job("config", ["launcher.kind=torchrun", "gpu=cpu", f"batch.effective={cores + 1}", space])
+    cfg = compose("launcher.kind=torchrun", "gpu=cpu", f"batch.effective={cores + 1}", space)
     with pytest.raises(ConfigError) as err:
         check_values(cfg)
     assert str(err.value).startswith(f"optimize.space.world_size: value '{cores + 1}' cannot run: world_size: ")

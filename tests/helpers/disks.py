@@ -5,12 +5,13 @@ the command; what the command left on it is listed before it goes."""
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.helpers.env import child_env
 
 SCRIPT = """
 set -e
@@ -54,17 +55,14 @@ def run_on_small_disk(
     disk.mkdir(parents=True)
     out.mkdir()
     options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "DISK": str(disk),
-        "DISK_OPTIONS": options,
-        "DISK_FILL": "1" if fill else "0",
-        "WORKDIR": str(folder),
-        "PYTHON": sys.executable,
-        "OUT": str(out),
-    }
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = child_env(
+        DISK=str(disk),
+        DISK_OPTIONS=options,
+        DISK_FILL="1" if fill else "0",
+        WORKDIR=str(folder),
+        PYTHON=sys.executable,
+        OUT=str(out),
+    )
     command = ["unshare", "--user", "--map-root-user", "--mount", "bash", "-c", SCRIPT, "disk", module, *args]
     subprocess.run(command, env=env, timeout=300, check=True)
     return DiskRun(

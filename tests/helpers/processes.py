@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 
+from tests.helpers.env import child_env
 from tests.helpers.wait import wait_until
 
 
@@ -22,8 +23,6 @@ def run_with_closed_output(module: str, *args: str, cwd: Path, timeout: float = 
     once head has what it wants, without the race of when head exits."""
     read, write = os.pipe()
     os.close(read)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("MLFLOW_TRACKING_URI", None)
     try:
         return subprocess.run(
             [sys.executable, "-m", module, *args],
@@ -32,7 +31,7 @@ def run_with_closed_output(module: str, *args: str, cwd: Path, timeout: float = 
             stderr=subprocess.PIPE,
             text=True,
             timeout=timeout,
-            env=env,
+            env=child_env(),
         )
     finally:
         os.close(write)

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.env import child_env
 from tests.helpers.net import free_port
 
 PG_USER = "postgres"  # the account the Debian package creates; PostgreSQL refuses to run as root
@@ -225,8 +226,7 @@ def running_mlflow(
     command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri]
     command += ["--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port)]
     command += ["--workers", "1"]
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = child_env(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     with open(log, "wb") as out:
         server = subprocess.Popen(
             command, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True

@@ -1,8 +1,23 @@
-"""A study's confirmation settings as `optimize`'s defaults give them, for tests of the round's logic."""
+"""Settings several tests share: the README's CPU study, shortened, and a study's confirmation settings as
+`optimize`'s defaults give them, for tests of the round's logic."""
 
 from __future__ import annotations
 
 from pipeline.search import confirmation
+
+# The README's CPU study (a 2048-token vocabulary, 256-token sequences, batch 8, four trials), with short jobs and
+# probes, under a cap that rules out the largest micro-batches (8x1 always, by prediction or measured; 4x2 on most
+# machines) and leaves room over 1x8's peak (0.47 GiB, 0.54 seen on a busy machine): a study where something fits.
+CPU_STUDY = [
+    "mem_cap=0.56GiB",
+    "batch.effective=8",
+    "model.vocab_size=2048",
+    "train.max_length=256",
+    "optimize.trials=4",
+    "train.steps=8",
+    "measure.warmup_steps=2",
+    "optimize.probe_steps=3",
+]
 
 DEFAULTS = dict(
     mode="auto",
