@@ -10,29 +10,24 @@ python -m pipeline.card --study tiny-e8-cap0.6GiB-1a2b3c4d
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from pipeline import exits
-
-DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
+from pipeline.report import source_arguments
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pipeline.card", description=__doc__.splitlines()[0])
-    parser.add_argument("--sweep", help="sweep id (tag sweep_id); default: the latest sweep or study")
-    parser.add_argument("--study", help="study name (tag study), as printed by pipeline.optimize")
-    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI))
-    parser.add_argument("--experiment", default="batch-split")
+    source_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("cards"), help="folder for <name>.json and <name>.md")
     args = parser.parse_args(argv)
 
     from pipeline import results
     from pipeline.config.errors import ConfigError
     from pipeline.config.store_checks import check_store
-    from pipeline.reporting.cards import build, write
-    from pipeline.reporting.document import ReportError, find_parent
+    from pipeline.render.cards import build, write
+    from pipeline.render.document import ReportError, find_parent
     from pipeline.tracking.runs import FilterValueError
     from pipeline.tracking.store import ExperimentNotFound, Tracker
 

@@ -14,7 +14,7 @@ import sys
 
 from pipeline import exits
 from pipeline.config.errors import ConfigError
-from pipeline.jobs.export import export
+from pipeline.jobs.answer_code import export
 
 
 def main(argv: list[str] | None = None) -> None:

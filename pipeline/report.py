@@ -19,26 +19,31 @@ from pipeline import exits
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.splitlines()[0])
+def source_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments that pick a recorded sweep or study and its store (`pipeline.report`, `pipeline.card`)."""
     parser.add_argument("--sweep", help="sweep id (tag sweep_id); default: the latest sweep or study")
     parser.add_argument("--study", help="study name (tag study), as printed by pipeline.optimize")
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", DEFAULT_URI))
     parser.add_argument("--experiment", default="batch-split")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.splitlines()[0])
+    source_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("mlruns/reports"), help="folder for the reports")
     parser.add_argument("--confidence", type=float, default=0.95, help="of the intervals that rank configs")
     parser.add_argument("--cards", nargs="+", type=Path, help="result cards (python -m pipeline.card) to merge")
     args = parser.parse_args(argv)
     if args.cards:
-        from pipeline.reporting.merge import merge_cards
+        from pipeline.render.merge import merge_cards
 
         sys.exit(merge_cards(args.cards, args.out))
 
     from pipeline.config.errors import ConfigError
     from pipeline.config.store_checks import check_store
     from pipeline.jobs.task import clean_up
-    from pipeline.reporting.document import ReportError, write_report
-    from pipeline.reporting.table import Criteria
+    from pipeline.render.document import ReportError, write_report
+    from pipeline.render.table import Criteria
     from pipeline.tracking.runs import FilterValueError
     from pipeline.tracking.store import ExperimentNotFound, Tracker
 

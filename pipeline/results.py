@@ -1,6 +1,6 @@
 """What a recorded sweep or study found, read back from MLflow: its table (one row per config, the rows the console
 and the report print), its answer and where it is recorded. The one source of what `pipeline.sweep` and
-`pipeline.study` return and of what a result card holds (`reporting.cards`).
+`pipeline.study` return and of what a result card holds (`render.cards`).
 
 The answer of a study is the study's own (its MLflow run holds the reproduce line, the config's id and its paired
 speed-up over the baseline). A sweep has no search: its answer is the config its table ranks first (or, with one run
@@ -18,8 +18,8 @@ import pandas as pd
 
 from pipeline.compare.paired import WIDE, Judgement
 from pipeline.records import RunKind, Status
-from pipeline.reporting.document import fastest_line
-from pipeline.reporting.table import Criteria, Row, comparison_rows, format_table, order, rank_text
+from pipeline.render.document import fastest_line
+from pipeline.render.table import Criteria, Row, comparison_rows, format_table, order, rank_text
 from pipeline.summaries import RecordedJob
 from pipeline.tracking import runs
 from pipeline.tracking.readback import read_text

@@ -12,11 +12,11 @@ import pytest
 from pipeline.builders.script import script_text
 from pipeline.compare.paired import Judgement
 from pipeline.config.errors import ConfigError
+from pipeline.jobs.answer_code import export, export_answer, sweep_answer
 from pipeline.jobs.child import Job
-from pipeline.jobs.export import export, export_answer, sweep_answer
 from pipeline.jobs.task import job_spec
 from pipeline.records import RunKind, Status
-from pipeline.reporting.table import Criteria, comparison_rows
+from pipeline.render.table import Criteria, comparison_rows
 from pipeline.tracking.runs import OVERRIDES
 from pipeline.tracking.store import Tracker
 from tests.helpers.cli import run_cli, run_python

@@ -19,6 +19,7 @@ from tests.helpers.env import child_env
 from tests.helpers.processes import Command
 from tests.helpers.runs import mlflow_runs
 from tests.helpers.services import running_mlflow
+from tests.helpers.settings import ROUND_STUDY
 from tests.helpers.wait import process_gone, wait_for_steps, wait_until
 
 FAST = ["measure.warmup_steps=1", "train.progress_bar=false"]
@@ -233,17 +234,8 @@ def test_a_tracking_server_that_stops_answering_is_said_and_the_sweep_goes_on(tm
 
 
 STUDY = [
-    "mem_cap=4GiB",
+    *ROUND_STUDY,
     "optimize.study_name=killed",  # the same study for both commands
-    "optimize.trials=2",
-    "batch.effective=4",
-    "model.vocab_size=2048",
-    "train.max_length=256",
-    "train.steps=10",
-    "measure.warmup_steps=2",
-    "train.progress_bar=false",
-    "optimize.confirm=always",
-    "optimize.prune_factor=100",  # both trials measured in full: two finalists however busy the machine is
     "optimize.confirm_rounds=3",
     "optimize.confirm_share=0.85",  # 5.7x the search's device time: three rounds even where its processes run slower
 ]

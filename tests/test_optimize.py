@@ -14,6 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from pipeline.search.trials import TrialRecord
 from tests.helpers.cli import run_cli, start_cli
 from tests.helpers.runs import the_study
+from tests.helpers.settings import ROUND_STUDY
 from tests.helpers.wait import wait_for_steps, wait_until
 
 # A workload whose memory grows clearly with the micro-batch (a 2048-token vocabulary, 256-token sequences). The cap
@@ -289,19 +290,7 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
 
     from pipeline.search import confirmation
 
-    args = [
-        "mem_cap=4GiB",
-        "optimize.study_name=stopped",  # the same study for the two commands below
-        "optimize.trials=2",
-        "batch.effective=4",
-        "model.vocab_size=2048",
-        "train.max_length=256",
-        "train.steps=10",
-        "measure.warmup_steps=2",
-        "train.progress_bar=false",
-        "optimize.confirm=always",
-        "optimize.prune_factor=100",  # both trials measured in full: two finalists however busy the machine is
-    ]
+    args = [*ROUND_STUDY, "optimize.study_name=stopped"]  # the same study for the two commands below
     worker = start_cli(
         *args, "optimize.confirm_rounds=20", "optimize.confirm_share=0.8", cwd=tmp_path, module="pipeline.optimize"
     )

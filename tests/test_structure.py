@@ -133,11 +133,11 @@ def test_statuses_kinds_and_roles_are_spelled_only_by_their_enum(what):
 
 # The layers of the README's layout, top to bottom: a module imports only from its own layer's package or below.
 LAYERS = [
-    {"train", "optimize", "report", "ui", "ui_server", "dashboard", "card", "api", "export"},
+    {"train", "optimize", "report", "ui", "mlflow_app", "dashboard", "card", "api", "export"},
     {"cli"},
     {"search"},
     {"jobs"},
-    {"reporting", "results"},
+    {"render", "results"},
     {"compare", "measure", "tracking", "builders"},
     {"config"},
     {"records", "summaries", "exits", "liveness", "progress", "__init__"},

@@ -10,7 +10,7 @@ from xml.etree import ElementTree
 import pytest
 
 from pipeline.compare.paired import Judgement
-from pipeline.reporting.table import Criteria, comparison_rows, format_table, order, paired_text, rank_text
+from pipeline.render.table import Criteria, comparison_rows, format_table, order, paired_text, rank_text
 from tests.helpers.records import recorded
 
 
@@ -115,7 +115,7 @@ def test_configs_that_share_a_name_but_not_an_identity_stay_apart():
 def test_the_plot_axis_states_the_coverage_and_source_the_table_states():
     """One run per config: the bars are medians, the whiskers one run's steps at the table's confidence; with
     repeats: the mean of runs, and above a bar its time ratio, as the table's columns say."""
-    from pipeline.reporting.plots import step_label
+    from pipeline.render.plots import step_label
 
     single = comparison_rows([recorded("a", "a", [0.1] * 10), recorded("b", "b", [0.2] * 10)], Criteria(0.9))
     assert "(median; whiskers: 90% interval of one run's steps)" in step_label(single, 0.9)
@@ -144,7 +144,7 @@ def _study_with_an_open_interval() -> list:
 def test_an_open_interval_never_sets_the_step_axis_and_the_bars_are_the_step_column(tmp_path):
     """The study of the bug: b's paired interval against the answer runs to hundreds of times; the axis is set by the
     bars of about 2 s (each the table's step column), the answer has its bar, and is not called the fastest."""
-    from pipeline.reporting.plots import RANKS, Context, axis_top, rank_of, step_times
+    from pipeline.render.plots import RANKS, Context, axis_top, rank_of, step_times
 
     rows = order(comparison_rows(_study_with_an_open_interval(), Criteria(), prefer="a"))
     by_name = {r.name: r for r in rows}
@@ -167,7 +167,7 @@ def test_a_config_whose_medians_and_pairs_disagree_is_ranked_and_drawn_from_its_
     """a's runs have the lower median, but two slow steps in each make it slower by the pairs (their trimmed
     means): its step column is the figure the pairs compare, so the step column, the ratio and the rank agree (the
     table and the plot ranked a and b apart before), and the plot is drawn."""
-    from pipeline.reporting.plots import Context, step_times
+    from pipeline.render.plots import Context, step_times
 
     jobs = []
     for repeat in range(3):
@@ -190,7 +190,7 @@ def _three_way_tie() -> list:
 
 
 def test_the_reports_headline_says_which_ties_are_close_and_which_the_rounds_could_not_tell_apart():
-    from pipeline.reporting.headline import fastest_line
+    from pipeline.render.headline import fastest_line
 
     rows = comparison_rows(_three_way_tie(), Criteria(), prefer="a")
     by_name = {r.name: r for r in rows}
@@ -221,7 +221,7 @@ def test_the_runs_table_gives_the_fastests_rank_in_short_and_the_parent_who_won_
     """What MLflow's runs table shows of a ranked sweep: the fastest's rank counts its ties (its row beside them
     would not fit their names), the parent names the fastest and the next config's ratio to it; a winner is named so;
     without ranks, the lowest median, said to be unranked."""
-    from pipeline.reporting.runs_table import in_short, parent_tags
+    from pipeline.render.runs_table import in_short, parent_tags
 
     rows = comparison_rows(_three_way_tie(), Criteria())
     reference = next(r for r in rows if r.role)

@@ -23,11 +23,11 @@ from pipeline.config.compose import expand_jobs
 from pipeline.config.identity import parse_override, varying_keys
 from pipeline.config.validate import layout_mismatch
 from pipeline.jobs import runner, task
+from pipeline.jobs.answer_code import sweep_answer
 from pipeline.jobs.context import COMMAND, SweepContext
-from pipeline.jobs.export import sweep_answer
 from pipeline.records import RunKind, RunState, Status
-from pipeline.reporting import runs_table
-from pipeline.reporting.table import Criteria, Row, comparison_rows, format_table
+from pipeline.render import runs_table
+from pipeline.render.table import Criteria, Row, comparison_rows, format_table
 from pipeline.summaries import RecordedJob
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from pipeline import exits
 from pipeline.config.identity import parse_override
-from pipeline.jobs.export import Exported, export_answer
+from pipeline.jobs.answer_code import Exported, export_answer
 from pipeline.records import GIB, RunState, Status
 from pipeline.search import speedup, trials
 from pipeline.search.answer_table import confirmation_lines, format_trials

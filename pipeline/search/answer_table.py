@@ -4,8 +4,8 @@ comparisons."""
 from __future__ import annotations
 
 from pipeline.records import Status
-from pipeline.reporting.table import step_header
-from pipeline.reporting.text import interval_text, markdown_table, num
+from pipeline.render.table import step_header
+from pipeline.render.text import interval_text, markdown_table, num
 from pipeline.search import trials
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.trials import Role, TrialRecord

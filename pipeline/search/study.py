@@ -35,8 +35,8 @@ from pipeline.config.validate import resolve_cap
 from pipeline.jobs import runner, task
 from pipeline.liveness import HEARTBEAT_S
 from pipeline.records import GIB
-from pipeline.reporting import runs_table
-from pipeline.reporting.table import Criteria
+from pipeline.render import runs_table
+from pipeline.render.table import Criteria
 from pipeline.search import prior, reference, trials, workers
 from pipeline.search.answer import Answer, Decided, Setting, decide, log_answer
 from pipeline.search.calibration import ATTR as CALIBRATION

@@ -19,6 +19,21 @@ CPU_STUDY = [
     "optimize.probe_steps=3",
 ]
 
+# A study whose confirmation round always runs between two finalists: two small trials, both measured in full however
+# busy the machine is (prune_factor=100).
+ROUND_STUDY = [
+    "mem_cap=4GiB",
+    "optimize.trials=2",
+    "batch.effective=4",
+    "model.vocab_size=2048",
+    "train.max_length=256",
+    "train.steps=10",
+    "measure.warmup_steps=2",
+    "train.progress_bar=false",
+    "optimize.confirm=always",
+    "optimize.prune_factor=100",
+]
+
 DEFAULTS = dict(
     mode="auto",
     k=3,

@@ -11,8 +11,8 @@ and the headline and comparison table as its description.
 from __future__ import annotations
 
 from pipeline.records import Fit, Status
-from pipeline.reporting.headline import fastest_line
-from pipeline.reporting.table import (
+from pipeline.render.headline import fastest_line
+from pipeline.render.table import (
     Criteria,
     Row,
     close,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pipeline.compare.paired import WIDE, Judgement, margin_text
 from pipeline.records import Status
-from pipeline.reporting.table import ANSWER, Row
+from pipeline.render.table import ANSWER, Row
 
 
 def fastest_line(rows: list[Row], cap_gib: float | None) -> str:

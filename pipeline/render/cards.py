@@ -20,7 +20,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from pipeline.config.identity import identity_tree
-from pipeline.reporting.table import format_table
+from pipeline.render.table import format_table
 from pipeline.results import Answer, Result
 from pipeline.tracking.readback import read_text
 from pipeline.tracking.store import flatten

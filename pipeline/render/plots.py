@@ -25,7 +25,7 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from pipeline.compare.paired import Judgement  # noqa: E402
 from pipeline.records import PHASES, Status  # noqa: E402
-from pipeline.reporting.table import ANSWER, FASTEST, Row, close, paired_text, reference_role  # noqa: E402
+from pipeline.render.table import ANSWER, FASTEST, Row, close, paired_text, reference_role  # noqa: E402
 
 FIGSIZE = (8.0, 4.6)  # every plot the same size, so the report's page lines up
 PHASE_COLOURS = dict(zip(PHASES, ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"), strict=True))

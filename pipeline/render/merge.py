@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pipeline import exits
 from pipeline.records import Status
-from pipeline.reporting.cards import Card, CardError, answer_line, load, setting_line
-from pipeline.reporting.text import markdown_table
+from pipeline.render.cards import Card, CardError, answer_line, load, setting_line
+from pipeline.render.text import markdown_table
 
 GROUPS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 VARIED = "varied"

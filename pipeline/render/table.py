@@ -17,7 +17,7 @@ from pipeline.compare.paired import WIDE, Comparison, Judgement, margin_text
 from pipeline.compare.ranking import Ranking, rank
 from pipeline.measure.stats import TRIM, max_relative_deviation
 from pipeline.records import PHASES, Fit, RunKind, Status
-from pipeline.reporting.text import interval_text, markdown_table, num
+from pipeline.render.text import interval_text, markdown_table, num
 from pipeline.summaries import Interval, RecordedJob
 
 MEASURED = (RunKind.JOB, RunKind.TRIAL)  # runs whose figures a row shows; confirmation runs only add rounds

@@ -13,9 +13,9 @@ import html
 from pathlib import Path
 
 from pipeline.records import RunKind
-from pipeline.reporting import plots
-from pipeline.reporting.headline import fastest_line
-from pipeline.reporting.table import (
+from pipeline.render import plots
+from pipeline.render.headline import fastest_line
+from pipeline.render.table import (
     Criteria,
     Row,
     comparison_rows,
@@ -27,7 +27,7 @@ from pipeline.reporting.table import (
     step_header,
     step_text,
 )
-from pipeline.reporting.text import markdown_table, num
+from pipeline.render.text import markdown_table, num
 from pipeline.summaries import RecordedJob
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
