@@ -83,6 +83,7 @@ def parsed(out: str) -> dict:
     return json.loads(line[len(MARK) :])
 
 
+@pytest.mark.slow
 def test_a_sweep_from_standard_input_returns_the_printed_table(tmp_path):
     """`python - < script.py`: its __main__'s file is `<stdin>`, which jobs once failed to find."""
     proc = run_python("-", input=SCRIPT, cwd=tmp_path, timeout=600)

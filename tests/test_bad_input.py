@@ -277,7 +277,20 @@ def _prepare(folder):
         (folder / name).symlink_to(target)
 
 
-@pytest.mark.parametrize(("module", "cases"), [("pipeline.train", CASES), ("pipeline.optimize", OPTIMIZE_CASES)])
+def _sample(cases: list, slow: bool) -> list:
+    """Every third case for the default tier, the others for the slow one: all of them run in CI."""
+    return [case for i, case in enumerate(cases) if (i % 3 != 0) == slow]
+
+
+@pytest.mark.parametrize(
+    ("module", "cases"),
+    [
+        pytest.param("pipeline.train", _sample(CASES, False), id="train"),
+        pytest.param("pipeline.optimize", _sample(OPTIMIZE_CASES, False), id="optimize"),
+        pytest.param("pipeline.train", _sample(CASES, True), id="train-rest", marks=pytest.mark.slow),
+        pytest.param("pipeline.optimize", _sample(OPTIMIZE_CASES, True), id="optimize-rest", marks=pytest.mark.slow),
+    ],
+)
 def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
     outside_existed = Path("/nonexistent").exists()
     folders = []

@@ -191,6 +191,7 @@ def test_the_models_loss_trains_trls_losses_without_reading_the_device(tmp_path)
     assert trl_reads["transformers"] - model_reads["transformers"] == 2 * 2, (trl_reads, model_reads)
 
 
+@pytest.mark.slow
 def test_a_compiled_adamw_step_at_learning_rate_zero_keeps_weights_with_zero_gradients():
     """pytorch/pytorch#126514 as it is here: capturable AdamW divides by the learning rate, so a step at 0 turns a
     weight whose gradient is 0 into NaN; the job's compiled step runs such a step at 1e-30 and changes nothing."""

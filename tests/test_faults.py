@@ -25,6 +25,7 @@ from tests.helpers.wait import process_gone, wait_for_steps, wait_until
 FAST = ["measure.warmup_steps=1", "train.progress_bar=false"]
 
 
+@pytest.mark.slow
 def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     """SIGKILL the sweep process (no handler runs): its job dies with it, but its MLflow runs stay RUNNING and its
     job folder and multiprocessing's folder (pymp-*) stay behind, until the next command on the store ends them

@@ -236,6 +236,7 @@ def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
     assert re.search(r"\| ok +\| .* baseline +\|", again.stdout), again.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path):
     """A cap below what any config needs: the probes measure, the baseline is measured uncapped (for its speed: it
     does not fit either), every other candidate is skipped by prediction, the answer names the smallest need, the
@@ -265,7 +266,11 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     assert text.count("| skipped") == 2
     assert "Device: device not recorded" not in text and "Device: " in text  # the probes ran on it
     missing = run_cli("--study", "nope", cwd=tmp_path, module="pipeline.report", timeout=300)
-    assert missing.returncode == 2 and "run one first: python -m pipeline.optimize" in missing.stderr, missing.stderr
+    assert missing.returncode == 2 and re.fullmatch(
+        r"error: --study: no record of study 'nope' in sqlite:///\S+/mlflow\.db; accepted: one recorded there \(newest "
+        rf"first\): {re.escape(study.study_name)}\n",
+        missing.stderr,
+    ), missing.stderr
 
 
 def _partial_rounds(cwd) -> int:

@@ -206,6 +206,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_one_stalled_step_does_not_prune_a_fast_config_but_a_slower_config_is_pruned_early(
     tmp_path, one_thread, compose
 ):
