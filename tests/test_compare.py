@@ -16,7 +16,7 @@ from pipeline.compare.sequential import MIN_ROUNDS, ConfirmationRound, Finalist,
 from pipeline.measure.stats import trimmed_mean
 from pipeline.records import Status
 from pipeline.search import confirmation, speedup
-from pipeline.search.answer import Decided
+from pipeline.search.decided import Decided
 from pipeline.search.trials import Role, TrialRecord
 from tests.helpers.machine import Machine
 from tests.helpers.settings import confirm_settings

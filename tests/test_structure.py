@@ -165,6 +165,15 @@ def test_no_module_is_longer_than_three_hundred_lines():
     assert not long, long
 
 
+def test_the_study_is_carved_in_files_under_250_lines():
+    """The study (search/: its opening, baseline, prior, telling Optuna, the round, the loop, the answer) in files
+    one person can hold in mind."""
+    search = {m: p for m, p in MODULES.items() if m.startswith("pipeline.search.")}
+    assert {"pipeline.search.study", "pipeline.search.telling", "pipeline.search.finals"} <= set(search)
+    long = [f"{m}: {n}" for m, p in search.items() if (n := len(p.read_text().splitlines())) >= 250]
+    assert not long, long
+
+
 def _config_subscripts(tree: ast.AST) -> list[tuple[int, str]]:
     """`cfg["train"]`, `spec.config["model"]["name"]`, `train["steps"]`: a config section or field read by a string
     subscript (the typed config is read by attribute)."""

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from pipeline.jobs import task
 from pipeline.records import RunKind, Status
 from pipeline.search import confirmation, workers
-from pipeline.search.answer import Decided
+from pipeline.search.decided import Decided
 from pipeline.search.opening import StudyContext
 from pipeline.search.trials import TrialRecord
 from pipeline.tracking import runs

@@ -38,9 +38,10 @@ from pipeline.records import GIB
 from pipeline.render import runs_table
 from pipeline.render.table import Criteria
 from pipeline.search import prior, reference, trials, workers
-from pipeline.search.answer import Answer, Decided, Setting, decide, log_answer
+from pipeline.search.answer import Answer, Setting, decide, log_answer
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration, Prober
+from pipeline.search.decided import Decided
 from pipeline.search.finals import FinalRound
 from pipeline.search.opening import StudyContext
 from pipeline.search.space import Candidate, suggest

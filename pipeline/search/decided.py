@@ -1,0 +1,68 @@
+"""What a study holds, by any worker, once its trials are read back: its trials, its baseline, the eligible
+configs, its calibration and its confirmation round (finished, or what a stopped one had measured)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import optuna
+from optuna.trial import TrialState
+
+from pipeline.search import trials
+from pipeline.search.calibration import ATTR as CALIBRATION
+from pipeline.search.calibration import Calibration
+from pipeline.search.confirmation import ATTR as CONFIRMATION
+from pipeline.search.confirmation import PARTIAL as CONFIRMATION_SO_FAR
+from pipeline.search.confirmation import ConfirmationRecord
+from pipeline.search.trials import TrialRecord
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What a study holds, by any worker: its trials, its baseline, its calibration and confirmation round."""
+
+    records: list[TrialRecord]
+    baseline: TrialRecord | None  # the baseline measured in full
+    eligible: list[TrialRecord]
+    calibration: Calibration | None
+    confirmation: ConfirmationRecord | None
+    baseline_tried: list[TrialRecord] = field(default_factory=list)  # every ended trial of the baseline
+
+    @classmethod
+    def of(cls, study: optuna.Study, max_loss_dev: float) -> Decided:
+        records = [r for r in trials.records(study) if r.label is not None and r.state != TrialState.RUNNING]
+        attrs = study.user_attrs
+        return cls(
+            records,
+            trials.baseline(study),
+            trials.eligible(study, max_loss_dev),
+            Calibration.of(attrs[CALIBRATION]) if CALIBRATION in attrs else None,
+            _confirmation(attrs),
+            trials.baseline_trials(study),
+        )
+
+    @property
+    def best(self) -> TrialRecord | None:
+        """The fastest eligible trial in the search, or the confirmation round's winner where it found another."""
+        if not self.eligible:
+            return None
+        if self.confirmation is not None:
+            winner = self.confirmation.state.winner()
+            return next((r for r in self.eligible if r.label == winner), None) or min(
+                self.eligible, key=lambda r: r.median
+            )
+        return min(self.eligible, key=lambda r: r.median)
+
+    @property
+    def gpu_seconds(self) -> float:
+        seconds = sum(r.gpu_seconds for r in self.records)
+        seconds += self.calibration.gpu_seconds if self.calibration else 0.0
+        return seconds + (self.confirmation.state.seconds if self.confirmation else 0.0)
+
+
+def _confirmation(attrs: dict) -> ConfirmationRecord | None:
+    """The finished round's record, or what a round the study stopped during had measured, or None."""
+    for key in (CONFIRMATION, CONFIRMATION_SO_FAR):
+        if key in attrs:
+            return ConfirmationRecord.of(attrs[key])
+    return None
