@@ -363,3 +363,21 @@ def test_a_failed_job_makes_the_exit_status_1_and_the_sweep_goes_on(tmp_path):
     runs = {r.data.tags["display_name"]: r for r in all_runs(client_for(tmp_path)) if r.data.tags["kind"] == "job"}
     assert runs["tiny 4x1 data=capybara"].info.status == "FAILED"
     assert runs["tiny 4x1 data=synthetic"].info.status == "FINISHED"
+
+
+def test_a_tracker_shipped_to_a_launchers_jobs_unpickles_and_still_writes(tmp_path):
+    """Hydra's submitit launcher pickles the sweep's callbacks, and the callback's tracker with them, for every job
+    it submits. The unpickled tracker (its client watched for stalls) writes to the same store. Was: unpickling asked
+    the watched client for `_client` before it had one, and every submitit and SLURM job failed in RecursionError."""
+    import pickle
+
+    from pipeline.records import RunState
+    from pipeline.tracking.store import Tracker
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracker = Tracker(uri, "batch-split", str(tmp_path / "artifacts"))
+    shipped = pickle.loads(pickle.dumps(tracker))
+    run_id = shipped.start("shipped", tags={"kind": "job"})
+    shipped.end(run_id, RunState.FINISHED)
+    run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert (run.info.run_name, run.info.status, run.data.tags["kind"]) == ("shipped", "FINISHED", "job")

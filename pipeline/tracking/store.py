@@ -28,6 +28,7 @@ from mlflow.tracking import MlflowClient
 
 from pipeline.liveness import HEARTBEAT_S, Owner
 from pipeline.records import RunState
+from pipeline.tracking.watched import WatchedClient
 
 OWNER_TAG, HEARTBEAT_TAG = "owner", "heartbeat"
 # their INFO lines ("Creating initial MLflow database tables") say nothing to act on
@@ -36,7 +37,6 @@ for _name in ("mlflow", "alembic"):
 # nor do the two lines a tracking server's client prints at each run's end (`View run ... at: ...`): the job lines
 # name their runs, and `make ui` prints the address that opens them
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-STALL_S = 10.0  # a call to the store unanswered this long is said (MLflow retries a server for minutes)
 _OPEN: dict[str, tuple[Tracker, dict[str, object]]] = {}  # run id -> (its tracker, tags to write if abandoned)
 MAX_PARAMS, MAX_METRICS, MAX_PARAM_CHARS = 100, 1000, 6000
 CREATION_LOCK = 0x62617463685F7370  # the PostgreSQL advisory lock key that serialises store creation ("batch_sp")
@@ -113,48 +113,6 @@ def _beat() -> None:
 _BEATING = threading.Thread(target=_beat, name="mlflow-heartbeat", daemon=True)
 
 
-class _Watched:
-    """An MlflowClient whose calls are timed: a call its store leaves unanswered for STALL_S is said, once, and so is
-    the store's next answer. A tracking server that stops answering otherwise holds the command without a word until
-    MLflow's retries give up, minutes later."""
-
-    stalled: dict[str, float] = {}  # store URI -> since when it has not answered, once said
-    lock = threading.Lock()
-
-    def __init__(self, client: MlflowClient, uri: str) -> None:
-        self._client, self._uri = client, uri
-
-    def __getattr__(self, name: str):
-        method = getattr(self._client, name)
-
-        def watched(*args, **kwargs):
-            timer = threading.Timer(STALL_S, self._stalled, (time.monotonic(),))
-            timer.daemon = True
-            timer.start()
-            try:
-                value = method(*args, **kwargs)
-            finally:
-                timer.cancel()
-            with self.lock:
-                since = self.stalled.pop(self._uri, None)
-            if since is not None:
-                print(f"[mlflow] {self._uri} answers again, after {time.monotonic() - since:.0f} s", flush=True)
-            return value
-
-        return watched
-
-    def _stalled(self, since: float) -> None:
-        with self.lock:
-            if self._uri in self.stalled:
-                return
-            self.stalled[self._uri] = since
-        print(
-            f"[mlflow] {self._uri} has not answered for {STALL_S:.0f} s; waiting for it (MLflow retries for minutes "
-            "before the command stops with an error)",
-            flush=True,
-        )
-
-
 class ExperimentNotFound(LookupError):
     """A read-only command asked for an experiment the store does not have (`experiments`: those it has), or for a
     store that does not exist (`experiments` None)."""
@@ -172,7 +130,7 @@ class Tracker:
             raise ExperimentNotFound(f"no MLflow store at {uri[len('sqlite:///') :]}; record a sweep or study first")
         self.uri = absolute_uri(uri)
         with store_lock(self.uri):
-            self.client = _Watched(MlflowClient(tracking_uri=self.uri), self.uri)
+            self.client = WatchedClient(MlflowClient(tracking_uri=self.uri), self.uri)
             found = self.client.get_experiment_by_name(experiment)
             if found is None and not create:
                 # MLflow's own "Default" (id 0) holds nothing of this tool's
