@@ -43,6 +43,8 @@ from pipeline.measure.compiled import CompileWatch
 from pipeline.measure.profile import ProfileWindow
 from pipeline.records import Compile, JobResult, JobSpec, Status, Step
 
+watchdog.quiet_orphans()  # the fork server imports this module: a job whose command is gone before it began
+
 
 class Job:
     """One training job, set up in small named steps; `run` returns its JobResult whatever happens."""

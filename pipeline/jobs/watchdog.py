@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
+import traceback
 
 INTERVAL_S = 1.0
 
@@ -49,3 +51,25 @@ def follow(owner_pid: int | None, interval_s: float = INTERVAL_S) -> threading.T
     thread = threading.Thread(target=watch, name="owner-watchdog", daemon=True)
     thread.start()
     return thread
+
+
+def _orphaned_at_birth(kind: type, tb) -> bool:
+    """An EOFError raised where a forked job reads what to run from its starter (multiprocessing's `spawn._main`):
+    the starter went away (a second Ctrl-C) between asking the fork server for the job and sending it."""
+    if not issubclass(kind, EOFError):
+        return False
+    frames = traceback.extract_tb(tb)
+    return any(f.name == "_main" and f.filename.endswith(os.path.join("multiprocessing", "spawn.py")) for f in frames)
+
+
+def _excepthook(kind, value, tb) -> None:
+    if _orphaned_at_birth(kind, tb):
+        return  # a job that never began: nothing ran, nothing to say (the command has said it was interrupted)
+    sys.__excepthook__(kind, value, tb)
+
+
+def quiet_orphans() -> None:
+    """In the fork server (it imports the job's modules once): a job forked for a command that is gone by the time it
+    reads its work ends without a traceback. The fork server prints any exception of a forked child through
+    `sys.excepthook`; every other one still prints."""
+    sys.excepthook = _excepthook
