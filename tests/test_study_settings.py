@@ -13,11 +13,12 @@ import pytest
 from optuna.trial import TrialState
 
 from pipeline.compare.sequential import ConfirmationRound
+from pipeline.config.errors import ConfigError
 from pipeline.config.validate import validate
 from pipeline.records import Status
 from pipeline.search import speedup
 from pipeline.search.confirmation import ConfirmationRecord
-from pipeline.search.opening import StudyContext
+from pipeline.search.opening import StudyContext, check_binding
 from pipeline.search.space import candidates, check_values
 from pipeline.search.trials import Role, TrialRecord
 from tests.helpers.cli import REPO, run_cli
@@ -154,6 +155,14 @@ def test_a_study_name_of_another_config_is_refused_and_nothing_is_written(tmp_pa
     ), proc.stderr
     study = optuna.load_study(study_name="shared", storage=storage)
     assert study.trials == [] and study.user_attrs == before
+    # the same config with another budget for its round is the same study (a round stopped short goes on with more)
+    longer = compose(
+        "mem_cap=1GiB", "optimize.study_name=shared", "optimize.confirm_rounds=3", "optimize.confirm_share=0.85"
+    )
+    check_binding(longer, validate(longer).cap_bytes)
+    with pytest.raises(ConfigError, match="is the study of another config"):
+        other = compose("mem_cap=1GiB", "optimize.study_name=shared", "optimize.confirm_k=1")  # pairs other configs
+        check_binding(other, validate(other).cap_bytes)
     assert mlflow_runs(tmp_path) == []
 
 

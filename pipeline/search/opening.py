@@ -32,13 +32,18 @@ from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
 OBJECTIVE = "step s"
 IDENTITY = "identity"  # the study's user attribute: the config identity it answers for (its derived name)
 SEARCH_SETTINGS = ("trials", "sampler", "seed", "storage", "study_name")  # shape how, not what, is answered
+ROUND_BUDGET = (
+    "confirm_share",
+    "confirm_budget_s",
+    "confirm_rounds",
+)  # how long the round may go on, not what it pairs
 
 
-def study_name(cfg: DictConfig, cap_bytes: int) -> str:
+def study_name(cfg: DictConfig, cap_bytes: int, leave_out: tuple[str, ...] = ()) -> str:
     """Same command, same name: the config's identity and the search settings that shape the answer (trials,
-    sampler, seed and storage do not)."""
+    sampler, seed and storage do not), less `leave_out`."""
     search = OmegaConf.to_container(cfg.optimize, resolve=True)
-    for key in SEARCH_SETTINGS:
+    for key in (*SEARCH_SETTINGS, *leave_out):
         search.pop(key, None)
     tree = {**identity_tree(cfg), "optimize": search}
     tree["batch"].pop("split", None)  # always searched
@@ -61,6 +66,12 @@ def _existing_rdb(uri: str) -> optuna.storages.RDBStorage | None:
     return optuna.storages.RDBStorage(uri, skip_compatibility_check=True, skip_table_creation=True)
 
 
+def bound_identity(cfg: DictConfig, cap_bytes: int) -> str:
+    """What a named study is bound to: its config and search, whatever budget its confirmation round is given (a
+    round stopped short is run again by the same command with more rounds or a larger share)."""
+    return study_name(cfg, cap_bytes, ROUND_BUDGET)
+
+
 def check_binding(cfg: DictConfig, cap_bytes: int) -> None:
     """A study named by `optimize.study_name` that exists must be this config's: another config's study is refused
     (its trials would be read as this config's, and its answer overwritten)."""
@@ -77,8 +88,8 @@ def check_binding(cfg: DictConfig, cap_bytes: int) -> None:
     finally:
         storage.remove_session()
         storage.engine.dispose()
-    mine = study_name(cfg, cap_bytes)
-    if stored is not None and stored != mine:
+    mine = bound_identity(cfg, cap_bytes)
+    if stored is not None and stored not in (mine, study_name(cfg, cap_bytes)):  # the second: a study stored so before
         raise ConfigError(
             "optimize.study_name",
             f"'{name}' is the study of another config ({stored}; this command's is {mine}); accepted: a name no "
@@ -138,7 +149,7 @@ class StudyContext:
         storage = absolute_uri(cfg.optimize.storage)
         tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
         predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
-        study = open_study(cfg, name, storage, derived)
+        study = open_study(cfg, name, storage, bound_identity(cfg, cap))
         return cls(cfg, kept, cap, name, space, valid, left_out, study, storage, tracker, predictor)
 
     @cached_property

@@ -64,13 +64,13 @@ def in_space(ctx: StudyContext, base: Candidate) -> bool:
     return base.config_id in ctx.by_id
 
 
-def queue(ctx: StudyContext, base: Candidate | None) -> None:
-    """Queue the baseline as the study's first trial (once: the calibrating worker does it): with its params where
-    it is a point of the space, else as a trial of its own that `is_outside` tells the loop to measure."""
+def queue(ctx: StudyContext, base: Candidate | None, again: bool = False) -> None:
+    """Queue the baseline as the study's first trial (once: the calibrating worker does it, unless `again`): with its
+    params where it is a point of the space, else as a trial of its own that `is_outside` tells the loop to measure."""
     if base is None:
         return
     if in_space(ctx, base):
-        ctx.study.enqueue_trial(base.params, user_attrs={trials.ROLE: Role.BASELINE}, skip_if_exists=True)
+        ctx.study.enqueue_trial(base.params, user_attrs={trials.ROLE: Role.BASELINE}, skip_if_exists=not again)
     else:
         ctx.study.enqueue_trial({}, user_attrs={trials.ROLE: Role.BASELINE, trials.OUTSIDE: True})
 
@@ -83,7 +83,7 @@ def requeue(ctx: StudyContext, base: Candidate | None) -> None:
     marked = trials.baseline_trials(ctx.study)
     waiting = any(t.user_attrs.get(trials.ROLE) == Role.BASELINE for t in ctx.study.get_trials(states=_WAITING))
     if marked and not waiting and not any(r.decided for r in marked):
-        queue(ctx, base)
+        queue(ctx, base, again=True)
 
 
 def is_outside(trial) -> bool:
