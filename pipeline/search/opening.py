@@ -30,13 +30,10 @@ from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
 
 OBJECTIVE = "step s"
-IDENTITY = "identity"  # the study's user attribute: the config identity it answers for (its derived name)
+IDENTITY = "identity"  # the study's user attribute: the config identity it answers for (`bound_identity`)
 SEARCH_SETTINGS = ("trials", "sampler", "seed", "storage", "study_name")  # shape how, not what, is answered
-ROUND_BUDGET = (
-    "confirm_share",
-    "confirm_budget_s",
-    "confirm_rounds",
-)  # how long the round may go on, not what it pairs
+# how long the confirmation round may go on, not what it pairs: left out of what a named study is bound to
+ROUND_BUDGET = ("confirm_share", "confirm_budget_s", "confirm_rounds")
 
 
 def study_name(cfg: DictConfig, cap_bytes: int, leave_out: tuple[str, ...] = ()) -> str:
