@@ -252,11 +252,10 @@ def test_optuna_best_trial_agrees(storage):
 
 
 def test_the_dashboard_reads_a_real_mixed_study_as_it_printed_itself(tmp_path):
-    """A study of the pipeline itself (tiny model) under a cap that rules out the largest micro-batches (8x1 always,
-    by prediction or measured; 4x2 on most machines): the dashboard shows every decided trial's constraint as the
-    storage holds it, the over-the-cap ones complete with a positive constraint (infeasible), and as best the answer
-    the study printed. The cap leaves room over 1x8's peak (0.47 GiB, 0.54 seen on a busy machine): a study where
-    nothing fits has no best to show."""
+    """A study of the pipeline itself (tiny model) under a cap that rules out the largest micro-batch (8x1, by
+    prediction or measured): the dashboard shows every decided trial's constraint as the storage holds it, the
+    over-the-cap ones complete with a positive constraint (infeasible), and as best the answer the study printed.
+    The cap leaves room over 1x8's peak (0.46 GiB): a study where nothing fits has no best to show."""
     import re
 
     proc = run_cli(*CPU_STUDY, cwd=tmp_path, module="pipeline.optimize", timeout=600)

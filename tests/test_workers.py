@@ -118,3 +118,52 @@ def test_a_trial_closed_by_another_worker_while_its_job_ran_is_skipped_and_measu
     lost = driver.study.trials[closed[0]]
     assert lost.state is TrialState.FAIL
     assert lost.user_attrs["config_id"] in _every_config_decided_once(driver)  # measured again
+
+
+def _lock_study(storage: str, name: str) -> optuna.Study:
+    return optuna.create_study(study_name=name, storage=storage)
+
+
+def test_a_lock_removed_by_its_holder_between_a_waiters_two_looks_is_looked_at_again(tmp_path, monkeypatch):
+    """The race of two workers calibrating one study on PostgreSQL: the waiter's create failed on the holder's lock,
+    the holder stored its result and removed the lock, and the waiter's look at the lock raised KeyError."""
+    mine, _ = _two_handles(tmp_path)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    _lock_study(storage, "shared:calibration")  # the holder's, held
+    real_load = optuna.load_study
+
+    def load_after_the_holder_finished(**kwargs):
+        mine.set_user_attr("calibration", {"by": "the holder"})
+        optuna.delete_study(study_name="shared:calibration", storage=storage)
+        return real_load(**kwargs)  # the lock is gone: KeyError
+
+    monkeypatch.setattr(optuna, "load_study", load_after_the_holder_finished)
+    with workers.claim(mine, storage, "calibration", poll_s=0.0) as claimed:
+        assert claimed is False  # the holder's result stands: this worker does not calibrate again
+    assert mine.user_attrs["calibration"] == {"by": "the holder"}
+
+
+def test_a_holder_that_finished_between_a_waiters_look_and_its_create_is_not_done_again(tmp_path, monkeypatch):
+    mine, _ = _two_handles(tmp_path)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    real_create = optuna.create_study
+
+    def create_after_the_holder_finished(**kwargs):
+        mine.set_user_attr("calibration", {"by": "the holder"})  # stored, and its lock removed, just now
+        return real_create(**kwargs)
+
+    monkeypatch.setattr(optuna, "create_study", create_after_the_holder_finished)
+    with workers.claim(mine, storage, "calibration", poll_s=0.0) as claimed:
+        assert claimed is False
+    assert optuna.get_all_study_names(storage) == ["shared"]  # the lock this worker created is removed again
+
+
+def test_a_lock_whose_creator_died_before_naming_itself_is_taken_after_the_grace(tmp_path, monkeypatch):
+    mine, _ = _two_handles(tmp_path)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    _lock_study(storage, "shared:calibration")  # created, and no owner was ever written on it
+    monkeypatch.setattr(workers, "GRACE_S", 0.0)
+    with workers.claim(mine, storage, "calibration", poll_s=0.0) as claimed:
+        assert claimed is True
+        mine.set_user_attr("calibration", {"by": "this worker"})
+    assert optuna.get_all_study_names(storage) == ["shared"]

@@ -77,11 +77,12 @@ def queue(ctx: StudyContext, base: Candidate | None, again: bool = False) -> Non
 
 def requeue(ctx: StudyContext, base: Candidate | None) -> None:
     """A baseline trial the study was stopped during (failed, not decided) is queued again with its role, so the
-    resumed study still measures its baseline in full (Optuna's `skip_if_exists` would see the failed one)."""
+    resumed study still measures its baseline in full (Optuna's `skip_if_exists` would see the failed one). One
+    waiting, or being measured by a live worker (a dead one's were failed before), is left to that one."""
     if base is None:
         return
     marked = trials.baseline_trials(ctx.study)
-    waiting = any(t.user_attrs.get(trials.ROLE) == Role.BASELINE for t in ctx.study.get_trials(states=_WAITING))
+    waiting = any(t.user_attrs.get(trials.ROLE) == Role.BASELINE for t in ctx.study.get_trials(states=_PENDING))
     if marked and not waiting and not any(r.decided for r in marked):
         queue(ctx, base, again=True)
 
@@ -91,4 +92,4 @@ def is_outside(trial) -> bool:
     return bool(trial.user_attrs.get(trials.OUTSIDE))
 
 
-_WAITING = (TrialState.WAITING,)
+_PENDING = (TrialState.WAITING, TrialState.RUNNING)

@@ -133,21 +133,30 @@ def claim(study: optuna.Study, storage: str, what: str, poll_s: float = 2.0) -> 
     as the study's user attribute `what`. The one that creates the lock study `<name>:<what>` does it (creating a
     study of a taken name fails in the storage itself, on any RDB): it gets True and beats a heartbeat on the lock
     meanwhile. The others wait until the attribute is stored (False), or until the worker doing it is gone, when the
-    lock is removed and taken again."""
+    lock is removed and taken again. A lock may vanish between a failed create and the look at it (its holder
+    finished), and a holder may finish between the first look at the attribute and the create: both look again."""
     lock_name = f"{study.study_name}:{what}"
+    ownerless = _Ownerless()
     while what not in study.user_attrs:
         try:
             lock = optuna.create_study(study_name=lock_name, storage=storage)
         except DuplicatedStudyError:
-            lock = optuna.load_study(study_name=lock_name, storage=storage)
-            if lock.user_attrs and not live(lock.user_attrs):
+            try:
+                attrs = optuna.load_study(study_name=lock_name, storage=storage).user_attrs
+            except KeyError:  # removed by its holder since the create failed: look at the attribute again
+                continue
+            if ownerless.lapsed(attrs) or (OWNER in attrs and not live(attrs)):
                 with contextlib.suppress(KeyError):
                     optuna.delete_study(study_name=lock_name, storage=storage)
             time.sleep(poll_s)
             continue
-        lock.set_user_attr(OWNER, str(Owner.current()))
-        lock.set_user_attr(HEARTBEAT, time.time())
-        try:
+        if what in study.user_attrs:  # its holder stored it and removed the lock after this worker's first look
+            with contextlib.suppress(KeyError):
+                optuna.delete_study(study_name=lock_name, storage=storage)
+            break
+        try:  # the lock is removed however this ends, even where naming its owner failed
+            lock.set_user_attr(OWNER, str(Owner.current()))
+            lock.set_user_attr(HEARTBEAT, time.time())
             with beating(lock.set_user_attr):
                 yield True
         finally:
@@ -155,3 +164,19 @@ def claim(study: optuna.Study, storage: str, what: str, poll_s: float = 2.0) -> 
                 optuna.delete_study(study_name=lock_name, storage=storage)  # done, or failed: no one waits on it
         return
     yield False
+
+
+class _Ownerless:
+    """A lock seen without an owner: its creator is about to write one, or died in that instant. A lock study has
+    no start time of its own, so the waiter counts from when it first saw it ownerless."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+
+    def lapsed(self, attrs: dict) -> bool:
+        if OWNER in attrs:
+            self.since = None
+            return False
+        now = time.monotonic()
+        self.since = now if self.since is None else self.since
+        return now - self.since > GRACE_S

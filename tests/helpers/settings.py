@@ -6,8 +6,8 @@ from __future__ import annotations
 from pipeline.search import confirmation
 
 # The README's CPU study (a 2048-token vocabulary, 256-token sequences, batch 8, four trials), with short jobs and
-# probes, under a cap that rules out the largest micro-batches (8x1 always, by prediction or measured; 4x2 on most
-# machines) and leaves room over 1x8's peak (0.47 GiB, 0.54 seen on a busy machine): a study where something fits.
+# probes, under a cap that rules out the largest micro-batch (8x1, 0.62 GiB, by prediction or measured) and leaves
+# room over 1x8's peak (0.46 GiB; 4x2's, 0.54, is near the cap): a study where something fits.
 CPU_STUDY = [
     "mem_cap=0.56GiB",
     "batch.effective=8",
