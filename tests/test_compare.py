@@ -190,6 +190,22 @@ def test_the_round_rotates_stops_once_settled_and_drops_what_is_settled():
     assert state.winner() == "A"
 
 
+def test_the_winner_is_where_the_tables_ranking_of_the_same_rounds_ends_among_the_configs_that_fit():
+    """A (the search's best), B faster than A, and a baseline X over the cap faster than both, in pairs. The study
+    once named X the winner, fell back to A (X cannot be the answer) while its runs table, ranking only what fits,
+    named B: the answer had no `answer` row."""
+    state = ConfirmationRound(["A", "B", "X"], 0.95, 0.05)
+    state.times = {
+        "A": {0: 1.00, 1: 1.02, 2: 0.99, 3: 1.01},
+        "B": {0: 0.80, 1: 0.81, 2: 0.79, 3: 0.80},
+        "X": {0: 0.50, 1: 0.52, 2: 0.49, 3: 0.51},
+    }
+    assert state.winner() == "X"
+    assert state.winner(among={"A", "B"}) == "B" == rank({k: state.times[k] for k in "AB"}, 0.95, "A").reference
+    state.times["A"] = {0: 1.0}  # the best without pairs: nothing is found faster than it
+    assert state.winner(among={"A", "B"}) == "A"
+
+
 def test_a_challenger_found_faster_wins_and_the_budget_is_never_overrun_by_a_whole_round():
     state = ConfirmationRound(["A", "B"], 0.95, 0.05)
     state.run(_measure(random.Random(1), {"A": 1.0, "B": 0.7}, spread=0.02), _flat(5, {"A": 10.0, "B": 10.0}, 1e9), 20)

@@ -18,12 +18,13 @@ where it is undecided.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from scipy.stats import t as student_t
 
-from pipeline.compare.paired import Comparison, Judgement, compare
+from pipeline.compare.paired import Comparison, compare
+from pipeline.compare.ranking import rank
 
 PROCESS_SPREAD = 0.05  # prior sd of one process's own log offset: neighbouring processes on an H200 (BENCHMARKS.md)
 RUN_NOISE = 1.05  # sd of a run's figure (the 20%-trimmed mean of its steps) over the steps' sd / sqrt(n), normal
@@ -187,7 +188,13 @@ class ConfirmationRound:
             else:
                 self.times.setdefault(name, {})[number] = figure
 
-    def winner(self) -> str:
-        """The best, unless a finalist was found faster than it: then the fastest of those."""
-        faster = [c for c in self.comparisons() if c.judgement is Judgement.FASTER]
-        return max(faster, key=lambda c: c.speedup).config if faster else self.best
+    def winner(self, among: Collection[str] | None = None) -> str:
+        """The best, unless a finalist was found faster than it in pairs: then where a ranking that starts at the
+        best ends (`compare.ranking.rank`: a finalist faster than that one moves it on), among the finalists of
+        `among` (those that fit: a baseline over the cap is measured for its speed, never the answer). Every table
+        of the study's runs ranks them so, from the same rounds."""
+        pool = {f: t for f, t in self.times.items() if f == self.best or among is None or f in among}
+        if len(pool.get(self.best, {})) < 2:
+            return self.best  # the best has no pairs: nothing was found faster than it
+        ranking = rank(pool, self.confidence, prefer=self.best)
+        return ranking.reference if ranking else self.best

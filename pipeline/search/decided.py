@@ -47,7 +47,7 @@ class Decided:
         if not self.eligible:
             return None
         if self.confirmation is not None:
-            winner = self.confirmation.state.winner()
+            winner = self.confirmation.state.winner(among={r.label for r in self.eligible})
             return next((r for r in self.eligible if r.label == winner), None) or min(
                 self.eligible, key=lambda r: r.median
             )
