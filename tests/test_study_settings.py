@@ -171,7 +171,8 @@ def test_a_baseline_over_the_cap_is_measured_for_its_speed_and_paired_with_the_a
     """The README's CPU study with the command line's split at 8x1, which needs more than the cap: it is measured
     uncapped in full (infeasible, no answer), and the answer's claim comes from pairs with it."""
     workload = ["batch.effective=8", "batch.split=8x1", "model.vocab_size=2048", "train.max_length=256"]
-    proc, study = _study_to_its_end(tmp_path, "mem_cap=0.6GiB", "optimize.trials=4", *workload)
+    # 8x1 peaks at 0.60-0.62 GiB, 1x8 at 0.46 (the README's cap, 0.6, is too near 8x1's need to be over it always)
+    proc, study = _study_to_its_end(tmp_path, "mem_cap=0.56GiB", "optimize.trials=4", *workload)
     (base,) = [t for t in study.trials if t.user_attrs.get("role") == Role.BASELINE]
     assert base.user_attrs["status"] == "ok" and base.user_attrs["feasible"] is False, base.user_attrs
     assert len(base.user_attrs["step_times"]) == 5  # every steady step: measured in full, not stopped at the cap
