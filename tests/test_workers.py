@@ -13,8 +13,9 @@ import pytest
 from optuna.trial import TrialState
 
 from pipeline.jobs import task
+from pipeline.liveness import Owner
 from pipeline.records import RunKind
-from pipeline.search import workers
+from pipeline.search import reference, workers
 from pipeline.search.study import StudyDriver
 
 
@@ -167,3 +168,22 @@ def test_a_lock_whose_creator_died_before_naming_itself_is_taken_after_the_grace
         assert claimed is True
         mine.set_user_attr("calibration", {"by": "this worker"})
     assert optuna.get_all_study_names(storage) == ["shared"]
+
+
+def test_a_baseline_a_dead_worker_was_measuring_is_queued_again_with_its_role(tiny_study):
+    """A worker killed while it measured the baseline: the survivor fails its trial once it is stale, and the
+    baseline goes back in the queue with its role (else the sampler proposed its config as a plain trial, and the
+    study answered with no baseline to claim a speed-up over)."""
+    driver, other = tiny_study
+    driver.ctx.placement_dtype = "fp32"  # what the calibration finds on the CPU: its probes are not what is tested
+    driver.base = reference.candidate(driver.ctx)
+    reference.queue(driver.ctx, driver.base)
+    lost = other.ask()  # the other worker takes the queued baseline...
+    lost.set_user_attr("owner", f"{Owner.current().host}:{2**22 + 7}:1.00")  # ...and dies (no such process here)
+    lost.set_user_attr("config_id", driver.base.config_id)
+    driver._fail_stale()
+    assert other.trials[lost.number].state is TrialState.FAIL
+    waiting = driver.study.get_trials(states=(TrialState.WAITING,))
+    assert [t.user_attrs.get("role") for t in waiting] == ["baseline"], [t.user_attrs for t in waiting]
+    driver._fail_stale()  # nothing new has died: nothing more is queued
+    assert len(driver.study.get_trials(states=(TrialState.WAITING,))) == 1

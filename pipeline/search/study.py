@@ -241,9 +241,9 @@ class StudyDriver:
             bar.update(1)
 
     def _fail_stale(self) -> None:
-        """Between trials: mark FAIL the trials of workers sharing the study that died since (their heartbeat lapsed),
-        and end their MLflow runs."""
+        """Mark FAIL the trials of workers that died since (heartbeat lapsed), end their runs, queue a lost baseline."""
         dead = workers.fail_stale(self.ctx.study)
         if dead:
             print(f"[study] {len(dead)} trial(s) of a dead worker marked FAIL", flush=True)
             task.clean_up(self.ctx.tracker, dead)
+            reference.requeue(self.ctx, self.base)
