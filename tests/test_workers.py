@@ -139,7 +139,7 @@ def test_a_lock_removed_by_its_holder_between_a_waiters_two_looks_is_looked_at_a
         return real_load(**kwargs)  # the lock is gone: KeyError
 
     monkeypatch.setattr(optuna, "load_study", load_after_the_holder_finished)
-    with workers.claim(mine, storage, "calibration", poll_s=0.0) as claimed:
+    with workers.claim(mine, "calibration", poll_s=0.0) as claimed:
         assert claimed is False  # the holder's result stands: this worker does not calibrate again
     assert mine.user_attrs["calibration"] == {"by": "the holder"}
 
@@ -154,7 +154,7 @@ def test_a_holder_that_finished_between_a_waiters_look_and_its_create_is_not_don
         return real_create(**kwargs)
 
     monkeypatch.setattr(optuna, "create_study", create_after_the_holder_finished)
-    with workers.claim(mine, storage, "calibration", poll_s=0.0) as claimed:
+    with workers.claim(mine, "calibration", poll_s=0.0) as claimed:
         assert claimed is False
     assert optuna.get_all_study_names(storage) == ["shared"]  # the lock this worker created is removed again
 
@@ -164,7 +164,7 @@ def test_a_lock_whose_creator_died_before_naming_itself_is_taken_after_the_grace
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     _lock_study(storage, "shared:calibration")  # created, and no owner was ever written on it
     monkeypatch.setattr(workers, "GRACE_S", 0.0)
-    with workers.claim(mine, storage, "calibration", poll_s=0.0) as claimed:
+    with workers.claim(mine, "calibration", poll_s=0.0) as claimed:
         assert claimed is True
         mine.set_user_attr("calibration", {"by": "this worker"})
     assert optuna.get_all_study_names(storage) == ["shared"]

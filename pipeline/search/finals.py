@@ -30,7 +30,7 @@ class FinalRound:
         chosen = confirmation.choose(decided.eligible, decided.baseline, settings)
         if not chosen or confirmation.ATTR in ctx.study.user_attrs:
             return
-        with workers.claim(ctx.study, ctx.storage, confirmation.ATTR) as mine:
+        with workers.claim(ctx.study, confirmation.ATTR) as mine:
             if not mine:
                 return
             baseline = decided.baseline.label if decided.baseline else None

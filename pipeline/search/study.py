@@ -81,7 +81,7 @@ class StudyDriver:
         """Once per study, by whichever worker gets there first (the others wait and use its result): the probes,
         then the baseline and the prior's first candidates queued as the first trials."""
         ctx = self.ctx
-        with workers.claim(ctx.study, ctx.storage, CALIBRATION) as mine:
+        with workers.claim(ctx.study, CALIBRATION) as mine:
             if mine:
                 prober = Prober(ctx.cfg, ctx.space_keys, ctx.name, ctx.parent, ctx.cfg.optimize.probe_steps)
                 found = prober.run(ctx.space)

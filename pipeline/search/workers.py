@@ -128,13 +128,16 @@ def trial_heartbeat(study: optuna.Study, trial: optuna.Trial):
 
 
 @contextlib.contextmanager
-def claim(study: optuna.Study, storage: str, what: str, poll_s: float = 2.0) -> Iterator[bool]:
+def claim(study: optuna.Study, what: str, poll_s: float = 2.0) -> Iterator[bool]:
     """Exactly one worker does `what` for a study (its calibration, its confirmation round), and stores the result
     as the study's user attribute `what`. The one that creates the lock study `<name>:<what>` does it (creating a
     study of a taken name fails in the storage itself, on any RDB): it gets True and beats a heartbeat on the lock
     meanwhile. The others wait until the attribute is stored (False), or until the worker doing it is gone, when the
     lock is removed and taken again. A lock may vanish between a failed create and the look at it (its holder
-    finished), and a holder may finish between the first look at the attribute and the create: both look again."""
+    finished), and a holder may finish between the first look at the attribute and the create: both look again.
+    The lock goes through the study's own storage: a storage opened by URL on every look is an engine and a pool of
+    connections each, which a waiter polling every `poll_s` piled up until PostgreSQL refused more clients."""
+    storage = study._storage  # Optuna keeps no public handle on it
     lock_name = f"{study.study_name}:{what}"
     ownerless = _Ownerless()
     while what not in study.user_attrs:
