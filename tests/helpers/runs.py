@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import optuna
@@ -17,6 +18,14 @@ def mlflow_runs(folder: Path, experiment: str = "batch-split", root: str = "mlru
 
 def the_study(storage: str) -> optuna.Study:
     """The one study in `storage`, not the lock studies `<name>:calibration` that a worker makes and removes while
-    it calibrates. Found by name: a summary reads every study's trials, and a lock study may be gone in between."""
-    (name,) = [n for n in optuna.get_all_study_names(storage) if ":" not in n]
-    return optuna.load_study(study_name=name, storage=storage)
+    it calibrates. Found by name: a summary reads every study's trials, and a lock study may be gone in between.
+    Through one storage per URL: a test polls this every fraction of a second, and a storage opened by URL on each
+    call is an engine with its own connections, which PostgreSQL's 100 clients ran out of."""
+    opened = _storage(storage)
+    (name,) = [n for n in optuna.get_all_study_names(opened) if ":" not in n]
+    return optuna.load_study(study_name=name, storage=opened)
+
+
+@functools.cache
+def _storage(url: str) -> optuna.storages.RDBStorage:
+    return optuna.storages.RDBStorage(url)
