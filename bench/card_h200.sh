@@ -6,6 +6,7 @@
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
 #     .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit; bash bench/card_h200.sh
 # then commit OUT/cards/*.json and *.md as bench/results/cards/h200-seed-t4.json and .md.
+# SWEEP_S (default 480) bounds the sweep: at it the sweep is stopped as Ctrl-C would, and the card is of what ran.
 # Rehearsal on a CPU (the tiny model, about two minutes): REHEARSAL=1 bash bench/card_h200.sh
 set -uo pipefail
 out=${OUT:-bench-out}
@@ -20,5 +21,5 @@ else
 fi
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"; } \
   > "$out/machine.txt"
-timeout -s INT 480 $py -m pipeline.train -m "${sweep[@]}" paths.root="$res" 2>&1 | tee "$out/card-sweep.log"
+timeout -s INT "${SWEEP_S:-480}" $py -m pipeline.train -m "${sweep[@]}" paths.root="$res" 2>&1 | tee "$out/card-sweep.log"
 $py -m pipeline.card --tracking-uri "sqlite:///$res/mlflow.db" --out "$out/cards" 2>&1 | tee "$out/card.log"

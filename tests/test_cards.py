@@ -14,7 +14,8 @@ from pipeline.render.merge import merge
 from tests.helpers.cli import run_cli
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
-H200_CARDS = sorted((Path(__file__).resolve().parents[1] / "bench" / "results" / "cards").glob("h200*.json"))
+COMMITTED = Path(__file__).resolve().parents[1] / "bench" / "results" / "cards"
+H200_CARDS = sorted(COMMITTED.glob("h200*.json"))
 
 
 def a_sweep_card(folder: Path, *extra: str) -> tuple[Card, Path]:
@@ -75,3 +76,20 @@ def test_a_cpu_card_and_the_h200_card_merge(tmp_path):
     assert "NVIDIA H200" in text and "- model.name: tiny (A), qwen3-1.7b (B)" in text
     for split in ("1x4", "4x1"):
         assert any(line.startswith(f"| {split} ") for line in text.splitlines())
+
+
+def test_the_committed_cpu_and_h200_cards_of_one_setting_compare_in_one_table():
+    """The README's merge: the quickstart's sweep on the CPU and on an H200, one setting, so the columns compare."""
+    names = ["cpu-tiny.json", "h200-tiny.json"]
+    text = merge([(name, load(COMMITTED / name)) for name in names])
+    assert "Every card has the same setting: the columns compare." in text and "The settings differ" not in text
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:4]]
+        for line in text.splitlines()
+        if line.startswith("| 4x1 ") or line.startswith("| 1x4 ")
+    }
+    assert rows["4x1"] == [
+        "0.0503 s (3 runs), fastest; equal with tiny 2x2, 0.44 GiB",
+        "0.0298 s (3 runs), fastest, winner, 0.70 GiB",
+    ]
+    assert rows["1x4"][1] == "0.0995 s (3 runs), 3.34x [2.53, 4.40], slower, 0.68 GiB"

@@ -19,6 +19,7 @@ from pipeline.render.text import markdown_table
 
 GROUPS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 VARIED = "varied"
+FASTEST = "fastest"
 
 
 def row_key(card: Card, record: dict) -> str:
@@ -34,10 +35,11 @@ def cell(record: dict) -> str:
         return str(record["status"])
     parts = [f"{step:.4f} s" + (f" ({record['runs']} runs)" if int(record["runs"]) > 1 else "")]
     ratio, low, high = record["time_vs_fastest"], record["time_low"], record["time_high"]
-    if ratio is not None:
-        parts.append("fastest" if ratio == low == high == 1.0 else f"{ratio:.2f}x [{low:.2f}, {high:.2f}]")
-    if record["rank"] not in ("-", None):
-        parts.append(str(record["rank"]))
+    rank = None if record["rank"] in ("-", None) else str(record["rank"])
+    if ratio is not None and not (ratio == low == high == 1.0 and rank and rank.startswith(FASTEST)):
+        parts.append(FASTEST if ratio == low == high == 1.0 else f"{ratio:.2f}x [{low:.2f}, {high:.2f}]")
+    if rank:  # the fastest's rank says `fastest; equal with ...` itself: the ratio's `fastest` is not said twice
+        parts.append(rank)
     if record["peak_gib"] is not None:
         parts.append(f"{record['peak_gib']:.2f} GiB")
     if record["status"] != Status.OK:
