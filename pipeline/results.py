@@ -5,7 +5,8 @@ and the report print), its answer and where it is recorded. The one source of wh
 The answer of a study is the study's own (its MLflow run holds the reproduce line, the config's id and its paired
 speed-up over the baseline). A sweep has no search: its answer is the config its table ranks first (or, with one run
 per config, the lowest median, which nothing ranks), and its speed-up is over the sweep's first config (the first
-value of every swept key: the sweep's baseline, as a study's is its command line's config), from the paired rounds.
+value of every swept key: the sweep's baseline, as a study's is its command line's config), from the paired rounds;
+where the first config is the answer, over the runner-up.
 """
 
 from __future__ import annotations
@@ -161,21 +162,27 @@ def sweep_answer(tracker: Tracker, rows: list[Row], jobs: list[RecordedJob], con
     baseline = next((r for r in rows if r.config_id == jobs[0].config_id), None) if jobs else None
     command = tracker.run(best.jobs[0].run_id).data.tags.get(runs.OVERRIDES)
     reproduce = None if command is None else f"python -m pipeline.train {command}".rstrip()
-    gain = _gain(best, baseline)
-    against = baseline.name if baseline is not None and gain is not None else None
+    gain, against = sweep_gain(best, baseline, rows)
     return Answer(best.name, reproduce, *gain or (None, None, None), confidence, against, text)
 
 
-def _gain(best: Row, baseline: Row | None) -> tuple[float, float, float] | None:
-    """The best row's speed-up over the baseline with its interval, from their paired rounds."""
+def sweep_gain(
+    best: Row, baseline: Row | None, rows: list[Row]
+) -> tuple[tuple[float, float, float] | None, str | None]:
+    """The best row's speed-up over the baseline with its interval, from their paired rounds, and the baseline's
+    name. Where the baseline is the best itself (a speed-up of 1.00x over itself says nothing), it is over the
+    nearest config the rounds compared with it: the runner-up."""
     if baseline is None or best.judgement is None:
-        return None
+        return None, None
     if baseline is best:
-        return 1.0, 1.0, 1.0
+        compared = [r for r in rows if r is not best and r.comparison is not None and r.comparison.speedup]
+        baseline = max(compared, key=lambda r: r.comparison.speedup, default=None)
+        if baseline is None:
+            return None, None
     c = baseline.comparison  # the baseline against the best (the reference of the ranking)
     if c is None or c.judgement is None or (c.judgement is Judgement.EQUAL and c.margin >= WIDE):
-        return None  # one round, or rounds that left them untold apart: no figure says anything
-    return 1 / c.speedup, 1 / c.high if c.high else 0.0, 1 / c.low if c.low else math.inf
+        return None, None  # one round, or rounds that left them untold apart: no figure says anything
+    return (1 / c.speedup, 1 / c.high if c.high else 0.0, 1 / c.low if c.low else math.inf), baseline.name
 
 
 ANSWER_LINES = ("best feasible:", "nothing fits", "no config fits yet")  # how the console's answer of a study starts

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.compare.paired import Judgement
 from pipeline.render.table import Criteria, comparison_rows, format_table, order, paired_text, rank_text
+from pipeline.results import sweep_gain
 from tests.helpers.records import recorded
 
 
@@ -262,3 +263,19 @@ def test_the_figures_a_person_reads_in_mlflow_are_logged_as_the_console_prints_t
     assert "drift +26% (the last third of steady steps against the first)" in text and text.endswith("rank: slower")
     short = summarize_job(result([0.1, 0.1]), 0, 0.95)
     assert short.drift is None and "drift" not in figures.description("m", short)
+
+
+def test_a_sweep_whose_first_config_wins_states_its_speedup_over_the_runner_up():
+    """`1x4,2x2,4x1` where 1x4, the baseline, is fastest: its speed-up over itself (1.00x) said nothing; the answer's
+    figure is over the nearest config the rounds compared with it. Where the baseline is another, over the baseline."""
+    rng = random.Random(1)
+    jobs = []
+    for repeat in range(4):
+        for name, config_id, step in (("m 1x4", "a", 0.10), ("m 2x2", "b", 0.20), ("m 4x1", "c", 0.30)):
+            jobs.append(recorded(name, config_id, [step + rng.uniform(0, 0.005) for _ in range(12)], repeat))
+    rows = comparison_rows(jobs, Criteria())
+    by = {r.name: r for r in rows}
+    gain, against = sweep_gain(by["m 1x4"], by["m 1x4"], rows)
+    assert against == "m 2x2" and gain[0] == pytest.approx(2.0, rel=0.05) and gain[1] <= gain[0] <= gain[2]
+    gain, against = sweep_gain(by["m 1x4"], by["m 4x1"], rows)
+    assert against == "m 4x1" and gain[0] == pytest.approx(3.0, rel=0.05)
