@@ -7,11 +7,14 @@ python bench/settings_report.py RES      (RES: the folder of the stages' paths.r
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
 
 from mlflow.tracking import MlflowClient
+
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the report is a table: no download bars in it
 
 CLAIM = re.compile(r"^  (\d+\.\d\dx the baseline's tokens/s \[[^]]+\].*|no speed-up over the baseline is claimed: .*)$")
 GRID_OF = {"grid": "ckptdtype"}  # the study whose space the grid measures in full
