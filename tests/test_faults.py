@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -285,3 +286,28 @@ def test_a_job_whose_command_went_before_it_began_ends_without_a_traceback(capsy
         raise EOFError("elsewhere")  # not where a job reads its work
     sys.excepthook(other.type, other.value, other.tb)
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_ctrl_c_while_a_job_process_starts_is_heard_and_the_child_ignores_it(tmp_path):
+    """The Ctrl-C that struck in the instant the fork server was spawned was lost (SIGINT was ignored in the command
+    meanwhile, so that the child would start ignoring it): the sweep ran to its end, exit 0. The command keeps its
+    handler now; the child starts with SIGINT blocked and ignores it once the job module is imported."""
+    from pipeline.jobs.runner import _ctrl_c_left_to_this_process
+
+    heard = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: heard.append(signum))
+    probe = (
+        "import signal; blocked = lambda: signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []); "
+        "print(blocked(), end=' '); import pipeline.jobs.child; "
+        "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN, blocked())"
+    )
+    try:
+        with _ctrl_c_left_to_this_process():
+            os.kill(os.getpid(), signal.SIGINT)  # the Ctrl-C, inside the window
+            child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=child_env())
+        wait_until(lambda: heard, 5, "the Ctrl-C")  # the handler runs at the interpreter's next check
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert heard == [signal.SIGINT]
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert child.stdout.split() == ["True", "True", "False"]  # blocked from its start; then ignored, unblocked

@@ -34,7 +34,7 @@ from pipeline.config.choices import CPU, AdapterDtype, Dtype, Loss, Padding
 from pipeline.config.schema import typed
 from pipeline.jobs import ranks, watchdog
 from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
-from pipeline.jobs.process import flops_fields, no_process_locks, quiet, versions, write_json
+from pipeline.jobs.process import flops_fields, ignore_ctrl_c, no_process_locks, quiet, versions, write_json
 from pipeline.measure import memory
 from pipeline.measure.busy import BusyWindow
 from pipeline.measure.callback import StepMeter, StopTraining
@@ -44,6 +44,7 @@ from pipeline.measure.profile import ProfileWindow
 from pipeline.records import Compile, JobResult, JobSpec, Status, Step
 
 watchdog.quiet_orphans()  # the fork server imports this module: a job whose command is gone before it began
+ignore_ctrl_c()
 
 
 class Job:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -20,6 +21,14 @@ import trl
 
 from pipeline.measure import memory
 from pipeline.measure.flops import flops_per_token
+
+
+def ignore_ctrl_c() -> None:
+    """A job process, or the fork server, started with SIGINT blocked (`runner`): from here on it ignores it (a Ctrl-C
+    held meanwhile is dropped; the command that started it ends its jobs itself)."""
+    if signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def versions() -> dict[str, str]:

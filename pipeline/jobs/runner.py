@@ -10,8 +10,8 @@ leaked tensors would carry over and one OOM would end the sweep. Here every job 
 - `torchrun`: `world_size` processes of one job under PyTorch's elastic launcher, as `torchrun --standalone` starts
   them (DDP; `jobs.ranks`); rank 0 writes the record, and a failed job names the rank that failed first.
 
-The fork server and its jobs, and a `subprocess` job, ignore SIGINT: a terminal's Ctrl-C reaches every process of
-its group, and this process ends the job itself.
+The fork server and its jobs, and a `subprocess` job, ignore SIGINT (a Ctrl-C reaches every process of its
+group, and this process ends the job itself).
 A child that crashes, is killed or times out still yields a record (status `failed`, its signal or exit code, and
 the steps it logged before dying, read back from its steps.jsonl).
 """
@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing import forkserver
+from multiprocessing import forkserver, resource_tracker
 from pathlib import Path
 
 import psutil
@@ -68,11 +68,9 @@ def _claim(folder: Path) -> None:
 def _main_left_out():
     """Every fork server child imports the parent's `__main__` again, by its module name (`python -m ...`) or from
     its file (multiprocessing's preparation of a child); a job needs nothing from it (its target and spec are
-    pickled by reference to `pipeline.jobs`). Left in, a job's resident memory and start-up would depend on the
-    command that started it: `pipeline.optimize` brings Optuna and SQLAlchemy into each of its jobs (75 MiB more
-    resident than the same config's job under `pipeline.train`, on CPU), and code read from standard input has the
-    file `<stdin>`, which the child cannot find, so every job failed before it started. While a child is started,
-    `__main__` has neither name nor file (a notebook kernel's or `python -c`'s has none to begin with)."""
+    pickled by reference to `pipeline.jobs`). Left in, `pipeline.optimize` brought Optuna and SQLAlchemy into each
+    job (75 MiB more resident on CPU), and code read from standard input (file `<stdin>`) failed every job. While a
+    child is started, `__main__` has neither name nor file (as a notebook kernel's or `python -c`'s)."""
     main = sys.modules.get("__main__")
     saved = {name: getattr(main, name) for name in ("__spec__", "__file__") if hasattr(main, name)}
     if main is not None:
@@ -88,18 +86,19 @@ def _main_left_out():
 
 @contextlib.contextmanager
 def _ctrl_c_left_to_this_process():
-    """Processes started within begin with SIGINT ignored (a disposition that fork and exec keep, and that Python
-    keeps at start-up). A terminal's Ctrl-C goes to its whole foreground process group: a job that heard it would
-    print its own KeyboardInterrupt traceback while this process ends it (`run_job`), and the fork server would do the
-    same during its imports. The jobs of the fork server inherit the server's disposition."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+    """Processes started within begin with SIGINT blocked (a mask that fork and exec keep), and ignore it from the
+    import of `jobs.child` on. A terminal's Ctrl-C goes to its whole foreground process group: a job that heard it
+    would print its own KeyboardInterrupt traceback while this process ends it (`run_job`), and the fork server would
+    do the same during its imports. This process keeps its handler: a Ctrl-C meanwhile is heard, by another of its
+    threads or here once unblocked (ignoring it here while a child started lost it)."""
+    if threading.current_thread() is not threading.main_thread():  # the child is forked from this thread's mask
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def start_server(kind: str) -> None:
@@ -108,6 +107,7 @@ def start_server(kind: str) -> None:
     if kind != LauncherKind.FORKSERVER or watchdog.alive(forkserver._forkserver._forkserver_pid):
         return  # (a server that died is started again here, by the next job)
     _forkserver()
+    resource_tracker.ensure_running()  # it blocks and unblocks SIGINT itself: not inside the window below
     with _ctrl_c_left_to_this_process():
         forkserver.ensure_running()  # spawns the server and returns; the server imports on its own
 
