@@ -15,11 +15,11 @@ from pathlib import Path
 from pipeline import exits
 from pipeline.records import Status
 from pipeline.render.cards import Card, CardError, answer_line, load, setting_line
+from pipeline.render.table import FASTEST
 from pipeline.render.text import markdown_table
 
 GROUPS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 VARIED = "varied"
-FASTEST = "fastest"
 
 
 def row_key(card: Card, record: dict) -> str:
@@ -36,8 +36,9 @@ def cell(record: dict) -> str:
     parts = [f"{step:.4f} s" + (f" ({record['runs']} runs)" if int(record["runs"]) > 1 else "")]
     ratio, low, high = record["time_vs_fastest"], record["time_low"], record["time_high"]
     rank = None if record["rank"] in ("-", None) else str(record["rank"])
-    if ratio is not None and not (ratio == low == high == 1.0 and rank and rank.startswith(FASTEST)):
-        parts.append(FASTEST if ratio == low == high == 1.0 else f"{ratio:.2f}x [{low:.2f}, {high:.2f}]")
+    fastest = ratio == low == high == 1.0
+    if ratio is not None and not (fastest and rank and rank.startswith(FASTEST)):
+        parts.append(FASTEST if fastest else f"{ratio:.2f}x [{low:.2f}, {high:.2f}]")
     if rank:  # the fastest's rank says `fastest; equal with ...` itself: the ratio's `fastest` is not said twice
         parts.append(rank)
     if record["peak_gib"] is not None:
