@@ -94,11 +94,11 @@ def _ctrl_c_left_to_this_process():
     if threading.current_thread() is not threading.main_thread():  # the child is forked from this thread's mask
         yield
         return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # as it was: a caller's own block stays
 
 
 def start_server(kind: str) -> None:

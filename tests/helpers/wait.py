@@ -15,7 +15,11 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str, alive
         value = condition()
         if value:
             return value
-        assert alive is None or alive(), f"the process ended before {what}"
+        if alive is not None and not alive():
+            # what it printed (or wrote) last may have come between the look above and its end: one more look
+            value = condition()
+            assert value, f"the process ended before {what}"
+            return value
         assert time.monotonic() < deadline, f"no {what} within {timeout:g} s"
         time.sleep(0.05)
 
@@ -23,14 +27,14 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str, alive
 def wait_for_steps(job_tmp: Path, steps: int = 1, timeout: float = 180, alive=None) -> Path:
     """Wait until a job started with TMPDIR=`job_tmp` has logged `steps` optimizer steps (its steps.jsonl, written
     as it trains); return that file. `alive()` returning False ends the wait with a failure."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+
+    def logged():
         for path in job_tmp.glob("batch-split-job-*/steps.jsonl"):
             if len(path.read_text(encoding="utf-8").splitlines()) >= steps:
                 return path
-        assert alive is None or alive(), "the process ended before its job trained"
-        time.sleep(0.1)
-    raise AssertionError(f"no job under {job_tmp} logged {steps} steps within {timeout:g} s")
+        return None
+
+    return wait_until(logged, timeout, f"a job under {job_tmp} logged {steps} steps", alive=alive)
 
 
 def process_gone(pid: int) -> bool:
