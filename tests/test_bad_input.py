@@ -194,7 +194,7 @@ OPTIMIZE_CASES = [
         "optimize.space.train.dtype: value 'fp8'",
         "fp32",
     ),
-    (["mem_cap=1GiB", "optimize.sampler=grid"], "optimize.sampler: got 'grid'", "tpe, random, bruteforce"),
+    (["mem_cap=1GiB", "optimize.sampler=grid"], "optimize.sampler: got 'grid'", "model, tpe, random, bruteforce, gp"),
     (["mem_cap=1GiB", "++optimize.space=abc"], "optimize.space: got a str", "'++optimize.space={train.dtype:"),
     (  # was `override: LexerNoViableAltException: ...`
         ["mem_cap=1GiB", 'optimize.study_name=a"b'],

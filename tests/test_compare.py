@@ -10,6 +10,7 @@ import statistics
 import pytest
 from optuna.trial import TrialState
 
+from bench.machine import Machine
 from pipeline.compare.paired import Judgement, compare, compare_speedups
 from pipeline.compare.ranking import rank
 from pipeline.compare.sequential import MIN_ROUNDS, ConfirmationRound, Finalist, Plan, fit, plan
@@ -18,7 +19,6 @@ from pipeline.records import Status
 from pipeline.search import confirmation, speedup
 from pipeline.search.decided import Decided
 from pipeline.search.trials import Role, TrialRecord
-from tests.helpers.machine import Machine
 from tests.helpers.settings import confirm_settings
 
 # True step times (s) of a split x checkpointing x dtype space on one GPU, shaped like the H200 study of

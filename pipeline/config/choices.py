@@ -97,9 +97,11 @@ class Distribution(StrEnum):
 
 
 class Sampler(StrEnum):
+    MODEL = "model"  # screening, then a model of what each knob gains (`search.sampler`)
     TPE = "tpe"
     RANDOM = "random"
     BRUTEFORCE = "bruteforce"
+    GP = "gp"  # Optuna's Gaussian-process sampler
 
 
 class ConfirmMode(StrEnum):

@@ -25,6 +25,7 @@ from pipeline.records import GIB
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration
 from pipeline.search.predictor import Predictor
+from pipeline.search.sampler import make_sampler
 from pipeline.search.space import Candidate, LeftOut, candidates, knob_space
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
@@ -45,14 +46,6 @@ def study_name(cfg: DictConfig, cap_bytes: int, leave_out: tuple[str, ...] = ())
     tree = {**identity_tree(cfg), "optimize": search}
     tree["batch"].pop("split", None)  # always searched
     return f"{cfg.model.name}-e{cfg.batch.effective}-cap{cap_bytes / GIB:g}GiB-{digest(tree, 8)}"
-
-
-def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "bruteforce":
-        return optuna.samplers.BruteForceSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
 
 
 def _existing_rdb(uri: str) -> optuna.storages.RDBStorage | None:

@@ -43,7 +43,9 @@ from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration, Prober
 from pipeline.search.decided import Decided
 from pipeline.search.finals import FinalRound
+from pipeline.search.knob_view import StudyView
 from pipeline.search.opening import StudyContext
+from pipeline.search.sampler import KnobModelSampler
 from pipeline.search.space import Candidate, suggest
 from pipeline.search.telling import TrialTeller
 
@@ -55,6 +57,8 @@ class StudyDriver:
         self.teller = TrialTeller(self.ctx)
         self.final = FinalRound(self.ctx)
         self.base: Candidate | None = None
+        if isinstance(self.study.sampler, KnobModelSampler):
+            self.study.sampler.bind(StudyView(self.ctx))
 
     @property
     def name(self) -> str:
@@ -98,6 +102,8 @@ class StudyDriver:
     def _queue_first_trials(self, found: Calibration) -> None:
         base = reference.candidate(self.ctx)
         reference.queue(self.ctx, base)  # the baseline first: never pruned, every other trial judged against it
+        if isinstance(self.study.sampler, KnobModelSampler):
+            return  # its screening design comes first, from the same prior
         for c in prior.first_trials(self.ctx, found, {base.config_id} if base else set()):
             self.ctx.study.enqueue_trial(c.params, skip_if_exists=True)
 

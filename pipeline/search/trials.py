@@ -6,6 +6,7 @@ the config it claims (identity and overrides), how it was decided, its measured 
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -112,6 +113,16 @@ class TrialRecord:
             owner=a.get(OWNER),
             world_size=int(a.get(WORLD_SIZE, 1)),
         )
+
+
+def measured_seconds(record: TrialRecord) -> float | None:
+    """A trial's step time as its own job measured it: its steady median, else the median of the steps it ran before
+    it was stopped (the first left out: it carries one-off costs); None where no job measured one (skipped by
+    prediction, failed, or a repeat of a decided config, whose own trial holds the figure)."""
+    if record.median is not None:
+        return record.median
+    ran = record.warmup_times[1:]
+    return statistics.median(ran) if ran else None
 
 
 def records(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[TrialRecord]:

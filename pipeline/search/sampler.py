@@ -1,0 +1,147 @@
+"""The study's samplers: Optuna's TPE, random and brute force, and `model`, which combines what each knob gains.
+
+`model` (`KnobModelSampler`) screens first: the probes' best guess (the centre), then each knob moved once from it
+(a value that cannot run alone is moved with the fewest other keys that make it valid). Then it fits the knob model
+(`search.knob_model`) to every config measured so far and proposes the untried config with the best optimistic
+step time (`optimism` standard deviations under the predicted mean) that the memory predictor says fits. It is an
+Optuna sampler, so the study stays an Optuna study: its trials, storage, workers and dashboard are as with TPE.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from pipeline.config.choices import Sampler
+from pipeline.search import knob_model
+
+Params = dict[str, Any]
+OPTIMISM = 1.0  # standard deviations under the predicted mean that a proposal is judged by
+
+
+class SearchView(Protocol):
+    """What the model sampler needs of a study: its space (key -> Optuna choices), its valid points, whether the
+    memory predictor says a point fits, the screening design's centre, and a trial's measured step time."""
+
+    space: dict[str, list[Any]]
+
+    def points(self) -> list[Params]: ...
+
+    def fits(self, params: Params) -> bool: ...
+
+    def centre(self) -> Params | None: ...
+
+    def seconds(self, trial: FrozenTrial) -> float | None: ...
+
+
+def key(params: Params) -> tuple:
+    return tuple(sorted(params.items()))
+
+
+def screening(centre: Params, points: Sequence[Params]) -> list[Params]:
+    """The centre, then for each key and each of its other values the valid point nearest the centre with that
+    value (fewest keys changed; among equals, the first in the space's order)."""
+    design = [centre]
+    for name in centre:
+        for value in dict.fromkeys(p[name] for p in points):
+            if value == centre[name]:
+                continue
+            holding = [p for p in points if p[name] == value]
+            if holding:
+                nearest = min(holding, key=lambda p: sum(p[k] != centre[k] for k in centre))
+                if key(nearest) not in {key(d) for d in design}:
+                    design.append(nearest)
+    return design
+
+
+def propose(
+    view: SearchView,
+    observed: Sequence[tuple[Params, float]],
+    taken: set[tuple],
+    rng: random.Random,
+    optimism: float = OPTIMISM,
+) -> Params | None:
+    """The next config: the screening design's first untried point that fits, else the untried fitting point whose
+    optimistic predicted step time is lowest (ties drawn); None when every point is taken."""
+    points = view.points()
+    untried = [p for p in points if key(p) not in taken]
+    if not untried:
+        return None
+    fitting = [p for p in untried if view.fits(p)]
+    centre = view.centre()
+    if centre is not None:
+        for point in screening(centre, points):
+            if key(point) not in taken and view.fits(point):
+                return point
+    pool = fitting or untried  # nothing predicted to fit: the study skips it by prediction, at no device time
+    if not observed:
+        return rng.choice(pool)
+    model = knob_model.fit(knob_model.Encoding.of(view.space, centre), observed)
+    scored = [(model.optimistic(p, optimism), rng.random(), i) for i, p in enumerate(pool)]
+    return pool[min(scored)[2]]
+
+
+class KnobModelSampler(optuna.samplers.BaseSampler):
+    """`propose` as an Optuna sampler. `bind` gives it the study's view once the study is open (the view needs the
+    study itself); unbound, or for a parameter outside the space, it samples at random."""
+
+    def __init__(self, seed: int = 0, optimism: float = OPTIMISM) -> None:
+        self.seed, self.optimism = seed, optimism
+        self.view: SearchView | None = None
+        self._fallback = optuna.samplers.RandomSampler(seed=seed)
+
+    def bind(self, view: SearchView) -> None:
+        self.view = view
+
+    def infer_relative_search_space(self, study, trial) -> dict[str, CategoricalDistribution]:
+        if self.view is None:
+            return {}
+        return {name: CategoricalDistribution(choices) for name, choices in self.view.space.items()}
+
+    def sample_relative(self, study, trial, search_space) -> dict[str, Any]:
+        if not search_space or self.view is None:
+            return {}
+        observed, taken = self.history(study.get_trials(deepcopy=False))
+        rng = random.Random(self.seed * 1_000_003 + trial.number)
+        return propose(self.view, observed, taken, rng, self.optimism) or {}
+
+    def history(self, trials: Sequence[FrozenTrial]) -> tuple[list[tuple[Params, float]], set[tuple]]:
+        """(params, measured step seconds) of every trial that measured one, and the keys of every config taken:
+        measured, decided, or being measured now."""
+        names = set(self.view.space)
+        observed, taken = [], set()
+        for trial in trials:
+            params = {k: v for k, v in trial.params.items() if k in names}
+            if set(params) != names:
+                continue
+            if trial.state == TrialState.WAITING:
+                continue
+            taken.add(key(params))
+            seconds = self.view.seconds(trial)
+            if seconds is not None and math.isfinite(seconds) and seconds > 0:
+                observed.append((params, seconds))
+        return observed, taken
+
+    def sample_independent(self, study, trial, param_name, param_distribution) -> Any:
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def reseed_rng(self) -> None:
+        self._fallback.reseed_rng()
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    if name == Sampler.MODEL:
+        return KnobModelSampler(seed)
+    if name == Sampler.RANDOM:
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == Sampler.BRUTEFORCE:
+        return optuna.samplers.BruteForceSampler(seed=seed)
+    if name == Sampler.GP:
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)

@@ -1,0 +1,149 @@
+"""The knob model and the sampler built on it: what each knob gains is recovered from a screening design, a pair the
+trials never showed together is uncertain, and the sampler proposes the combination of what won."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from pipeline.records import Status
+from pipeline.search import knob_model, sampler, trials
+
+SPACE = {
+    "batch.split": ["1x4", "2x2", "4x1"],
+    "train.torch_compile": ["off", "regional"],
+    "train.loss": ["trl", "compiled"],
+    "train.optimizer": ["adamw_torch", "adamw_torch_fused"],
+}
+SPLIT = {"1x4": 3.0, "2x2": 1.8, "4x1": 1.0}
+
+
+def truth(p: dict) -> float:
+    """Step seconds of a multiplicative space with one interaction: a compiled loss helps only beside compiled
+    layers (and costs a little without them)."""
+    t = 0.4 * SPLIT[p["batch.split"]] * (0.5 if p["train.torch_compile"] == "regional" else 1.0)
+    if p["train.loss"] == "compiled":
+        t *= 0.7 if p["train.torch_compile"] == "regional" else 1.05
+    return t * (0.98 if p["train.optimizer"] == "adamw_torch_fused" else 1.0)
+
+
+POINTS = [dict(zip(SPACE, combo, strict=True)) for combo in itertools.product(*SPACE.values())]
+CENTRE = {"batch.split": "4x1", "train.torch_compile": "off", "train.loss": "trl", "train.optimizer": "adamw_torch"}
+
+
+class View:
+    def __init__(self, points=POINTS, fits=lambda p: True, centre=CENTRE):
+        self.space, self._points, self._fits, self._centre = SPACE, points, fits, centre
+
+    def points(self):
+        return self._points
+
+    def fits(self, params):
+        return self._fits(params)
+
+    def centre(self):
+        return self._centre
+
+    def seconds(self, trial):
+        return trials.measured_seconds(trials.TrialRecord.of(trial))
+
+
+def test_the_screening_design_moves_each_knob_once_from_the_centre_and_repairs_what_cannot_run_alone():
+    # a compiled loss runs only beside compiled layers here: moving the loss alone cannot run, so the nearest valid
+    # point moves the compile choice with it
+    valid = [p for p in POINTS if not (p["train.loss"] == "compiled" and p["train.torch_compile"] == "off")]
+    design = sampler.screening(CENTRE, valid)
+    moved = [{k for k in CENTRE if p[k] != CENTRE[k]} for p in design]
+    assert design[0] == CENTRE
+    assert moved[1:] == [
+        {"batch.split"},
+        {"batch.split"},
+        {"train.torch_compile"},
+        {"train.torch_compile", "train.loss"},
+        {"train.optimizer"},
+    ]
+
+
+def test_the_fit_recovers_each_knobs_factor_from_the_screening_design():
+    """Each knob moved once from the centre: the model's factor of each move is the true ratio, within its interval
+    and within 5%."""
+    design = sampler.screening(CENTRE, POINTS)
+    fitted = knob_model.fit(knob_model.Encoding.of(SPACE, CENTRE), [(p, truth(p)) for p in design], noise_sd=0.02)
+    for moved in design[1:]:
+        (key,) = [k for k in CENTRE if moved[k] != CENTRE[k]]
+        found = fitted.factor(moved, key, CENTRE[key])
+        expected = truth(CENTRE) / truth(moved)
+        assert found.low <= expected <= found.high, (key, found, expected)
+        assert found.ratio == pytest.approx(expected, rel=0.05), (key, found, expected)
+
+
+def test_a_pair_never_measured_together_is_predicted_from_its_parts_with_the_doubt_its_prior_leaves():
+    design = sampler.screening(CENTRE, POINTS)
+    fitted = knob_model.fit(knob_model.Encoding.of(SPACE, CENTRE), [(p, truth(p)) for p in design], noise_sd=0.02)
+    both = {**CENTRE, "train.torch_compile": "regional", "train.loss": "compiled"}
+    mean, sd = fitted.predict(both)
+    _, measured_sd = fitted.predict({**CENTRE, "train.torch_compile": "regional"})
+    alone = truth({**CENTRE, "train.torch_compile": "regional"}) * truth({**CENTRE, "train.loss": "compiled"})
+    assert math.exp(mean) == pytest.approx(alone / truth(CENTRE), rel=0.05)  # the parts multiplied
+    assert sd > 3 * measured_sd  # and wide: the pair's own term is its prior's
+
+
+def _told(study: optuna.Study, params: dict, seconds: float) -> None:
+    trial = study.ask()
+    for key, choices in SPACE.items():
+        trial.suggest_categorical(key, choices)
+    trials.write(trial, {trials.STATUS: Status.OK, trials.MEDIAN: seconds})
+    study.tell(trial, seconds)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_sampler_screens_then_proposes_the_combination_of_what_won(seed):
+    """In an Optuna study: the first proposals are the screening design; then the untried config the model expects
+    fastest, the compiled loss on top of compiled layers, which no screening point held."""
+    rng = random.Random(seed)
+    chosen = sampler.KnobModelSampler(seed=seed)
+    chosen.bind(View())
+    study = optuna.create_study(direction="minimize", sampler=chosen)
+    design = sampler.screening(CENTRE, POINTS)
+    proposed = []
+    for _ in range(len(design) + 1):
+        trial = study.ask()
+        params = {key: trial.suggest_categorical(key, choices) for key, choices in SPACE.items()}
+        proposed.append(params)
+        seconds = truth(params) * math.exp(rng.gauss(0, 0.05))
+        trials.write(trial, {trials.STATUS: Status.OK, trials.MEDIAN: seconds})
+        study.tell(trial, seconds)
+    assert proposed[: len(design)] == design
+    best = min(POINTS, key=truth)
+    assert proposed[-1] == best and best not in design
+
+
+def test_the_sampler_proposes_only_what_fits_and_nothing_taken_twice():
+    fits = lambda p: p["batch.split"] != "4x1" or p["train.torch_compile"] == "off"  # noqa: E731
+    chosen = sampler.KnobModelSampler(seed=3)
+    chosen.bind(View(fits=fits))
+    study = optuna.create_study(direction="minimize", sampler=chosen)
+    seen = []
+    for _ in range(len([p for p in POINTS if fits(p)])):
+        trial = study.ask()
+        params = {key: trial.suggest_categorical(key, choices) for key, choices in SPACE.items()}
+        seen.append(sampler.key(params))
+        assert fits(params), params
+        trials.write(trial, {trials.STATUS: Status.OK, trials.MEDIAN: truth(params)})
+        study.tell(trial, truth(params))
+    assert len(set(seen)) == len(seen)
+    # a trial stopped as slow teaches the model by the steps it ran; a skipped one (no job) does not count
+    pruned = optuna.trial.create_trial(
+        state=TrialState.PRUNED,
+        params=CENTRE,
+        distributions={k: optuna.distributions.CategoricalDistribution(v) for k, v in SPACE.items()},
+        user_attrs={trials.STATUS: Status.PRUNED, trials.WARMUP_TIMES: [9.0, 0.5, 0.7, 0.6]},
+    )
+    assert trials.measured_seconds(trials.TrialRecord.of(pruned)) == 0.6
+    skipped = optuna.trial.create_trial(state=TrialState.PRUNED, user_attrs={trials.STATUS: Status.SKIPPED})
+    assert trials.measured_seconds(trials.TrialRecord.of(skipped)) is None
