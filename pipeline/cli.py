@@ -237,10 +237,32 @@ def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) ->
             return task(cfg)
 
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(guarded)
+    before = _open_runs()
     try:
         with exits.guard_stores({}, "Hydra's output folder"):
             main()
     except KeyboardInterrupt:
+        _end_interrupted(before)
         print("interrupted: runs in progress were marked KILLED", file=sys.stderr)
         return exits.INTERRUPTED
     return exits.ExitCode.code
+
+
+def _end_interrupted(before: set[str]) -> None:
+    """What an interrupted command opened is ended here, before it says so, not only by the exit handlers: the
+    process may live on (a notebook's kernel, whose next cell runs another sweep). Its runs still open (the sweep's
+    parent: its job's run ended with the job) end KILLED, its sweep is no one's any more, and its fork server stops
+    (its jobs are gone already)."""
+    from pipeline.records import Status
+    from pipeline.tracking import runs, store
+
+    store.end_open_runs(keep=before, tags={runs.STATUS: Status.KILLED, runs.NOTE: "interrupted"})
+    context.SweepContext.clear()
+    runner.stop_server()
+
+
+def _open_runs() -> set[str]:
+    """The runs this process has open already (a caller's earlier work): none where MLflow's side of the package is
+    not even imported (left so, for the commands that never record: `--cfg`, `--help`)."""
+    store = sys.modules.get("pipeline.tracking.store")
+    return store.open_runs() if store is not None else set()
