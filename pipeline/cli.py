@@ -234,7 +234,10 @@ def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) ->
     @functools.wraps(task)
     def guarded(cfg: Any) -> Any:
         with exits.guard_stores(exits.store_uris(cfg)):
-            return task(cfg)
+            try:
+                return task(cfg)
+            except ConfigError as err:  # what only the run can find (a study name another command took meanwhile)
+                _refuse(err)
 
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(guarded)
     before = _open_runs()
