@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from tests.helpers.cli import run_cli, start_cli
 from tests.helpers.env import child_env
 from tests.helpers.processes import Command
-from tests.helpers.runs import mlflow_runs
+from tests.helpers.runs import mlflow_runs, the_study
 from tests.helpers.services import running_mlflow
 from tests.helpers.settings import ROUND_STUDY
 from tests.helpers.wait import process_gone, wait_for_steps, wait_until
@@ -311,6 +311,75 @@ def test_a_ctrl_c_while_a_job_process_starts_is_heard_and_the_child_ignores_it(t
     assert heard == [signal.SIGINT]
     assert child.returncode == 0, child.stderr[-2000:]
     assert child.stdout.split() == ["True", "True", "False"]  # blocked from its start; then ignored, unblocked
+
+
+# A study of two splits whose probes and trials are short, one trial, no round
+PROBED = [
+    "mem_cap=4GiB",
+    "batch.effective=2",
+    "optimize.trials=1",
+    "optimize.confirm=never",
+    "optimize.probe_steps=2",
+    "train.steps=6",
+    *FAST,
+]
+
+
+@pytest.mark.slow
+def test_a_study_killed_once_its_first_probe_said_ok_does_not_measure_it_again(tmp_path):
+    """SIGKILL once the first probe's `ok` line is out (no handler runs), then the same command: that probe's finding
+    was kept on the study before its line was printed, so it is said to be kept and not run again, and the study
+    goes on to its answer with it (it measured that probe again)."""
+    first = Command("pipeline.optimize", *PROBED, cwd=tmp_path, env=child_env())
+    first.wait_for("[job] probe 1x1: ok", 600)
+    first.proc.kill()
+    assert first.finish(60) == -signal.SIGKILL
+
+    again = Command("pipeline.optimize", *PROBED, cwd=tmp_path, env=child_env())
+    assert again.finish(900) == 0, again.output[-3000:]
+    assert "[study] probe 1x1: measured before the study stopped; not run again" in again.output, again.output
+    assert "[job] probe 1x1: starting" not in again.output
+    assert "[job] probe 2x1: ok" in again.output
+    probes = [r for r in mlflow_runs(tmp_path) if r.data.tags["kind"] == "probe"]
+    assert [r.info.status for r in probes if r.info.run_name == "probe 1x1"] == ["FINISHED"]
+    study = the_study(f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}")
+    assert len(study.user_attrs["calibration"]["probes"]) == 2  # both probes' peaks fit the predictor
+
+
+@pytest.mark.slow
+def test_an_interrupted_study_counts_its_killed_trials_device_time(tmp_path):
+    """Ctrl-C while a trial trains: the answer's `device time used by jobs` and the study run's `gpu_seconds` count
+    the seconds the killed trial ran (at least the steps it logged) beside the probes' (they left it out)."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    study = Command(
+        "pipeline.optimize",
+        *PROBED,
+        "train.steps=100000",
+        "data.num_samples=64",
+        cwd=tmp_path,
+        env=child_env(TMPDIR=str(jobs)),
+    )
+    study.wait_for("[job] trial 0: ", 600)  # the probes' folders are gone: the one left is the trial's
+
+    def trained(least_s: float) -> float:
+        for path in jobs.glob("batch-split-job-*/steps.jsonl"):
+            lines = path.read_text(encoding="utf-8").splitlines()[:-1]  # the last may be half written
+            total = sum(json.loads(line)["step_time_s"] for line in lines)
+            if total >= least_s:
+                return total
+        return 0.0
+
+    logged = wait_until(lambda: trained(3.0), 300, "3 s of the trial's steps", alive=study.running)
+    study.ctrl_c()
+    assert study.finish(180) == 130, study.output[-3000:]
+    said = re.search(r"^device time used by jobs \(probes and confirmation included\): (\d+) s$", study.output, re.M)
+    assert said, study.output[-3000:]
+    stored = the_study(f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}")
+    probes = stored.user_attrs["calibration"]["gpu_seconds"]
+    assert int(said[1]) >= round(probes + logged) - 1, (said[1], probes, logged)
+    (parent,) = [r for r in mlflow_runs(tmp_path) if r.data.tags["kind"] == "study"]
+    assert parent.data.metrics["gpu_seconds"] >= probes + logged
 
 
 @pytest.mark.slow
