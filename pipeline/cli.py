@@ -20,6 +20,7 @@ from pipeline import exits
 from pipeline.config.choices import LauncherKind
 from pipeline.config.compose import CONF_DIR, check_repeats, plan_sweep
 from pipeline.config.errors import ConfigError
+from pipeline.config.globs import expand_globs
 from pipeline.config.help import help_text
 from pipeline.config.schema import register_configs
 from pipeline.config.store_checks import check_stores
@@ -152,6 +153,7 @@ def _checked_argv(
     informational = args.hydra_help or args.cfg or args.info or args.shell_completion
     try:
         overrides, multirun = _with_repeats(list(args.overrides), bool(args.multirun))
+        overrides = expand_globs(overrides) if multirun else overrides
     except ConfigError as err:
         _refuse(err)
     if multirun and not sweeps:
