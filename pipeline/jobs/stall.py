@@ -46,7 +46,10 @@ class JobWatch:
 
     def started(self, pid: int, workdir: Path) -> None:
         self.launched = time.monotonic()
-        watched = _Steps(workdir / STEPS_FILE, pid)
+        try:
+            watched = _Steps(workdir / STEPS_FILE, pid)
+        except psutil.Error:
+            return  # gone already: nothing to watch
         self._thread = threading.Thread(target=self._watch, args=(watched,), name="job-watch", daemon=True)
         self._thread.start()
 
@@ -58,7 +61,8 @@ class JobWatch:
     def _watch(self, steps: _Steps) -> None:
         stalled_since: float | None = None
         while not self._done.wait(POLL_S):
-            with contextlib.suppress(OSError, psutil.Error):  # the job ended meanwhile: `stop` comes next
+            # the job ended meanwhile (`stop` comes next), or a line it wrote as it was killed: nothing to say
+            with contextlib.suppress(OSError, ValueError, KeyError, psutil.Error):
                 now = time.monotonic()
                 new = steps.read(now)
                 if new and stalled_since is not None:
