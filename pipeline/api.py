@@ -202,7 +202,8 @@ class _Tee(io.TextIOBase):
 
 @contextlib.contextmanager
 def _stores_as_exception() -> Iterator[None]:
-    """A store that fails at run time ends the command line with its line and exit code 1: here, PipelineError."""
+    """A store that fails at run time ends the command line with its line and exit code 1: here, PipelineError; an
+    input only the run could find bad (exit code 2), BadInput."""
     tee = _Tee(sys.stderr)
     try:
         with contextlib.redirect_stderr(tee):
@@ -210,7 +211,7 @@ def _stores_as_exception() -> Iterator[None]:
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else exits.FAILED
         line = tee.error[len("error: ") :] if tee.error else f"stopped with exit code {code}"
-        raise PipelineError(line, code) from None
+        raise (BadInput if code == exits.BAD_INPUT else PipelineError)(line, code) from None
 
 
 @contextlib.contextmanager

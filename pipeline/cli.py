@@ -20,6 +20,7 @@ from pipeline import exits
 from pipeline.config.choices import LauncherKind
 from pipeline.config.compose import CONF_DIR, check_repeats, plan_sweep
 from pipeline.config.errors import ConfigError
+from pipeline.config.globs import expand_globs
 from pipeline.config.help import help_text
 from pipeline.config.schema import register_configs
 from pipeline.config.store_checks import check_stores
@@ -152,6 +153,7 @@ def _checked_argv(
     informational = args.hydra_help or args.cfg or args.info or args.shell_completion
     try:
         overrides, multirun = _with_repeats(list(args.overrides), bool(args.multirun))
+        overrides = expand_globs(overrides) if multirun else overrides
     except ConfigError as err:
         _refuse(err)
     if multirun and not sweeps:
@@ -234,13 +236,38 @@ def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) ->
     @functools.wraps(task)
     def guarded(cfg: Any) -> Any:
         with exits.guard_stores(exits.store_uris(cfg)):
-            return task(cfg)
+            try:
+                return task(cfg)
+            except ConfigError as err:  # what only the run can find (a study name another command took meanwhile)
+                _refuse(err)
 
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(guarded)
+    before = _open_runs()
     try:
         with exits.guard_stores({}, "Hydra's output folder"):
             main()
     except KeyboardInterrupt:
+        _end_interrupted(before)
         print("interrupted: runs in progress were marked KILLED", file=sys.stderr)
         return exits.INTERRUPTED
     return exits.ExitCode.code
+
+
+def _end_interrupted(before: set[str]) -> None:
+    """What an interrupted command opened is ended here, before it says so, not only by the exit handlers: the
+    process may live on (a notebook's kernel, whose next cell runs another sweep). Its runs still open (the sweep's
+    parent: its job's run ended with the job) end KILLED, its sweep is no one's any more, and its fork server stops
+    (its jobs are gone already)."""
+    from pipeline.records import Status
+    from pipeline.tracking import runs, store
+
+    store.end_open_runs(keep=before, tags={runs.STATUS: Status.KILLED, runs.NOTE: "interrupted"})
+    context.SweepContext.clear()
+    runner.stop_server()
+
+
+def _open_runs() -> set[str]:
+    """The runs this process has open already (a caller's earlier work): none where MLflow's side of the package is
+    not even imported (left so, for the commands that never record: `--cfg`, `--help`)."""
+    store = sys.modules.get("pipeline.tracking.store")
+    return store.open_runs() if store is not None else set()

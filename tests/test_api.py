@@ -12,8 +12,9 @@ import pytest
 
 import pipeline
 from tests.helpers.cli import run_cli, run_python
-from tests.helpers.kernel import kernel, run_cell
+from tests.helpers.kernel import cell_output, kernel, kernel_process, run_cell
 from tests.helpers.runs import mlflow_runs
+from tests.helpers.wait import process_gone, wait_for_steps, wait_until
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 MARK = "RESULT "
@@ -114,6 +115,63 @@ def test_a_sweep_from_a_jupyter_kernel_returns_the_printed_table(tmp_path):
     result = parsed(out)
     assert_rows_match(out, result)
     assert_recorded(tmp_path, result)
+
+
+def _interrupt_once_it_trains(client, call: str, jobs, timeout: float = 300) -> str | None:
+    """Start `call` in a cell, interrupt the kernel (a notebook's stop button) once its first job has logged a step,
+    wait for the cell's end and for the job's; the cell's error."""
+    cell = client.execute(f"import pipeline\n{call}")
+    steps = wait_for_steps(jobs, 1, timeout, alive=client.manager.is_alive)
+    job = json.loads((steps.parent / "process.json").read_text())["pid"]
+    client.manager.interrupt_kernel()
+    _, error = cell_output(client, cell, timeout)
+    assert wait_until(lambda: process_gone(job), 15, "the job's end")
+    return error
+
+
+def _left_behind(client, folder) -> list[str]:
+    """What an interrupted call left: runs still RUNNING, and processes under the kernel but multiprocessing's
+    resource tracker (one per interpreter, kept for its life): the fork server, a job."""
+    running = [f"{r.data.tags['kind']} run {r.info.status}" for r in mlflow_runs(folder) if r.info.status == "RUNNING"]
+    processes = [
+        " ".join(p.cmdline())[:120]
+        for p in kernel_process(client).children(recursive=True)
+        if "resource_tracker" not in " ".join(p.cmdline())
+    ]
+    return running + processes
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_or_study_in_a_jupyter_kernel_ends_its_runs_and_processes(tmp_path):
+    """The kernel's interrupt once a job trains: the call raises KeyboardInterrupt with every run it opened ended
+    KILLED (the sweep's parent run stayed RUNNING while the kernel lived: only the exit handlers ended it), its fork
+    server and job gone, while the kernel lives on; the next sweep in the same kernel runs normally; a study
+    interrupted in its first probe ends the same way."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    endless = ["train.steps=100000,6", "data.num_samples=64", *FAST[1:]]
+    with kernel(tmp_path, TMPDIR=str(jobs)) as client:
+        error = _interrupt_once_it_trains(client, f"pipeline.sweep({endless!r})", jobs)
+        assert error == "KeyboardInterrupt: interrupted: runs in progress were marked KILLED"
+        assert _left_behind(client, tmp_path) == []
+        assert sorted((r.data.tags["kind"], r.info.status) for r in mlflow_runs(tmp_path)) == [
+            ("job", "KILLED"),
+            ("sweep", "KILLED"),
+        ]
+
+        out, error = run_cell(client, f"print(pipeline.sweep({['batch.split=4x1', *FAST]!r}).line)", 300)
+        assert error is None and out.strip().splitlines()[-1] == "1 of 1 jobs finished", out[-3000:]
+        again = [r for r in mlflow_runs(tmp_path) if r.info.status == "FINISHED"]
+        (parent,) = [r.info.run_id for r in again if r.data.tags["kind"] == "sweep"]
+        assert [r.data.tags.get("mlflow.parentRunId") for r in again if r.data.tags["kind"] == "job"] == [parent]
+
+        study = ["mem_cap=4GiB", "batch.effective=2", "optimize.probe_steps=100000", *FAST[1:]]
+        error = _interrupt_once_it_trains(client, f"pipeline.study({study!r})", jobs)
+        assert error is not None and error.startswith("KeyboardInterrupt"), error
+        assert _left_behind(client, tmp_path) == []
+        assert client.manager.is_alive()
+    kinds = sorted((r.data.tags["kind"], r.info.status) for r in mlflow_runs(tmp_path) if r.info.status == "KILLED")
+    assert kinds == [("job", "KILLED"), ("probe", "KILLED"), ("study", "KILLED"), ("sweep", "KILLED")]
 
 
 def cli_error(tmp_path, *args: str, module: str = "pipeline.train") -> str:

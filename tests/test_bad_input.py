@@ -119,7 +119,12 @@ CASES = [
         "sqlite:///",
     ),
     (["launcher.kind=ssh"], "launcher.kind: got 'ssh'", "forkserver, subprocess"),
-    (["world_size=3"], "batch.split: '4x1' x world_size 3 gives 12", "world_size does not divide"),
+    (
+        ["world_size=3"],
+        "batch.split: '4x1' x world_size 3 gives 12",
+        "accepted: no split at world_size 3, which does not divide batch.effective 4; a world_size that does (1, 2, "
+        "4), or batch.effective=12 with this split",
+    ),
     # data that would fail inside the job, or measure the wrong thing
     (["data=jsonl", "data.path=line3.jsonl"], "data.path: 'line3.jsonl' line 3 is not JSON", "JSON-lines"),
     (["data=jsonl", "data.path=number.jsonl"], "data.path: 'number.jsonl' line 1 'text' is 5, not a string", "'text'"),
@@ -165,6 +170,20 @@ CASES = [
         "data.path: 'looped/x.jsonl' is a loop of symbolic links",
         "accepted: a readable JSON-lines file",
     ),
+    # were a 34-line traceback (FileExistsError), `error: override: ConfigLoader is not set`, and `accepted: none`
+    (["hydra.run.dir=/dev/null"], "hydra.run.dir: '/dev/null': /dev/null is not a folder", "a folder to write in"),
+    (["-m", "hydra.sweep.dir=/dev/null/x"], "hydra.sweep.dir: '/dev/null/x': /dev/null is not a folder", "a folder"),
+    (
+        ["-m", "batch.split=glob(*)"],
+        "batch.split: glob(*) picks among a config group's options, and batch.split is no group",
+        "accepted: its values listed (batch.split=a,b,c), or a glob of a group (batch, data, experiment, gpu",
+    ),
+    (["-m", "model=glob(gpt*)"], "model: glob(gpt*) picks none of its options", "accepted: pretrained, qwen3-0.6b"),
+    (
+        ["batch.effective=4", "batch.split=2x2", "world_size=3"],
+        "batch.split: '2x2' x world_size 3 gives 12, not batch.effective 4",
+        "a world_size that does (1, 2, 4), or batch.effective=12 with this split",
+    ),
 ]
 OPTIMIZE_CASES = [
     ([], "mem_cap: required by optimize", "a size like 14GiB"),
@@ -195,6 +214,11 @@ OPTIMIZE_CASES = [
         "fp32",
     ),
     (["mem_cap=1GiB", "optimize.sampler=grid"], "optimize.sampler: got 'grid'", "model, tpe, random, bruteforce, gp"),
+    (  # was dropped without a word, and the study ran
+        ["mem_cap=1GiB", "++optimize.space={train.dtype:[]}"],
+        "optimize.space.train.dtype: an empty list searches nothing",
+        "accepted: the values to search, e.g. [fp16, bf16], or the key left out of the space",
+    ),
     (["mem_cap=1GiB", "++optimize.space=abc"], "optimize.space: got a str", "'++optimize.space={train.dtype:"),
     (  # was `override: LexerNoViableAltException: ...`
         ["mem_cap=1GiB", 'optimize.study_name=a"b'],

@@ -100,6 +100,17 @@ def test_multirun_expands_in_sweep_order():
     assert [c.batch.split for c in cfgs] == ["1x4", "2x2", "4x1"]
 
 
+def test_a_glob_of_a_group_is_its_options_for_the_precheck_and_hydra_alike():
+    """Hydra expands `group=glob(...)` with its config loader, which the precheck has not (it failed as
+    `ConfigLoader is not set`): the command line's globs become the options they pick, the group's own files."""
+    from pipeline.config.globs import expand_globs
+
+    assert expand_globs(["lora=glob(*)", "train.steps=2"]) == ["lora=attention,default", "train.steps=2"]
+    assert expand_globs(["model=glob(qwen*,exclude=*8b)"]) == ["model=qwen3-0.6b,qwen3-1.7b,qwen3-4b"]
+    assert expand_globs(["+experiment=glob(seed-t4)"]) == ["+experiment=seed-t4"]
+    assert expand_globs(["batch.split=1x4,4x1"]) == ["batch.split=1x4,4x1"]
+
+
 def test_repeats_interleave_configs():
     overrides, multirun = _with_repeats(["batch.split=1x4,4x1", "repeats=2"], multirun=False)
     assert multirun

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 from tests.helpers.cli import run_cli, start_cli
 from tests.helpers.env import child_env
 from tests.helpers.processes import Command
-from tests.helpers.runs import mlflow_runs
+from tests.helpers.runs import mlflow_runs, the_study
 from tests.helpers.services import running_mlflow
 from tests.helpers.settings import ROUND_STUDY
 from tests.helpers.wait import process_gone, wait_for_steps, wait_until
@@ -311,3 +311,128 @@ def test_a_ctrl_c_while_a_job_process_starts_is_heard_and_the_child_ignores_it(t
     assert heard == [signal.SIGINT]
     assert child.returncode == 0, child.stderr[-2000:]
     assert child.stdout.split() == ["True", "True", "False"]  # blocked from its start; then ignored, unblocked
+
+
+# A study of two splits whose probes and trials are short, one trial, no round
+PROBED = [
+    "mem_cap=4GiB",
+    "batch.effective=2",
+    "optimize.trials=1",
+    "optimize.confirm=never",
+    "optimize.probe_steps=2",
+    "train.steps=6",
+    *FAST,
+]
+
+
+@pytest.mark.slow
+def test_a_study_killed_once_its_first_probe_said_ok_does_not_measure_it_again(tmp_path):
+    """SIGKILL once the first probe's `ok` line is out (no handler runs), then the same command: that probe's finding
+    was kept on the study before its line was printed, so it is said to be kept and not run again, and the study
+    goes on to its answer with it (it measured that probe again)."""
+    first = Command("pipeline.optimize", *PROBED, cwd=tmp_path, env=child_env())
+    first.wait_for("[job] probe 1x1: ok", 600)
+    first.proc.kill()
+    assert first.finish(60) == -signal.SIGKILL
+
+    again = Command("pipeline.optimize", *PROBED, cwd=tmp_path, env=child_env())
+    assert again.finish(900) == 0, again.output[-3000:]
+    assert "[study] probe 1x1: measured before the study stopped; not run again" in again.output, again.output
+    assert "[job] probe 1x1: starting" not in again.output
+    assert "[job] probe 2x1: ok" in again.output
+    probes = [r for r in mlflow_runs(tmp_path) if r.data.tags["kind"] == "probe"]
+    assert [r.info.status for r in probes if r.info.run_name == "probe 1x1"] == ["FINISHED"]
+    study = the_study(f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}")
+    assert len(study.user_attrs["calibration"]["probes"]) == 2  # both probes' peaks fit the predictor
+
+
+@pytest.mark.slow
+def test_an_interrupted_study_counts_its_killed_trials_device_time(tmp_path):
+    """Ctrl-C while a trial trains: the answer's `device time used by jobs` and the study run's `gpu_seconds` count
+    the seconds the killed trial ran (at least the steps it logged) beside the probes' (they left it out)."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    study = Command(
+        "pipeline.optimize",
+        *PROBED,
+        "train.steps=100000",
+        "data.num_samples=64",
+        cwd=tmp_path,
+        env=child_env(TMPDIR=str(jobs)),
+    )
+    study.wait_for("[job] trial 0: ", 600)  # the probes' folders are gone: the one left is the trial's
+
+    def trained(least_s: float) -> float:
+        for path in jobs.glob("batch-split-job-*/steps.jsonl"):
+            lines = path.read_text(encoding="utf-8").splitlines()[:-1]  # the last may be half written
+            total = sum(json.loads(line)["step_time_s"] for line in lines)
+            if total >= least_s:
+                return total
+        return 0.0
+
+    logged = wait_until(lambda: trained(3.0), 300, "3 s of the trial's steps", alive=study.running)
+    study.ctrl_c()
+    assert study.finish(180) == 130, study.output[-3000:]
+    said = re.search(r"^device time used by jobs \(probes and confirmation included\): (\d+) s$", study.output, re.M)
+    assert said, study.output[-3000:]
+    stored = the_study(f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}")
+    probes = stored.user_attrs["calibration"]["gpu_seconds"]
+    assert int(said[1]) >= round(probes + logged) - 1, (said[1], probes, logged)
+    (parent,) = [r for r in mlflow_runs(tmp_path) if r.data.tags["kind"] == "study"]
+    assert parent.data.metrics["gpu_seconds"] >= probes + logged
+
+
+@pytest.mark.slow
+def test_a_job_stopped_mid_run_is_said_and_so_is_its_going_on(tmp_path):
+    """The job stopped (SIGSTOP) once it trains, past a stall's window (30 s, for the tiny model's steps of a
+    fraction of a second): one line says it has logged no step since its last, one more that it steps again once
+    SIGCONT lets it go on, and the job ends as if nothing happened (nothing was said)."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    cmd = Command(
+        "pipeline.train",
+        *("train.steps=300", "data.num_samples=64", *FAST),
+        cwd=tmp_path,
+        env=child_env(TMPDIR=str(jobs)),
+    )
+    steps = wait_for_steps(jobs, 3, alive=cmd.running)
+    job = json.loads((steps.parent / "process.json").read_text())["pid"]
+    os.kill(job, signal.SIGSTOP)
+    try:
+        said = cmd.wait_for("[job] tiny 4x1: no step for ", 120)
+    finally:
+        os.kill(job, signal.SIGCONT)
+    assert cmd.finish(300) == 0, cmd.output[-3000:]
+    out = cmd.output
+    stalled = re.fullmatch(r"\[job\] tiny 4x1: no step for (\d+) s \(last at step (\d+)\); waiting\n", said)
+    assert stalled and int(stalled[1]) >= 30, said
+    again = re.findall(r"^\[job\] tiny 4x1: steps again \(step (\d+)\), after (\d+) s$", out, re.M)
+    assert len(again) == 1 and int(again[0][0]) > int(stalled[2]) and int(again[0][1]) >= 30, out[-3000:]
+    assert out.count("no step for") == 1 and "[job] tiny 4x1: ok, step " in out
+
+
+def test_a_stall_is_no_step_for_its_window_while_the_job_idles(tmp_path):
+    """The rule read on a steps file and CPU samples: no step for 30 s (or ten of its typical steps, when slower)
+    with its processes idle is a stall; the same time busy on the CPU (compiling) is none, nor the time before its
+    first step or after its last."""
+    from pipeline.jobs import stall
+
+    path = tmp_path / "steps.jsonl"
+    records = [{"step": 1, "step_time_s": 40.0, "compile_s": 39.0}] + [
+        {"step": n, "step_time_s": 0.05} for n in range(2, 6)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 6, "st', encoding="utf-8")
+    steps = stall._Steps(path, os.getpid())
+    assert steps.read(100.0) and (steps.last, steps.last_at) == (5, 100.0)  # the half-written line waits
+    assert steps.window() == stall.STALL_MIN_S  # the compiling first step is not a typical one
+    steps.cpu.clear()
+    steps.cpu.extend([(100.0, 10.0), (131.0, 10.5)])
+    assert steps.stalled(131.0, total=10) and not steps.stalled(120.0, total=10)
+    assert not steps.stalled(131.0, total=5)  # its last step: what follows is its ending
+    steps.cpu[-1] = (131.0, 35.0)
+    assert not steps.stalled(131.0, total=10)  # busy: working
+    with path.open("a", encoding="utf-8") as more:  # a slow model's steps: ten of them make its window
+        more.write(
+            'ep_time_s": 6.0}\n' + "".join(json.dumps({"step": n, "step_time_s": 6.0}) + "\n" for n in range(7, 30))
+        )
+    assert steps.read(140.0) and steps.last == 29 and steps.window() == 60.0

@@ -4,9 +4,12 @@ config. Each answer states its speed-up over the baseline from pairs, or one lin
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shlex
 import subprocess
+from pathlib import Path
+from subprocess import PIPE
 
 import optuna
 import pytest
@@ -21,8 +24,9 @@ from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.opening import StudyContext, check_binding
 from pipeline.search.space import candidates, check_values
 from pipeline.search.trials import Role, TrialRecord
-from tests.helpers.cli import REPO, run_cli
+from tests.helpers.cli import REPO, run_cli, start_cli
 from tests.helpers.runs import mlflow_runs, the_study
+from tests.helpers.wait import wait_until
 
 # A short study of the tiny model: jobs of a few steps, probes of two.
 SHORT = ["train.steps=6", "measure.warmup_steps=1", "optimize.probe_steps=2", "optimize.confirm_steps=3"]
@@ -164,6 +168,64 @@ def test_a_study_name_of_another_config_is_refused_and_nothing_is_written(tmp_pa
         other = compose("mem_cap=1GiB", "optimize.study_name=shared", "optimize.confirm_k=1")  # pairs other configs
         check_binding(other, validate(other).cap_bytes)
     assert mlflow_runs(tmp_path) == []
+
+
+def test_a_study_bound_to_another_config_since_the_check_is_refused_where_it_opens(tmp_path, monkeypatch, compose):
+    """Another command made the study under this name after this one's check passed: opening it refuses this
+    config (ConfigError), and writes nothing, to the study or to MLflow."""
+    monkeypatch.chdir(tmp_path)
+    other = compose("mem_cap=1GiB", "optimize.study_name=shared")
+    mine = compose("mem_cap=1GiB", "batch.effective=8", "batch.split=1x8", "optimize.study_name=shared")
+    check_binding(mine, validate(mine).cap_bytes)  # no such study yet: passes
+    StudyContext.open(other, [], validate(other).cap_bytes)
+    (tmp_path / "mlruns" / "mlflow.db").unlink()
+    before = optuna.load_study(study_name="shared", storage=_storage(tmp_path)).user_attrs
+    with pytest.raises(ConfigError, match=r"^optimize.study_name: 'shared' is the study of another config \(tiny-e4-"):
+        StudyContext.open(mine, [], validate(mine).cap_bytes)
+    assert optuna.load_study(study_name="shared", storage=_storage(tmp_path)).user_attrs == before
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+
+
+def _waiting_for(lock) -> int:
+    """How many processes wait for the flock of the file `lock` (a waiter's line in /proc/locks has `->`)."""
+    inode = lock.stat().st_ino
+    return len(re.findall(rf"^\d+:\s+-> FLOCK .* [0-9a-f]+:[0-9a-f]+:{inode} ", Path("/proc/locks").read_text(), re.M))
+
+
+@pytest.mark.slow
+def test_two_configs_given_one_study_name_at_once_one_is_refused_and_the_other_study_untouched(tmp_path):
+    """Two commands, two configs, one `optimize.study_name`, both past their check before either made the study
+    (the storage's lock held until both wait for it, then let go): exactly one is refused with exit code 2 and its
+    one line, and the study is the other's alone (both used to pass, and one then died in a traceback, `'4x1' not in
+    (...)`, leaving a FAIL trial in the other's study)."""
+    (tmp_path / "mlruns").mkdir()
+    lock = tmp_path / "mlruns" / "optuna.db.lock"
+    args = [*SHORT, "mem_cap=4GiB", "optimize.trials=1", "optimize.confirm=never", "optimize.study_name=shared"]
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        procs = {
+            e: start_cli(*args, f"batch.effective={e}", cwd=tmp_path, module="pipeline.optimize", stderr=PIPE)
+            for e in (2, 4)
+        }
+        alive = lambda: all(p.poll() is None for p in procs.values())  # noqa: E731
+        wait_until(lambda: _waiting_for(lock) == 2, 300, "both commands waiting to open the study", alive=alive)
+    outputs = {e: p.communicate(timeout=600) for e, p in procs.items()}
+    codes = {e: p.returncode for e, p in procs.items()}
+    assert sorted(codes.values()) == [0, 2], outputs
+    (refused,) = [e for e, code in codes.items() if code == 2]
+    (kept,) = [e for e, code in codes.items() if code == 0]
+    assert re.fullmatch(
+        rf"error: optimize.study_name: 'shared' is the study of another config \(tiny-e{kept}-cap4GiB-\w{{8}}; this "
+        rf"command's is tiny-e{refused}-cap4GiB-\w{{8}}\); accepted: .*\n",
+        outputs[refused][1],
+    ), outputs[refused]
+    study = the_study(_storage(tmp_path))
+    assert study.user_attrs["identity"].startswith(f"tiny-e{kept}-")
+    labelled = [t for t in study.trials if "label" in t.user_attrs]
+    assert labelled and all(t.state is not TrialState.FAIL for t in study.trials)
+    assert {t.user_attrs["label"].split()[1] for t in labelled} <= {f"{m}x{kept // m}" for m in (1, 2, 4) if m <= kept}
+    owners = {r.data.tags["owner"].split(":")[1] for r in mlflow_runs(tmp_path)}
+    assert owners == {str(procs[kept].pid)}
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from omegaconf.errors import (
 
 from pipeline.config.errors import ConfigError
 from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, register_configs
+from pipeline.config.store_checks import check_writable_dir
 from pipeline.config.validate import layout_mismatch, validate
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -47,6 +48,7 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+OUTPUT_DIRS = ("hydra.run.dir", "hydra.sweep.dir")  # where Hydra writes a run's or a sweep's own files
 MAX_SWEEP_JOBS = 1000  # configs x repeats: at a few seconds a job at the least, a sweep of hours
 MAX_REPEATS = MAX_SWEEP_JOBS
 
@@ -97,6 +99,10 @@ def compose_job(config_name: str, overrides: list[str]) -> DictConfig:
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=config_name):
             cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
+        # Hydra's output folders where the command line moves them (by default they lie under paths.root, which is
+        # checked with the stores): Hydra would fail to make one with a traceback, after the checks
+        moved = {_key_value(o)[0] for o in overrides} & set(OUTPUT_DIRS)
+        output_dirs = {key: str(OmegaConf.select(cfg, key)) for key in OUTPUT_DIRS if key in moved}
         with open_dict(cfg):
             del cfg["hydra"]
     except (HydraException, OmegaConfBaseException) as err:
@@ -107,6 +113,8 @@ def compose_job(config_name: str, overrides: list[str]) -> DictConfig:
         _check_known_keys(cfg)
     except OmegaConfBaseException as err:  # a group deleted with ~group
         raise translate(err) from None
+    for key, folder in output_dirs.items():
+        check_writable_dir(key, folder)
     return cfg
 
 

@@ -96,11 +96,18 @@ def layout_mismatch(cfg: DictConfig) -> str | None:
     product = split.micro * split.accumulation * cfg.world_size
     if product == cfg.batch.effective:
         return None
-    divisors = [d for d in range(1, cfg.batch.effective + 1) if cfg.batch.effective % (d * cfg.world_size) == 0]
-    forms = ", ".join(f"{d}x{cfg.batch.effective // (d * cfg.world_size)}" for d in divisors)
+    effective = cfg.batch.effective
+    divisors = [d for d in range(1, effective + 1) if effective % (d * cfg.world_size) == 0]
+    forms = ", ".join(f"{d}x{effective // (d * cfg.world_size)}" for d in divisors)
+    if not forms:  # no split at all: what would make one
+        sizes = ", ".join(str(w) for w in range(1, effective + 1) if effective % w == 0)
+        forms = (
+            f"no split at world_size {cfg.world_size}, which does not divide batch.effective {effective}; a "
+            f"world_size that does ({sizes}), or batch.effective={product} with this split"
+        )
     return (
-        f"'{cfg.batch.split}' x world_size {cfg.world_size} gives {product}, not batch.effective "
-        f"{cfg.batch.effective}; accepted: {forms or 'none (world_size does not divide the effective batch)'}"
+        f"'{cfg.batch.split}' x world_size {cfg.world_size} gives {product}, not batch.effective {effective}; "
+        f"accepted: {forms}"
     )
 
 

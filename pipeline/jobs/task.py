@@ -13,7 +13,7 @@ import functools
 import gzip
 import shlex
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from pipeline.config.devices import cuda_device_count
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.schema import typed
 from pipeline.config.validate import resolved
-from pipeline.jobs import devicelock, preflight, ranks, runner
+from pipeline.jobs import devicelock, preflight, ranks, runner, stall
 from pipeline.jobs.context import SweepContext, job_command, job_overrides
 from pipeline.jobs.files import PROFILE_DIR
 from pipeline.measure.summary import steady_steps, summarize_job
@@ -33,6 +33,15 @@ from pipeline.records import Compile, JobResult, JobSpec, RunKind, Status, StopR
 from pipeline.summaries import JobSummary
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """A job stopped by an interrupt of this process (Ctrl-C, SIGTERM, a notebook's stop): its run is ended KILLED;
+    `seconds` is how long its process had run."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"interrupted after {seconds:.0f} s")
+        self.seconds = seconds
 
 
 @dataclass(frozen=True)
@@ -102,9 +111,11 @@ def run(
     parent_id: str | None = None,
     tags: dict[str, object] | None = None,
     run_name: str | None = None,
+    keep: Callable[[JobOutcome], None] | None = None,
 ) -> JobOutcome:
-    """Run one job in its own process and record it as one MLflow run (nested under `parent_id`, or the sweep's).
-    The job's device is held for it alone from before its run opens until after it ends (`jobs.devicelock`)."""
+    """Run one job in its own process and record it as one MLflow run (nested under `parent_id`, or the sweep's);
+    `keep` records it elsewhere too, before the line that says how it ended. The job's device is held for it alone
+    from before its run opens until after it ends (`jobs.devicelock`). Interrupted, it raises JobInterrupted."""
     spec = spec or job_spec(cfg)
     context = SweepContext.current()
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
@@ -122,36 +133,43 @@ def run(
             run_tags.setdefault(runs.OVERRIDES, shlex.join(job_command()))  # a sweep's winner is printed with them
         parent = parent_id or (context.parent_run_id if context else None)
         run_id = runs.start_job(tracker, spec, kind, parent, cfg.repeat, run_tags, label)
+        watch = stall.JobWatch(label, spec.config.train.steps)
         try:
-            return _run_job(tracker, run_id, spec, cfg, label)
-        except KeyboardInterrupt:
+            outcome = _run_job(tracker, run_id, spec, cfg, watch)
+        except KeyboardInterrupt as stop:
             runs.end_interrupted(tracker, run_id)
-            raise
+            raise JobInterrupted(watch.seconds) from stop
+        if keep is not None:
+            keep(outcome)  # a process killed outright from here on has it kept, and said
+        _say(outcome, label)
+        return outcome
 
 
 def _on_cuda(spec: JobSpec) -> bool:
     return spec.config.gpu.name != CPU and cuda_device_count() > 0
 
 
-def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: DictConfig, label: str) -> JobOutcome:
+def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: DictConfig, watch: stall.JobWatch) -> JobOutcome:
     error, env = preflight.check_hub(spec.config)
     if error:
-        return _finish(tracker, run_id, spec, JobResult(status=Status.FAILED, error=error), cfg, label)
+        return _finish(tracker, run_id, spec, JobResult(status=Status.FAILED, error=error), cfg)
     spec = dataclasses.replace(spec, env={**spec.env, **env})
     workdir = runner.make_workdir()
+
+    def started(pid: int) -> None:
+        watch.started(pid, workdir)
+        tracker.tags(run_id, {"pid": pid})
+
     try:
-        print(f"[job] {label}: starting ({cfg.launcher.kind}), MLflow run {run_id}", flush=True)
-        result = runner.run_job(
-            cfg.launcher.kind,
-            spec,
-            workdir,
-            cfg.launcher.timeout_s,
-            on_start=lambda pid: tracker.tags(run_id, {"pid": pid}),
-        )
+        print(f"[job] {watch.label}: starting ({cfg.launcher.kind}), MLflow run {run_id}", flush=True)
+        try:
+            result = runner.run_job(cfg.launcher.kind, spec, workdir, cfg.launcher.timeout_s, on_start=started)
+        finally:
+            watch.stop()
         files = {"profile": profile_files(workdir)}
         if result.status is not Status.OK:
             files["ranks"] = rank_logs(workdir)
-        return _finish(tracker, run_id, spec, result, cfg, label, files)
+        return _finish(tracker, run_id, spec, result, cfg, files)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -194,12 +212,17 @@ def _finish(
     spec: JobSpec,
     result: JobResult,
     cfg: DictConfig,
-    label: str,
     files: dict[str, list[Path]] | None = None,
 ) -> JobOutcome:
     summary = summarize_job(result, cfg.measure.warmup_steps, cfg.measure.confidence)
     steady = {s.step for s in steady_steps(result, cfg.measure.warmup_steps)}
     runs.end_job(tracker, run_id, spec, result, summary, steady, files or {})
+    return JobOutcome(run_id, spec, result, summary)
+
+
+def _say(outcome: JobOutcome, label: str) -> None:
+    """The job's last line: how it ended."""
+    result, summary = outcome.result, outcome.summary
     if result.status is Status.OK and summary.median is not None:
         line = f"ok, step {summary.median:.4f} s"
     else:
@@ -207,4 +230,3 @@ def _finish(
     if result.compile_note:
         line += f" ({result.compile_note})"
     print(f"[job] {label}: {line}", flush=True)
-    return JobOutcome(run_id, spec, result, summary)

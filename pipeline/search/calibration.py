@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import optuna
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.jobs import task
@@ -36,6 +37,7 @@ CHECKPOINTING = "train.gradient_checkpointing"
 
 
 ATTR = "calibration"  # the study's user attribute that holds it
+PROBES = "calibration_probes"  # the study's user attribute that holds each probe's finding as it comes (`_Kept`)
 
 
 @dataclass
@@ -98,6 +100,42 @@ class Calibration:
         return cls(probes, [], attr["gpu_seconds"], attr["dtype"], attr["device"], attr["scale"], attr["offset"], times)
 
 
+class _Kept:
+    """Each probe's finding, stored on the study (PROBES) as soon as it is measured, and the seconds of probes
+    interrupted: what a stopped calibration had, so that the same command measures no probe twice."""
+
+    def __init__(self, study: optuna.Study | None) -> None:
+        self.study = study
+        attr = study.user_attrs.get(PROBES, {}) if study is not None else {}
+        self.measured: dict[str, dict[str, Any]] = dict(attr.get("measured", {}))
+        self.killed_s = float(attr.get("killed_s", 0.0))
+
+    def save(self) -> None:
+        if self.study is not None:
+            self.study.set_user_attr(PROBES, {"measured": self.measured, "killed_s": self.killed_s})
+
+
+def seconds_so_far(attrs: dict[str, Any]) -> float:
+    """The device seconds of a calibration not stored whole (a study stopped during it): its probes, measured or
+    interrupted."""
+    kept = attrs.get(PROBES, {})
+    return sum(p["seconds"] for p in kept.get("measured", {}).values()) + kept.get("killed_s", 0.0)
+
+
+def _finding(outcome: task.JobOutcome) -> dict[str, Any]:
+    """What a probe found, as the study keeps it."""
+    summary, placement = outcome.summary, outcome.result.placement
+    ok = outcome.status is Status.OK and bool(summary.peak_gib)
+    return {
+        "seconds": summary.wall_s,
+        "ok": ok,
+        "peak_gib": summary.peak_gib if ok else None,
+        "median": summary.median if ok else None,
+        "dtype": placement.dtype if ok else None,
+        "device": placement.device if ok else None,
+    }
+
+
 @dataclass(frozen=True)
 class Prober:
     """Runs the probes of one study: the base config, at a micro-batch and a checkpointing setting."""
@@ -108,21 +146,44 @@ class Prober:
     parent: str
     steps: int
 
-    def run(self, space: dict[str, list]) -> Calibration:
+    def run(self, space: dict[str, list], kept_on: optuna.Study | None = None) -> Calibration:
         """The smallest and largest micro-batch of the space's splits on the base config, and on its other
-        checkpointing setting when the space searches it."""
-        found = Calibration()
+        checkpointing setting when the space searches it. Each probe's finding is kept on the study `kept_on` as
+        it is measured; a probe it holds already is not run again."""
+        kept = _Kept(kept_on)
+        found = Calibration(gpu_seconds=kept.killed_s)
         splits, base_ckpt = space[SPLIT_KEY], bool(self.base.train.gradient_checkpointing)
         settings = [base_ckpt, *(bool(v) for v in space.get(CHECKPOINTING, []))]
         for checkpointing in dict.fromkeys(settings):
             for split in dict.fromkeys([splits[0], splits[-1]]):
-                self.probe(found, split, checkpointing, checkpointing == base_ckpt)
+                self.probe(found, kept, split, checkpointing, checkpointing == base_ckpt)
         return found
 
-    def probe(self, found: Calibration, split: str, checkpointing: bool, is_base: bool) -> None:
+    def probe(self, found: Calibration, kept: _Kept, split: str, checkpointing: bool, is_base: bool) -> None:
         # Memory depends on the micro-batch, not on accumulation: a probe runs its micro-batch once per step.
         micro = int(split.split("x")[0])
         name = f"probe {micro}x1" + ("" if is_base else f" ckpt={'on' if checkpointing else 'off'}")
+        if name in kept.measured:
+            print(f"[study] {name}: measured before the study stopped; not run again", flush=True)
+        else:
+            self._measure(kept, name, micro, checkpointing)
+        finding = kept.measured[name]
+        found.gpu_seconds += finding["seconds"]
+        if not finding["ok"]:
+            return
+        found.dtype, found.device = finding["dtype"], finding["device"]
+        at_split = OmegaConf.create(OmegaConf.to_container(self.base, resolve=False))
+        at_split.batch.split = split
+        at_split.train.gradient_checkpointing = checkpointing
+        point = (knobs_of(at_split, self.space_keys, finding["dtype"]), finding["peak_gib"] * GIB)
+        found.probes.append(point)
+        if finding["median"]:
+            found.times.append((micro, checkpointing, finding["median"]))
+        if is_base:
+            found.base_probes.append(point)
+
+    def _measure(self, kept: _Kept, name: str, micro: int, checkpointing: bool) -> None:
+        """Run one probe, its micro-batch once per step, uncapped; its finding kept before its line is printed."""
         cfg = OmegaConf.create(OmegaConf.to_container(self.base, resolve=False))
         cfg.train.gradient_checkpointing = checkpointing
         cfg.batch.split = f"{micro}x1"
@@ -130,19 +191,16 @@ class Prober:
         cfg.train.steps = self.steps
         cfg.measure.warmup_steps = 1
         spec = task.job_spec(cfg, name=name, uncapped=True)
-        outcome = task.run(cfg, spec=spec, kind=RunKind.PROBE, parent_id=self.parent, tags={runs.STUDY: self.study})
-        summary = outcome.summary
-        found.gpu_seconds += summary.wall_s
-        if outcome.status is not Status.OK or not summary.peak_gib:
-            return
-        placement = outcome.result.placement
-        found.dtype, found.device = placement.dtype, placement.device
-        at_split = OmegaConf.create(OmegaConf.to_container(self.base, resolve=False))
-        at_split.batch.split = split
-        at_split.train.gradient_checkpointing = checkpointing
-        point = (knobs_of(at_split, self.space_keys, placement.dtype), summary.peak_gib * GIB)
-        found.probes.append(point)
-        if summary.median:
-            found.times.append((micro, checkpointing, summary.median))
-        if is_base:
-            found.base_probes.append(point)
+
+        def keep(outcome: task.JobOutcome) -> None:
+            kept.measured[name] = _finding(outcome)
+            kept.save()
+
+        try:
+            task.run(
+                cfg, spec=spec, kind=RunKind.PROBE, parent_id=self.parent, tags={runs.STUDY: self.study}, keep=keep
+            )
+        except task.JobInterrupted as stop:
+            kept.killed_s += stop.seconds  # device time the study spent, though it measured nothing
+            kept.save()
+            raise

@@ -10,7 +10,7 @@ from optuna.trial import TrialState
 
 from pipeline.search import trials
 from pipeline.search.calibration import ATTR as CALIBRATION
-from pipeline.search.calibration import Calibration
+from pipeline.search.calibration import Calibration, seconds_so_far
 from pipeline.search.confirmation import ATTR as CONFIRMATION
 from pipeline.search.confirmation import PARTIAL as CONFIRMATION_SO_FAR
 from pipeline.search.confirmation import ConfirmationRecord
@@ -27,6 +27,7 @@ class Decided:
     calibration: Calibration | None
     confirmation: ConfirmationRecord | None
     baseline_tried: list[TrialRecord] = field(default_factory=list)  # every ended trial of the baseline
+    probes_s: float = 0.0  # the probes' device seconds while the calibration is not stored whole
 
     @classmethod
     def of(cls, study: optuna.Study, max_loss_dev: float) -> Decided:
@@ -39,6 +40,7 @@ class Decided:
             Calibration.of(attrs[CALIBRATION]) if CALIBRATION in attrs else None,
             _confirmation(attrs),
             trials.baseline_trials(study),
+            0.0 if CALIBRATION in attrs else seconds_so_far(attrs),
         )
 
     @property
@@ -55,8 +57,8 @@ class Decided:
 
     @property
     def gpu_seconds(self) -> float:
-        seconds = sum(r.gpu_seconds for r in self.records)
-        seconds += self.calibration.gpu_seconds if self.calibration else 0.0
+        seconds = sum(r.gpu_seconds for r in self.records)  # a trial interrupted too: not decided, but it ran
+        seconds += self.calibration.gpu_seconds if self.calibration else self.probes_s
         return seconds + (self.confirmation.state.seconds if self.confirmation else 0.0)
 
 

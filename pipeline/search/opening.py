@@ -64,7 +64,8 @@ def bound_identity(cfg: DictConfig, cap_bytes: int) -> str:
 
 def check_binding(cfg: DictConfig, cap_bytes: int) -> None:
     """A study named by `optimize.study_name` that exists must be this config's: another config's study is refused
-    (its trials would be read as this config's, and its answer overwritten)."""
+    (its trials would be read as this config's, and its answer overwritten). Checked up front, before anything runs;
+    `open_study` checks again where it binds, for a study another command created since."""
     name = cfg.optimize.study_name
     if name is None:
         return
@@ -78,6 +79,11 @@ def check_binding(cfg: DictConfig, cap_bytes: int) -> None:
     finally:
         storage.remove_session()
         storage.engine.dispose()
+    _check_bound(cfg, cap_bytes, name, stored)
+
+
+def _check_bound(cfg: DictConfig, cap_bytes: int, name: str, stored: str | None) -> None:
+    """Refuse a study bound to `stored` when this config's identity is another."""
     mine = bound_identity(cfg, cap_bytes)
     if stored is not None and stored not in (mine, study_name(cfg, cap_bytes)):  # the second: a study stored so before
         raise ConfigError(
@@ -87,8 +93,10 @@ def check_binding(cfg: DictConfig, cap_bytes: int) -> None:
         )
 
 
-def open_study(cfg: DictConfig, name: str, storage: str, identity: str) -> optuna.Study:
-    """Create the study, or load it to resume; it carries its metric's name and the identity it answers for."""
+def open_study(cfg: DictConfig, name: str, storage: str, cap_bytes: int) -> optuna.Study:
+    """Create the study bound to this config's identity, or load it to resume, under the store's lock: of two
+    commands that give one name to two configs at once, the second to get there finds the first's study and is
+    refused (ConfigError) having written nothing to it. The study carries its metric's name and its identity."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the study's own lines say what it opened
     with store_lock(storage):
         study = optuna.create_study(
@@ -98,12 +106,13 @@ def open_study(cfg: DictConfig, name: str, storage: str, identity: str) -> optun
             direction="minimize",
             load_if_exists=True,
         )
+        _check_bound(cfg, cap_bytes, name, study.user_attrs.get(IDENTITY))
         if study.metric_names is None:
             with warnings.catch_warnings():  # "experimental" since Optuna 3.2, and what the dashboard reads
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names([OBJECTIVE])
         if IDENTITY not in study.user_attrs:
-            study.set_user_attr(IDENTITY, identity)
+            study.set_user_attr(IDENTITY, bound_identity(cfg, cap_bytes))
     return study
 
 
@@ -137,9 +146,9 @@ class StudyContext:
         derived = study_name(cfg, cap)
         name = cfg.optimize.study_name or derived
         storage = absolute_uri(cfg.optimize.storage)
+        study = open_study(cfg, name, storage, cap)  # first: a study bound to another config is refused here
         tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
         predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
-        study = open_study(cfg, name, storage, bound_identity(cfg, cap))
         return cls(cfg, kept, cap, name, space, valid, left_out, study, storage, tracker, predictor)
 
     @cached_property

@@ -178,9 +178,16 @@ def candidates(cfg: DictConfig) -> tuple[list[Candidate], list[LeftOut]]:
 
 
 def check_values(cfg: DictConfig) -> None:
-    """A space the study can search: it has splits and a valid config, and every value that no valid config uses
-    is one its field accepts (left out, and named, by the study); a value no field takes, or a world size the
-    machine lacks, is refused with the reason."""
+    """A space the study can search: no key without values, splits and a valid config, and every value that no
+    valid config uses is one its field accepts (left out, and named, by the study); a value no field takes, or a
+    world size the machine lacks, is refused with the reason."""
+    for key, values in cfg.optimize.space.items():
+        if not len(values):
+            raise ConfigError(
+                f"optimize.space.{key}",
+                "an empty list searches nothing; accepted: the values to search, e.g. [fp16, bf16], or the key left "
+                "out of the space ('++optimize.space={...}' sets the whole space)",
+            )
     space = knob_space(cfg)
     if not space[SPLIT_KEY]:
         raise ConfigError("batch.effective", "has no split for this world_size; accepted: a multiple of world_size")

@@ -88,7 +88,7 @@ class StudyDriver:
         with workers.claim(ctx.study, CALIBRATION) as mine:
             if mine:
                 prober = Prober(ctx.cfg, ctx.space_keys, ctx.name, ctx.parent, ctx.cfg.optimize.probe_steps)
-                found = prober.run(ctx.space)
+                found = prober.run(ctx.space, kept_on=ctx.study)  # what a stopped calibration measured is kept
                 ctx.predictor.calibrate(found.base_probes)
                 found.scale, found.offset = ctx.predictor.scale, ctx.predictor.offset
                 ctx.placement_dtype = found.dtype

@@ -101,9 +101,13 @@ class TrialTeller:
     def _measure(self, trial, candidate: Candidate, run_name: str, tags: dict, baseline: bool) -> None:
         ctx = self.ctx
         spec = task.job_spec(candidate.config, name=candidate.label, stop=self._stop_rule(baseline), uncapped=baseline)
-        outcome = task.run(
-            candidate.config, spec=spec, kind=RunKind.TRIAL, parent_id=ctx.parent, tags=tags, run_name=run_name
-        )
+        try:
+            outcome = task.run(
+                candidate.config, spec=spec, kind=RunKind.TRIAL, parent_id=ctx.parent, tags=tags, run_name=run_name
+            )
+        except task.JobInterrupted as stop:
+            trials.write(trial, {trials.GPU_SECONDS: stop.seconds})  # not decided (no status), but it ran
+            raise
         summary, result = outcome.summary, outcome.result
         warmup = candidate.config.measure.warmup_steps
         steady = [s.step_time_s for s in steady_steps(result, warmup)]

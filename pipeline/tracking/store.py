@@ -2,8 +2,9 @@
 
 It uses `MlflowClient` rather than the fluent API, so no global "active run" exists and nothing ends a run FINISHED
 behind our back. Every run this process opens carries its owner (host:pid:start) and, while it is open, a heartbeat
-tag refreshed every few seconds; on exit (normal, Ctrl-C, SIGTERM) any run still open is ended KILLED. A process
-killed outright ends nothing: the next command on the store sees the owner gone (`tracking.runs.end_orphans`).
+tag refreshed every few seconds; an interrupted command ends the runs it opened KILLED (`end_open_runs`), and on
+exit (normal, Ctrl-C, SIGTERM) any run still open is ended so. A process killed outright ends nothing: the next
+command on the store sees the owner gone (`tracking.runs.end_orphans`).
 """
 
 from __future__ import annotations
@@ -88,17 +89,30 @@ def store_lock(uri: str):
         yield
 
 
-def _end_open_runs() -> None:
-    for run_id, (tracker, tags) in list(_OPEN.items()):
+def open_runs() -> set[str]:
+    """The ids of the runs this process has open."""
+    return set(_OPEN)
+
+
+def end_open_runs(keep: set[str] = frozenset(), tags: dict[str, object] | None = None) -> int:
+    """End KILLED the runs this process has open but those in `keep`, each with `tags` (default: the tags it was
+    opened to be abandoned with); how many. At exit all of them; an interrupted command in a process that lives on
+    (a notebook's kernel) the ones it opened, before it says so."""
+    ended = 0
+    for run_id, (tracker, abandon_tags) in list(_OPEN.items()):
+        if run_id in keep:
+            continue
         try:
-            if tags:
-                tracker.tags(run_id, tags)
+            if tags or abandon_tags:
+                tracker.tags(run_id, tags or abandon_tags)
             tracker.end(run_id, RunState.KILLED)
-        except Exception:  # noqa: BLE001 - at exit, a store that is gone cannot be helped
+            ended += 1
+        except Exception:  # noqa: BLE001 - a store that is gone cannot be helped: the next command's clean-up can
             pass
+    return ended
 
 
-atexit.register(_end_open_runs)
+atexit.register(end_open_runs)
 
 
 def _beat() -> None:

@@ -6,13 +6,18 @@ import contextlib
 import queue
 from pathlib import Path
 
+import psutil
 from jupyter_client.manager import start_new_kernel
+
+from tests.helpers.env import child_env
 
 
 @contextlib.contextmanager
-def kernel(cwd: Path):
-    """A started python3 kernel in `cwd` and its client; shut down at the end."""
-    manager, client = start_new_kernel(kernel_name="python3", cwd=str(cwd))
+def kernel(cwd: Path, **env: str):
+    """A started python3 kernel in `cwd` (its environment the tool's processes get, with `env` set) and its client;
+    shut down at the end. `client.manager` is its manager (to interrupt it, to find its process)."""
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(cwd), env=child_env(**env))
+    client.manager = manager
     try:
         yield client
     finally:
@@ -20,9 +25,19 @@ def kernel(cwd: Path):
         manager.shutdown_kernel(now=True)
 
 
+def kernel_process(client) -> psutil.Process:
+    """The kernel's own process."""
+    return psutil.Process(client.manager.provisioner.process.pid)
+
+
 def run_cell(client, code: str, timeout: float) -> tuple[str, str | None]:
     """Execute `code` as one cell; (what it printed on stdout, the error's `ename: evalue` or None)."""
-    msg_id = client.execute(code)
+    return cell_output(client, client.execute(code), timeout)
+
+
+def cell_output(client, msg_id: str, timeout: float) -> tuple[str, str | None]:
+    """What the cell `msg_id` (started with `client.execute`) printed on stdout, and its error's `ename: evalue` or
+    None, once it has ended."""
     out, error = [], None
     while True:
         try:
