@@ -156,22 +156,7 @@ def test_every_import_goes_down_the_layers_of_the_readme():
     assert not upward, upward
 
 
-MAX_MODULE_LINES = 300
 CONFIG_READERS = {"cfg", "config", "model", "lora", "gpu", "batch", "train", "measure", "optimize", "launcher"}
-
-
-def test_no_module_is_longer_than_three_hundred_lines():
-    long = [f"{m}: {n}" for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES]
-    assert not long, long
-
-
-def test_the_study_is_carved_in_files_under_250_lines():
-    """The study (search/: its opening, baseline, prior, telling Optuna, the round, the loop, the answer) in files
-    one person can hold in mind."""
-    search = {m: p for m, p in MODULES.items() if m.startswith("pipeline.search.")}
-    assert {"pipeline.search.study", "pipeline.search.telling", "pipeline.search.finals"} <= set(search)
-    long = [f"{m}: {n}" for m, p in search.items() if (n := len(p.read_text().splitlines())) >= 250]
-    assert not long, long
 
 
 def _config_subscripts(tree: ast.AST) -> list[tuple[int, str]]:
