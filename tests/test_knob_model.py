@@ -147,3 +147,29 @@ def test_the_sampler_proposes_only_what_fits_and_nothing_taken_twice():
     assert trials.measured_seconds(trials.TrialRecord.of(pruned)) == 0.6
     skipped = optuna.trial.create_trial(state=TrialState.PRUNED, user_attrs={trials.STATUS: Status.SKIPPED})
     assert trials.measured_seconds(trials.TrialRecord.of(skipped)) is None
+
+
+def test_the_answer_names_what_each_knob_it_moved_from_the_baseline_bought():
+    from pipeline.search.gains import knob_gains
+
+    def record(number, params, role=trials.Role.TRIAL):
+        overrides = tuple(f"{k}={v}" for k, v in params.items())
+        seconds = truth(params)
+        return trials.TrialRecord(
+            number, TrialState.COMPLETE, label=str(number), config_id=str(number), overrides=overrides,
+            status=Status.OK, median=seconds, feasible=True, role=role,
+        )  # fmt: skip
+
+    design = sampler.screening(CENTRE, POINTS)
+    best = min(POINTS, key=truth)
+    records = [record(i, p, trials.Role.BASELINE if i == 0 else trials.Role.TRIAL) for i, p in enumerate(design)]
+    records.append(record(len(records), best))
+    gains = knob_gains(records, records[-1], records[0])
+    moved = {f.key: f for f in gains.factors}
+    assert set(moved) == {k for k in CENTRE if best[k] != CENTRE[k]}
+    assert moved["train.torch_compile"].before == "off" and moved["train.torch_compile"].after == "regional"
+    assert (
+        moved["train.torch_compile"].ratio > 1.5 and moved["train.optimizer"].low < 1.0 < moved["train.optimizer"].high
+    )
+    assert gains.lines()[1].startswith("    train.torch_compile=regional (from off): ")
+    assert knob_gains(records, records[-1], None).factors == ()

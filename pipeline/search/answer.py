@@ -18,6 +18,7 @@ from pipeline.records import GIB, RunState, Status
 from pipeline.search import speedup
 from pipeline.search.answer_table import confirmation_lines, format_trials
 from pipeline.search.decided import Decided
+from pipeline.search.gains import Gains, knob_gains
 from pipeline.search.prior import Coverage
 from pipeline.search.scaling import Scaling, world_lines
 from pipeline.search.space import LeftOut
@@ -57,6 +58,7 @@ class Answer:
     claim: Claim | None = None  # the speed-up line, or why none
     scaling: Scaling | None = None  # on several devices: against the best on one, paired
     script: Exported | None = None  # the best config as a plain TRL script
+    gains: Gains = field(default_factory=Gains)  # what each knob the answer moved from the baseline bought
 
 
 def answer_overrides(command: list[str], best: TrialRecord) -> list[str]:
@@ -139,11 +141,13 @@ def decide(decided: Decided, setting: Setting) -> Answer:
     best, cap_gib, seconds = decided.best, setting.cap_bytes / GIB, decided.gpu_seconds
     if decided.confirmation is not None and best is not None:
         lines += [*confirmation_lines(decided.confirmation, best.label, seconds), ""]
-    scaling, claim, script = None, None, None
+    scaling, claim, script, gains = None, None, None, Gains()
     if best is not None:
         claim = claim_of(decided, best, setting)
         script, shown = export_answer(answer_overrides(setting.command, best), best.sft_kwargs)
         lines += _best_lines(decided, best, setting, claim, shown)
+        gains = knob_gains(decided.records, best, decided.baseline)
+        lines += gains.lines()
         device = decided.calibration.device if decided.calibration else None
         more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
         lines += more
@@ -173,6 +177,7 @@ def decide(decided: Decided, setting: Setting) -> Answer:
         claim=claim,
         scaling=scaling,
         script=script,
+        gains=gains,
     )
 
 
@@ -192,6 +197,8 @@ def log_answer(tracker: Tracker, parent: str, answer: Answer, finished: bool) ->
         tracker.tags(parent, {runs.BASELINE: answer.speedup.baseline.label})
     if answer.claim is not None:
         tracker.tags(parent, {runs.CLAIM: answer.claim.line()})
+    for factor in answer.gains.factors:
+        metrics.update({f"gain.{factor.key}": factor.ratio})
     if answer.best is not None:
         metrics.update(best_world_size=answer.best.world_size)
     if answer.scaling is not None:
