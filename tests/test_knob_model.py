@@ -173,3 +173,16 @@ def test_the_answer_names_what_each_knob_it_moved_from_the_baseline_bought():
     )
     assert gains.lines()[1].startswith("    train.torch_compile=regional (from off): ")
     assert knob_gains(records, records[-1], None).factors == ()
+
+
+def test_the_brute_force_sampler_leaves_the_end_of_an_ask_and_tell_loop_to_the_loop():
+    """Optuna's brute force stops its study once every point was tried, which raises outside `optimize`: the
+    study's loop asks and tells."""
+    study = optuna.create_study(sampler=sampler.make_sampler("bruteforce", 0))
+    seen = set()
+    for _ in range(len(POINTS)):
+        trial = study.ask()
+        params = {key: trial.suggest_categorical(key, choices) for key, choices in SPACE.items()}
+        seen.add(sampler.key(params))
+        study.tell(trial, truth(params))
+    assert len(seen) == len(POINTS)

@@ -135,13 +135,21 @@ class KnobModelSampler(optuna.samplers.BaseSampler):
         self._fallback.reseed_rng()
 
 
+class BruteForce(optuna.samplers.BruteForceSampler):
+    """Optuna's brute force, with the study's own loop deciding when it ends: Optuna's stops an `optimize` call once
+    every point was tried, and raises in an ask-and-tell loop, which the study is."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None
+
+
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     if name == Sampler.MODEL:
         return KnobModelSampler(seed)
     if name == Sampler.RANDOM:
         return optuna.samplers.RandomSampler(seed=seed)
     if name == Sampler.BRUTEFORCE:
-        return optuna.samplers.BruteForceSampler(seed=seed)
+        return BruteForce(seed=seed)
     if name == Sampler.GP:
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
