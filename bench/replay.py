@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import math
 import random
@@ -30,7 +31,7 @@ from optuna.trial import TrialState
 
 from bench.machine import Machine
 from pipeline.records import Status
-from pipeline.search import confirmation, sampler, trials
+from pipeline.search import confirmation, gains, sampler, trials
 from pipeline.search.decided import Decided
 from pipeline.search.trials import Role
 
@@ -45,6 +46,7 @@ class GridConfig:
     step_s: float | None
     peak_gib: float | None
     fixed_s: float
+    runs: int = 1  # processes that measured it (its step_s: their geometric mean)
 
     @property
     def label(self) -> str:
@@ -73,6 +75,11 @@ class Grid:
     @property
     def _by_key(self) -> dict[tuple, GridConfig]:
         return {sampler.key(c.params): c for c in self.configs}
+
+    def space_order(self) -> dict[tuple, int]:
+        """Each config's place in the space as a study enumerates it (the product of the keys' values in order)."""
+        combos = itertools.product(*self.space.values())
+        return {sampler.key(dict(zip(self.space, combo, strict=True))): i for i, combo in enumerate(combos)}
 
     def fits(self, config: GridConfig) -> bool:
         return config.status == "ok" and config.peak_gib is not None and config.peak_gib <= self.cap_gib
@@ -154,7 +161,7 @@ def _prior_order(grid: Grid, view: ReplayView, box: Machine, base: dict[str, Any
             estimates[k] = probed.step_s * (1 + box.rng.uniform(-box.offset, box.offset))
         return estimates[k]
 
-    index = {sampler.key(c.params): i for i, c in enumerate(grid.configs)}
+    index = grid.space_order()
     return sorted(grid.configs, key=lambda c: (not view.fits(c.params), estimate(c), index[sampler.key(c.params)]))
 
 
@@ -193,6 +200,7 @@ def replay(grid: Grid, name: str, seed: int, trials_budget: int, predicted_error
         decided.add(sampler.key(params))
         baseline = trial.user_attrs.get(trials.ROLE) == Role.BASELINE
         trial.set_user_attr(trials.LABEL, config.label)
+        trial.set_user_attr(trials.OVERRIDES, [f"{k}={v}" for k, v in config.params.items()])
         trial.set_user_attr(trials.CONFIG_ID, config.label)
         if not baseline and not view.fits(params):
             trial.set_user_attr(trials.STATUS, Status.SKIPPED)
@@ -254,7 +262,7 @@ def _confirm(study, grid: Grid, box: Machine, spent: float, decided: int) -> Out
         job = box.job(config.step_s, warm + steps, warm, fixed_s=config.fixed_s)
         return (statistics.fmean(job.steady) if job.steady else None), job.seconds
 
-    chosen = confirmation.choose(eligible, base, settings)
+    chosen = confirmation.choose(eligible, base, settings, gains.estimates(records, base))
     round_ = confirmation.run_round(chosen, base.label if base else None, settings, spent, run) if chosen else None
     answer_record = Decided(records, base, eligible, None, round_).best
     seconds = spent + (round_.state.seconds if round_ else 0.0)

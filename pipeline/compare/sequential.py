@@ -196,5 +196,13 @@ class ConfirmationRound:
         pool = {f: t for f, t in self.times.items() if f == self.best or among is None or f in among}
         if len(pool.get(self.best, {})) < 2:
             return self.best  # the best has no pairs: nothing was found faster than it
-        ranking = rank(pool, self.confidence, prefer=self.best)
+        ranking = rank(pool, self.confidence, prefer=self.leader(pool))
         return ranking.reference if ranking else self.best
+
+    def leader(self, pool: dict[str, dict[int, float]]) -> str:
+        """The finalist the rounds put fastest against the best, by the paired point estimate (the best itself where
+        none beats it): where the rounds cannot tell two apart, they are still the better guess than the search's
+        one run of each."""
+        paired = [compare(f, self.best, pool, self.confidence) for f in pool if f != self.best and len(pool[f]) >= 2]
+        ahead = [c for c in paired if c.rounds >= 2 and c.speedup > 1.0]
+        return max(ahead, key=lambda c: c.speedup).config if ahead else self.best

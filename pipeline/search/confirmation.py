@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pipeline.compare.sequential import COST_MARGIN, MIN_ROUNDS, ConfirmationRound, Finalist, fit
@@ -127,13 +127,25 @@ class ConfirmationRecord:
         )
 
 
-def choose(eligible: list[TrialRecord], baseline: TrialRecord | None, settings: Settings) -> list[TrialRecord]:
+def choose(
+    eligible: list[TrialRecord],
+    baseline: TrialRecord | None,
+    settings: Settings,
+    estimates: Mapping[str, float] | None = None,
+) -> list[TrialRecord]:
     """The finalists in priority order (best, baseline, the best of every other world size, closest challengers);
     empty when there is nothing to compare or the round is off. The best of each world size is there so that what
-    more devices give (or what one device gives up) is a paired comparison too."""
+    more devices give (or what one device gives up) is a paired comparison too. `estimates` (step seconds by label,
+    the knob model's) rank and select where they hold a config, its search median where not: a challenger is close
+    by either."""
     if not eligible or settings.mode == "never":
         return []
-    ranked = sorted(eligible, key=lambda r: r.median)
+    estimates = estimates or {}
+
+    def estimate(r: TrialRecord) -> float:
+        return estimates.get(r.label, r.median)
+
+    ranked = sorted(eligible, key=estimate)
     best = ranked[0]
     chosen = [best]
     if baseline is not None and baseline.label != best.label:
@@ -142,7 +154,12 @@ def choose(eligible: list[TrialRecord], baseline: TrialRecord | None, settings: 
     for r in ranked:
         sizes.setdefault(r.world_size, r)
     others = [r for size, r in sizes.items() if size != best.world_size]
-    close = [r for r in ranked[1:] if settings.mode == "always" or r.median <= best.median * (1 + settings.within)]
+    bar = 1 + settings.within
+    close = [
+        r
+        for r in ranked[1:]
+        if settings.mode == "always" or r.median <= best.median * bar or estimate(r) <= estimate(best) * bar
+    ]
     taken, extra = {r.label for r in chosen}, []
     for r in others + close:
         if r.label not in taken:

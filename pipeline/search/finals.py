@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from pipeline.jobs import task
 from pipeline.records import RunKind, Status
-from pipeline.search import confirmation, workers
+from pipeline.search import confirmation, gains, workers
 from pipeline.search.decided import Decided
 from pipeline.search.opening import StudyContext
 from pipeline.search.trials import TrialRecord
@@ -27,7 +27,8 @@ class FinalRound:
         ctx = self.ctx
         settings = confirmation.Settings.of(ctx.cfg)
         decided = Decided.of(ctx.study, ctx.cfg.optimize.max_loss_dev)
-        chosen = confirmation.choose(decided.eligible, decided.baseline, settings)
+        model = gains.estimates(decided.records, decided.baseline)
+        chosen = confirmation.choose(decided.eligible, decided.baseline, settings, model)
         if not chosen or confirmation.ATTR in ctx.study.user_attrs:
             return
         with workers.claim(ctx.study, confirmation.ATTR) as mine:

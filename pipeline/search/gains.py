@@ -35,22 +35,49 @@ class Gains:
         return [head, *(f"    {f.text()}" for f in self.factors)]
 
 
+def _measured(records: list[TrialRecord], keys: set[str]) -> dict[str, tuple[dict[str, str], float]]:
+    """Each config's searched values and its first measured step seconds, by config id: those of `keys` alone."""
+    found: dict[str, tuple[dict[str, str], float]] = {}
+    for record in records:
+        seconds = measured_seconds(record)
+        if seconds is not None and record.config_id and set(values(record)) == keys:
+            found.setdefault(record.config_id, (values(record), seconds))
+    return found
+
+
+def _fit(measured: dict[str, tuple[dict[str, str], float]], reference: dict[str, str]) -> knob_model.Fit:
+    space = {key: list(dict.fromkeys(point[key] for point, _ in measured.values())) for key in reference}
+    return knob_model.fit(knob_model.Encoding.of(space, reference), list(measured.values()))
+
+
 def knob_gains(records: list[TrialRecord], answer: TrialRecord, baseline: TrialRecord | None) -> Gains:
     """What the answer's moves from the baseline are worth; nothing where the baseline is not a point of the
     answer's space or no more configs were measured than the keys that vary."""
     target = values(answer)
     if baseline is None or set(values(baseline)) != set(target):
         return Gains()
-    measured: dict[str, tuple[dict[str, str], float]] = {}
-    for record in records:
-        seconds = measured_seconds(record)
-        if seconds is not None and record.config_id and set(values(record)) == set(target):
-            measured.setdefault(record.config_id, (values(record), seconds))
-    space = {key: list(dict.fromkeys(point[key] for point, _ in measured.values())) for key in target}
-    varying = [key for key, seen in space.items() if len(seen) > 1]
+    measured = _measured(records, set(target))
+    varying = [key for key in target if len({point[key] for point, _ in measured.values()}) > 1]
     moved = [key for key in varying if target[key] != values(baseline)[key]]
     if not moved or len(measured) <= len(varying):
         return Gains()
-    fitted = knob_model.fit(knob_model.Encoding.of(space, values(baseline)), list(measured.values()))
+    fitted = _fit(measured, values(baseline))
     factors = [fitted.factor(target, key, values(baseline)[key]) for key in moved]
     return Gains(tuple(sorted(factors, key=lambda f: -f.ratio)), len(measured))
+
+
+def estimates(records: list[TrialRecord], baseline: TrialRecord | None) -> dict[str, float]:
+    """Each measured config's step seconds as the knob model puts it (by label): its own run, pooled with what the
+    other configs say of each of its values. One run of a config is off by its process's offset (15-30% on a GPU
+    host); the model's estimate of it is nearer its truth where several configs share its values. Empty where the
+    model has too little to go on (as `knob_gains`)."""
+    if baseline is None or not baseline.overrides:
+        return {}
+    keys = set(values(baseline))
+    measured = _measured(records, keys)
+    varying = [key for key in keys if len({point[key] for point, _ in measured.values()}) > 1]
+    if len(measured) <= len(varying):
+        return {}
+    fitted = _fit(measured, values(baseline))
+    labels = {r.config_id: r.label for r in records if r.config_id in measured}
+    return {labels[cid]: fitted.seconds(point) for cid, (point, _) in measured.items()}

@@ -1,0 +1,36 @@
+"""The study's sampler replayed against the grid recorded on one H200 (bench/results/grid-h200-seed.json: 40 configs
+of the seed's setting's 52-config knob space, each measured in full): a thousand studies on a simulated machine whose
+processes differ by up to +-15% and whose speed drifts, each with the study's pruning, skip by prediction and
+confirmation round (bench/replay.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from bench import replay
+
+GRID = Path(__file__).resolve().parents[1] / "bench" / "results" / "grid-h200-seed.json"
+
+
+@pytest.mark.slow
+def test_the_model_sampler_finds_the_grids_fastest_in_nine_studies_of_ten_at_a_quarter_of_its_device_time():
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    grid = replay.Grid.load(GRID)
+    found = replay.summary(grid, "model", replays=1000, trials_budget=10)
+    assert found["found"] >= 0.90, found
+    assert found["share_mean"] <= 0.25, found
+
+
+def test_a_replayed_study_decides_its_budget_and_answers_from_the_grid():
+    """One replay, read closely: the budget of configs decided, the answer a config of the grid that fits, the
+    device time between the probes' and the grid's."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    grid = replay.Grid.load(GRID)
+    outcome = replay.replay(grid, "model", seed=7, trials_budget=10)
+    assert outcome.decided == 10
+    assert outcome.answer is not None and grid.fits(outcome.answer)
+    assert outcome.ratio == outcome.answer.step_s / grid.best.step_s >= 1.0
+    assert 0 < outcome.seconds < grid.seconds
