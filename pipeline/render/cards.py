@@ -117,11 +117,20 @@ def setting_line(card: Card) -> str:
     return " · ".join(shown)
 
 
+def claimed(answer: Answer) -> bool:
+    """A speed-up whose interval excludes 1: the only one given as a figure."""
+    if answer.speedup is None or answer.low is None or answer.high is None:
+        return False
+    return answer.low > 1 or answer.high < 1
+
+
 def answer_line(answer: Answer) -> str:
+    """The answer in one line: its config and its speed-up, or why none is claimed (with its headline)."""
     if answer.config is None:
         return answer.text
-    if answer.speedup is None:
-        return f"{answer.config}; no paired speed-up ({answer.text})"
+    if not claimed(answer):  # no figure whose interval holds 1, even from a card written before this rule
+        why = answer.claim if answer.claim.startswith("no speed-up") else "no speed-up is claimed"
+        return f"{answer.config}; {why} ({answer.text})"
     return (
         f"{answer.config}: {answer.speedup:.2f}x the tokens/s of {answer.against} [{answer.low:.2f}, "
         f"{answer.high:.2f}] ({100 * answer.confidence:g}%, paired)"

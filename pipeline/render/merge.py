@@ -15,7 +15,7 @@ from pathlib import Path
 from pipeline import exits
 from pipeline.records import Status
 from pipeline.render.cards import Card, CardError, answer_line, load, setting_line
-from pipeline.render.table import FASTEST
+from pipeline.render.rows import FASTEST
 from pipeline.render.text import markdown_table
 
 GROUPS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

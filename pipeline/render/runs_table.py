@@ -12,17 +12,8 @@ from __future__ import annotations
 
 from pipeline.records import Fit, Status
 from pipeline.render.headline import fastest_line
-from pipeline.render.table import (
-    Criteria,
-    Row,
-    close,
-    comparison_rows,
-    format_table,
-    notes,
-    order,
-    paired_text,
-    rank_text,
-)
+from pipeline.render.rows import Criteria, Row, close, comparison_rows, notes, order
+from pipeline.render.table import format_table, paired_text, rank_text
 from pipeline.tracking import figures, runs
 from pipeline.tracking.store import Tracker
 
@@ -62,9 +53,13 @@ def tag_runs(tracker: Tracker, parent_id: str, rows: list[Row], criteria: Criter
         tracker.metrics(parent_id, _figures(best))
 
 
-def tag_study(tracker: Tracker, parent_id: str, criteria: Criteria, answer_config_id: str | None) -> None:
-    """A study's runs, once it has answered: ranked from its answer, as its report ranks them."""
-    rows = comparison_rows(runs.read_jobs(tracker, parent_id), criteria, prefer=answer_config_id)
+def tag_study(
+    tracker: Tracker, parent_id: str, criteria: Criteria, answer_config_id: str | None, baseline_id: str | None
+) -> None:
+    """A study's runs, once it has answered: ranked from its answer, as its report ranks them; their loss deviation
+    from its baseline's (`baseline_id`, a config id; None: no baseline)."""
+    jobs = runs.read_jobs(tracker, parent_id)
+    rows = comparison_rows(jobs, criteria, prefer=answer_config_id, baseline=baseline_id)
     tag_runs(tracker, parent_id, rows, criteria)
 
 

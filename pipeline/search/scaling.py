@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.compare.paired import Comparison, compare
+from pipeline.search import speedup
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.trials import TrialRecord
 
@@ -62,7 +63,8 @@ def paired(record: ConfirmationRecord | None, config: str, reference: str) -> Co
     """`config` against `reference` over the rounds of the confirmation round where both ran; None without two."""
     if record is None:
         return None
-    comparison = compare(config, reference, record.state.times, record.state.confidence)
+    state = record.state
+    comparison = compare(config, reference, state.times, state.confidence, state.tolerance)
     return comparison if comparison.judgement is not None else None
 
 
@@ -87,6 +89,9 @@ def world_lines(
         comparison = paired(record, best.label, one.label)
         if comparison is None:
             why = "the confirmation round is off" if record is None else "they were not paired in its rounds"
+            return [*lines, f"  no speed-up over {unit(device, 1)} ({one.label}) is claimed: {why}"], None
+        if not comparison.claimed:
+            why = speedup.untold(comparison)
             return [*lines, f"  no speed-up over {unit(device, 1)} ({one.label}) is claimed: {why}"], None
         scaling = Scaling(comparison, one, best.world_size, device)
         return [*lines, f"  {scaling.text()}"], scaling

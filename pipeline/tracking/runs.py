@@ -34,6 +34,7 @@ NAME = "display_name"
 PREDICTED = "predicted_gib"
 OVERRIDES = "overrides"  # a job's own overrides (its command line in a sweep); a sweep's or study's whole command
 BASELINE = "baseline"  # a study's run: the config its answer's speed-up is over
+BASELINE_CONFIG = "baseline_config_id"  # ... and its config id: every config's loss deviation is from its losses
 CLAIM = "claim"  # a study's run: the answer's speed-up over the baseline, or why there is none
 NOTE = "note"  # what the runs table shows: why a run stopped, and its config's notes on its steps once ranked
 REASON = "reason"  # why it stopped alone, where NOTE says more (`render.runs_table`)
