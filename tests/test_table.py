@@ -278,7 +278,12 @@ def test_the_figures_a_person_reads_in_mlflow_are_logged_as_the_console_prints_t
     logged = figures.metrics(summary)
     assert list(logged)[:3] == list(figures.LEADING_METRICS) and logged["peak_gib"] == 0.4668
     assert "context_gib" not in logged and "compile_s" not in logged  # no CUDA context recorded, nothing compiled
-    assert logged["step_time_trimmed_s"] == summary.step_time.trimmed  # what ranks stays whole
+    assert figures.ranked(0.677736826249884) == 0.677737  # what ranks: six significant digits
+    assert logged["step_time_trimmed_s"] == figures.ranked(summary.step_time.trimmed)
+    assert logged["step_time_drift_pct"] == 26.0 and logged["step_time_cv_pct"] == round(100 * summary.step_time.cv, 1)
+    noisy = summarize_job(result([0.1, 0.137, 0.09, 0.1555555, 0.1, 0.1234567]), 0, 0.95)
+    for key, value in figures.metrics(noisy).items():  # nothing logged with more digits than a person reads
+        assert value == int(value) or float(f"{value:.6g}") == value, (key, value)
     text = figures.description("m 1x4", summary, ["rank: slower"])
     assert text.startswith("**m 1x4**: ok, step 0.1130 s (median of 12 steady steps, ")
     assert "drift +26% (the last third of steady steps against the first)" in text and text.endswith("rank: slower")

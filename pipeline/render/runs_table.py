@@ -43,8 +43,8 @@ def tag_runs(tracker: Tracker, parent_id: str, rows: list[Row], criteria: Criter
             tags.update({runs.REASON: job.note} if job.note else {})  # read back as the run's note: why it stopped
             tags[figures.DESCRIPTION] = figures.description(job.name, job.summary, said)
             tracker.tags(job.run_id, tags)
-            if row.loss_dev is not None:
-                tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
+            if row.loss_dev is not None:  # as every table prints it: `1.2e-07`
+                tracker.metrics(job.run_id, {"loss_max_rel_dev": float(f"{row.loss_dev:.1e}")})
     tags, best = parent_tags(rows)
     caps = [j.summary.memory_gib["cap"] for r in rows for j in r.jobs if "cap" in j.summary.memory_gib]
     tags[figures.DESCRIPTION] = f"{fastest_line(rows, max(caps, default=None))}\n\n{format_table(rows, criteria)}"
