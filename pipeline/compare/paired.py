@@ -86,7 +86,7 @@ class Comparison:
         return f"equal {margin_text(self.margin)}" if self.equal else f"not told apart ({within(self.margin)})"
 
     def interval_text(self) -> str:
-        return f"{self.speedup:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+        return ratio_text(self.speedup, self.low, self.high)
 
     def sentence(self) -> str:
         """`4x1 bf16 is 1.75x [1.62, 1.90] faster than 4x1 fp16 (95%, paired over 6 rounds)`."""
@@ -97,7 +97,7 @@ class Comparison:
             return f"{self.config} and {self.reference}: {equal_text(self.margin, self.tolerance)} {paired}"
         if self.judgement is Judgement.FASTER:
             return f"{self.config} is {self.interval_text()} faster than {self.reference} {paired}"
-        inverse = f"{1 / self.speedup:.2f}x [{1 / self.high:.2f}, {1 / self.low:.2f}]"
+        inverse = ratio_text(1 / self.speedup, 1 / self.high, 1 / self.low)
         return f"{self.reference} is {inverse} faster than {self.config} {paired}"
 
     def to_json(self) -> dict:
@@ -105,6 +105,22 @@ class Comparison:
 
 
 WIDE = 1.0  # a margin from +100% on: a percentage says nothing, the factor left open is given instead
+
+
+def bound(value: float) -> str:
+    """A ratio's bound to two decimals, or to as many more as it takes not to read as 1 (`1.003`): an interval
+    that excludes 1 never reads as holding it."""
+    text = f"{value:.2f}"
+    for digits in range(3, 7):
+        if float(text) != 1.0 or value == 1.0:
+            break
+        text = f"{value:.{digits}f}"
+    return text
+
+
+def ratio_text(value: float, low: float, high: float) -> str:
+    """`1.76x [1.52, 2.03]`, its bounds by `bound`."""
+    return f"{value:.2f}x [{bound(low)}, {bound(high)}]"
 
 
 def within(margin: float) -> str:

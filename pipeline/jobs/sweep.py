@@ -66,13 +66,9 @@ class SweepCallback(Callback):
         self.tracker = Tracker(config.tracking.uri, config.tracking.experiment, config.tracking.artifact_root)
         task.clean_up(self.tracker)
         shown = " ".join(o for o in overrides if parse_override(o)[0] != "repeat")
-        parent_id = self.tracker.start(
-            f"sweep {sweep_id}",
-            tags={runs.SWEEP: sweep_id, runs.KIND: RunKind.SWEEP, "overrides": shown, runs.STATUS: Status.RUNNING},
-            abandon_tags=runs.ABANDONED,
-        )
+        tags = {runs.SWEEP: sweep_id, runs.KIND: RunKind.SWEEP, "overrides": shown, runs.STATUS: Status.RUNNING}
+        parent_id = runs.open_parent(self.tracker, f"sweep {sweep_id}", tags)
         self.tracker.params(parent_id, {"overrides": shown, "jobs": self.total})
-        self.tracker.tags(parent_id, {runs.GROUP: runs.group_of({runs.SWEEP: sweep_id})})  # the UI view groups by
         self.context = SweepContext(sweep_id, parent_id, tuple(varying_keys(jobs)))
         self.context.start()
         print(f"[sweep] {sweep_id}: {self.total} jobs, MLflow parent run {parent_id}", flush=True)

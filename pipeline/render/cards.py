@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from pipeline.compare.paired import bound
 from pipeline.config.identity import identity_tree
 from pipeline.render.table import format_table
 from pipeline.results import Answer, Result
@@ -132,8 +133,8 @@ def answer_line(answer: Answer) -> str:
         why = answer.claim if answer.claim.startswith("no speed-up") else "no speed-up is claimed"
         return f"{answer.config}; {why} ({answer.text})"
     return (
-        f"{answer.config}: {answer.speedup:.2f}x the tokens/s of {answer.against} [{answer.low:.2f}, "
-        f"{answer.high:.2f}] ({100 * answer.confidence:g}%, paired)"
+        f"{answer.config}: {answer.speedup:.2f}x the tokens/s of {answer.against} [{bound(answer.low)}, "
+        f"{bound(answer.high)}] ({100 * answer.confidence:g}%, paired)"
     )
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pipeline.compare.paired import Judgement, equal_text, margin_text, within
+from pipeline.compare.paired import Judgement, bound, equal_text, margin_text, within
 from pipeline.records import Status
-from pipeline.render.rows import ANSWER, Row
+from pipeline.render.rows import ANSWER, Row, order
 
 
 def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
@@ -20,7 +20,7 @@ def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
     if reference is not None:
         what = "The study's answer" if reference.role == ANSWER else what
         line = f"{what}: **{reference.name}**, {reference.median:.4f} s/step"
-        compared = [r for r in rows if r.comparison is not None]
+        compared = [r for r in order(rows) if r.comparison is not None]  # in the table's order
         if reference.judgement is Judgement.WINNER:
             return line + f" (faster than {', '.join(r.name for r in compared)}: paired rounds)"
         tied = [r for r in compared if r.judgement is Judgement.EQUAL]
@@ -62,7 +62,7 @@ class Gain:
         if self.speedup is None:
             return f"no speed-up is claimed: {self.why}"
         return (
-            f"{best}: {self.speedup:.2f}x the tokens/s of {self.against} [{self.low:.2f}, {self.high:.2f}] "
+            f"{best}: {self.speedup:.2f}x the tokens/s of {self.against} [{bound(self.low)}, {bound(self.high)}] "
             f"({100 * self.confidence:g}%, paired)"
         )
 

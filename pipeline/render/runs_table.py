@@ -1,6 +1,6 @@
 """The comparison written onto the MLflow runs it was made of, so that the runs table says it without a click.
 
-Each run gets its config's `rank` (the reference's in short: `fastest; not told apart from 2`) and
+Each run gets its config's `rank` (the reference's in short: `fastest; 2 not told apart`) and
 `time_vs_fastest` (in a study, against its answer, as the report says it), its own notes beside why it stopped
 (`drift 26%`, `cv 194%`: the console's words for its steps) and, on its page, a description in the same words. The
 sweep's or study's parent run gets the winner, or the fastest and whom it ties with (`rank`), by how much
@@ -69,12 +69,12 @@ def _against(rows: list[Row]) -> str:
 
 def parent_tags(rows: list[Row]) -> tuple[dict[str, str], Row | None]:
     """The parent row's `rank` and `time_vs_fastest`, and the row whose figures it shows: `tiny 8x1: winner` and
-    `next: tiny 1x8 1.46x [1.41, 1.50]`, or `tiny 2x2: fastest; 2 not told apart`; without ranks, the lowest median
+    `next: 1.46x [1.41, 1.50]`, or `tiny 2x2: fastest; 2 not told apart`; without ranks, the lowest median
     that fits, said to be unranked."""
     reference = next((r for r in rows if r.role), None)
     if reference is not None:
         nearest = next((r for r in order(rows) if r.comparison is not None), None)
-        nearest_text = f"next: {nearest.name} {paired_text(nearest)}" if nearest else "-"
+        nearest_text = f"next: {paired_text(nearest)}" if nearest else "-"  # the config is the one below with it
         return {RANK: f"{reference.name}: {in_short(reference)}", TIME_VS: nearest_text}, reference
     timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == str(Status.OK)]
     if not timed:
@@ -84,13 +84,13 @@ def parent_tags(rows: list[Row]) -> tuple[dict[str, str], Row | None]:
 
 
 def in_short(reference: Row) -> str:
-    """The reference's rank as a column of the runs table holds it: `winner`, or `fastest; equal with 1; not told
-    apart from 2` (the rows beside it say which, and by how much)."""
+    """The reference's rank as a column of the runs table holds it: `winner`, or `fastest; equal with 1; 2 not told
+    apart` (the rows beside it say which, and by how much)."""
     if not reference.ties:
         return rank_text(reference)
     near = sum(1 for r in reference.ties if close(r))
     apart = len(reference.ties) - near
-    said = ([f"equal with {near}"] if near else []) + ([f"not told apart from {apart}"] if apart else [])
+    said = ([f"equal with {near}"] if near else []) + ([f"{apart} not told apart"] if apart else [])
     return "; ".join([reference.role, *said])
 
 

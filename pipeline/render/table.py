@@ -4,7 +4,7 @@ what the columns hold."""
 
 from __future__ import annotations
 
-from pipeline.compare.paired import Judgement
+from pipeline.compare.paired import Judgement, ratio_text
 from pipeline.measure.stats import TRIM
 from pipeline.render.rows import FASTEST, Criteria, Row, close, order, reference_role
 from pipeline.render.text import interval_text, markdown_table, num
@@ -39,7 +39,7 @@ def paired_text(row: Row) -> str:
     c = row.comparison
     if c is None:
         return row.role or FASTEST
-    return f"{1 / c.speedup:.2f}x [{1 / c.high:.2f}, {1 / c.low:.2f}]"
+    return ratio_text(1 / c.speedup, 1 / c.high, 1 / c.low)
 
 
 def rank_text(row: Row) -> str:

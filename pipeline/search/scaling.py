@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.compare.paired import Comparison, compare
+from pipeline.compare.paired import Comparison, bound, compare
 from pipeline.search import speedup
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.trials import TrialRecord
@@ -45,7 +45,7 @@ class Scaling:
         value, low, high = self.efficiency
         return (
             f"{c.speedup:.2f}x the tokens/s of the best on {unit(self.device, 1)}, {self.reference.label} "
-            f"[{c.low:.2f}, {c.high:.2f}] ({100 * c.confidence:g}%, paired over {c.rounds} rounds): scaling "
+            f"[{bound(c.low)}, {bound(c.high)}] ({100 * c.confidence:g}%, paired over {c.rounds} rounds): scaling "
             f"efficiency {100 * value:.0f}% [{100 * low:.0f}%, {100 * high:.0f}%] (tokens/s on "
             f"{unit(self.device, self.world_size)} over {self.world_size}x those on one)"
         )

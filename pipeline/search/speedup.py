@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from pipeline.compare.paired import Comparison, compare, equal_text
+from pipeline.compare.paired import Comparison, bound, compare, equal_text
 from pipeline.records import Status
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.trials import TrialRecord
@@ -29,7 +29,7 @@ class Speedup:
         c = self.comparison
         where = " (outside the space)" if self.baseline.outside else ""
         return (
-            f"{c.speedup:.2f}x the baseline's tokens/s [{c.low:.2f}, {c.high:.2f}] ({100 * c.confidence:g}%, paired "
+            f"{c.speedup:.2f}x the baseline's tokens/s [{bound(c.low)}, {bound(c.high)}] ({100 * c.confidence:g}%, paired "
             f"over {c.rounds} rounds with the baseline; baseline {self.baseline.label}{where}: "
             f"{self.baseline.median:.4f} s/step in the search)"
         )
@@ -94,8 +94,8 @@ def over_cap_lines(
     nearest = min(paired, key=lambda c: c.speedup)
     if nearest.claimed:
         return said, (
-            f"  against what fits: {nearest.speedup:.2f}x the tokens/s of {nearest.reference} [{nearest.low:.2f}, "
-            f"{nearest.high:.2f}] ({100 * nearest.confidence:g}%, paired over {nearest.rounds} rounds), the nearest "
+            f"  against what fits: {nearest.speedup:.2f}x the tokens/s of {nearest.reference} [{bound(nearest.low)}, "
+            f"{bound(nearest.high)}] ({100 * nearest.confidence:g}%, paired over {nearest.rounds} rounds), the nearest "
             "config that fits"
         )
     return said, f"  against what fits: no speed-up over {nearest.reference} is claimed: {untold(nearest)}"

@@ -29,6 +29,7 @@ from pipeline.search.opening import StudyContext
 from pipeline.search.predictor import Knobs
 from pipeline.search.space import Candidate
 from pipeline.search.trials import Role
+from pipeline.summaries import Interval
 from pipeline.tracking import figures, runs
 
 MEASURED_STATUSES = (Status.OK, Status.OVER_CAP, Status.OOM, Status.PRUNED)  # the job answered the question
@@ -51,7 +52,7 @@ class TrialTeller:
             {
                 trials.OVERRIDES: candidate.overrides,
                 trials.WORLD_SIZE: int(candidate.config.world_size),
-                trials.PREDICTED: predicted / GIB,
+                trials.PREDICTED: _shown(predicted / GIB, 3),
                 trials.KNOBS: {"micro": knobs.micro, "dtype": knobs.dtype, "checkpointing": knobs.checkpointing},
             },
         )
@@ -112,10 +113,10 @@ class TrialTeller:
             trial,
             {
                 trials.STATUS: result.status,
-                trials.GPU_SECONDS: summary.wall_s,
+                trials.GPU_SECONDS: _shown(summary.wall_s, 0),
                 trials.PEAK: _shown(summary.peak_gib, 3),
                 trials.MEDIAN: _shown(summary.median, 4),
-                trials.CI: summary.step_time.ci if summary.step_time else None,
+                trials.CI: _interval(summary.step_time.ci) if summary.step_time else None,
                 trials.TOKENS: _shown(summary.per_second(summary.tokens_per_step), 0),
                 trials.STEP_TIMES: steady,
                 trials.WARMUP_TIMES: early,
@@ -188,3 +189,8 @@ class TrialTeller:
 def _shown(value: float | None, decimals: int) -> float | None:
     """A figure the study keeps (and optuna-dashboard shows) as the console prints it (`tracking.figures.shown`)."""
     return None if value is None else figures.shown(value, decimals)
+
+
+def _interval(ci: Interval) -> Interval:
+    """A trial's step interval as the console prints it."""
+    return Interval(figures.shown(ci.low, 4), figures.shown(ci.high, 4), round(ci.level, 4))
