@@ -105,7 +105,7 @@ def test_cards_of_one_gpu_and_setting_share_a_column_the_newest_shown_and_the_ot
     text = merge([("h200-old.json", older), ("cpu-tiny.json", cpu), ("h200-tiny.json", h200)])
     header = next(line for line in text.splitlines() if line.startswith("| config "))
     columns = [c.strip() for c in header.strip("|").split(" | ")][1:]
-    assert columns == ["AMD EPYC (cpu-tiny.json, A)", "NVIDIA H200 (h200-tiny.json, A)"]
+    assert columns == ["NVIDIA H200 (h200-tiny.json, A)", "AMD EPYC (cpu-tiny.json, A)"]  # in the order given
     (named,) = [line for line in text.splitlines() if line.startswith("- h200-old.json")]
     assert "2026-11-01 10:00" in named and "the same GPU and setting as h200-tiny.json" in named
     assert sum(line.startswith("- ") and ".json (" in line for line in text.splitlines()) == 3  # every answer said
