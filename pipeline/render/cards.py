@@ -169,8 +169,21 @@ def build(result: Result) -> Card:
         rows=[_plain(record) for record in result.table.to_dict(orient="records")],
         table=format_table(result.rows, result.criteria),
         answer=result.answer,
-        source=f"MLflow run {result.run_id} in {result.tracking_uri}",
+        source=f"MLflow run {result.run_id} in {shown_uri(result.tracking_uri)}",
     )
+
+
+def shown_uri(uri: str) -> str:
+    """A store as the command line names it: an SQLite file under the working folder by its relative path
+    (`sqlite:///mlruns/mlflow.db`), so that a card says where it was recorded without the folder it ran in."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix + "/"):
+        return uri
+    path = Path(uri[len(prefix) :])
+    try:
+        return prefix + str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return uri
 
 
 def _identity(tracker, run_id: str) -> dict[str, object]:

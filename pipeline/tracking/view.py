@@ -33,7 +33,7 @@ CREATED = "runDateAndNestInfo"  # the UI's own column beside the name: kept, as 
 METRICS = figures.LEADING_METRICS  # step time, tokens/s, peak memory (rounded as the console prints them)
 TAGS = (runs.RANK, runs.TIME_VS, runs.STATUS, runs.NOTE)
 WIDTHS = {  # pixels: a group's name whole, a rank's and a ratio's words whole (the parent's are the longest)
-    NAME_COLUMN: 340,
+    NAME_COLUMN: 352,
     CREATED: 36,
     "tags.`rank`": 225,
     "tags.`time_vs_fastest`": 160,
