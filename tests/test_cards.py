@@ -89,7 +89,7 @@ def test_the_committed_cpu_and_h200_cards_of_one_setting_compare_in_one_table():
         if line.startswith("| 4x1 ") or line.startswith("| 1x4 ")
     }
     assert rows["4x1"] == [
-        "0.0503 s (3 runs), fastest; equal with tiny 2x2, 0.44 GiB",
+        "0.2818 s (3 runs), fastest; not told apart from tiny 2x2, 0.44 GiB",
         "0.0298 s (3 runs), fastest, winner, 0.70 GiB",
     ]
     assert rows["1x4"][1] == "0.0995 s (3 runs), 3.34x [2.53, 4.40], slower, 0.68 GiB"
