@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.splitlines()[0])
     source_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("mlruns/reports"), help="folder for the reports")
-    parser.add_argument("--confidence", type=float, default=0.95, help="of the intervals that rank configs")
+    parser.add_argument(
+        "--confidence", type=float, help="of the intervals that rank configs (default: the level the jobs ran with)"
+    )
     parser.add_argument("--cards", nargs="+", type=Path, help="result cards (python -m pipeline.card) to merge")
     args = parser.parse_args(argv)
     if args.cards:
@@ -43,7 +45,6 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.config.store_checks import check_store
     from pipeline.jobs.task import clean_up
     from pipeline.render.document import ReportError, write_report
-    from pipeline.render.table import Criteria
     from pipeline.tracking.runs import FilterValueError
     from pipeline.tracking.store import ExperimentNotFound, Tracker
 
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
         check_store("--tracking-uri", args.tracking_uri)
         tracker = Tracker(args.tracking_uri, args.experiment, str(args.out.parent / "artifacts"), create=False)
         clean_up(tracker)  # runs a killed command left RUNNING are ended before they are reported
-        out = write_report(tracker, args.sweep, args.out, study=args.study, criteria=Criteria(args.confidence))
+        out = write_report(tracker, args.sweep, args.out, study=args.study, confidence=args.confidence)
     except ConfigError as err:
         _refuse(str(err))
     except ExperimentNotFound as err:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from pipeline.compare.paired import WIDE, Judgement
 from pipeline.records import RunKind, Status
-from pipeline.render.document import fastest_line
-from pipeline.render.table import Criteria, Row, comparison_rows, format_table, order, rank_text
+from pipeline.render.headline import fastest_line, sweep_gain
+from pipeline.render.rows import Criteria, Row, order, recorded_rows
+from pipeline.render.table import format_table, rank_text
 from pipeline.summaries import RecordedJob
 from pipeline.tracking import runs
 from pipeline.tracking.readback import read_text
@@ -61,13 +61,15 @@ class Answer:
     confidence: float
     against: str | None  # what the speed-up is over: the baseline
     text: str  # the headline the report gives it (plain text)
+    claim: str = ""  # the speed-up over `against` in words, or why none is claimed (one line)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, data: dict) -> Answer:
-        return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
+        found = {f.name: data.get(f.name) for f in dataclasses.fields(cls)}
+        return cls(**{**found, "claim": found["claim"] or ""})  # a card written before answers had a claim
 
 
 @dataclass(frozen=True, eq=False)
@@ -133,18 +135,6 @@ def frame(records: list[dict[str, object]]) -> pd.DataFrame:
     return table.astype({**dict.fromkeys(figures, "float64"), "runs": "int64"})
 
 
-def criteria_of(params: dict[str, str]) -> Criteria:
-    """The criteria a job was judged by (its `measure.*` params)."""
-    default = Criteria()
-    keys = {
-        "confidence": "confidence",
-        "max_drift": "max_drift",
-        "max_cv": "max_cv",
-        "busy_threshold": "busy_threshold",
-    }
-    return Criteria(**{k: float(params.get(f"measure.{m}", getattr(default, k))) for k, m in keys.items()})
-
-
 def _answer_row(rows: list[Row]) -> Row | None:
     """The row the table ranks first; with nothing ranked, the lowest median that finished under its cap."""
     ranked = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
@@ -158,31 +148,15 @@ def sweep_answer(tracker: Tracker, rows: list[Row], jobs: list[RecordedJob], con
     best = _answer_row(rows)
     text = fastest_line(rows, _cap_gib(jobs)).replace("**", "")
     if best is None:
-        return Answer(None, None, None, None, None, confidence, None, text)
+        return Answer(None, None, None, None, None, confidence, None, text, "no speed-up is claimed: nothing finished")
     baseline = next((r for r in rows if r.config_id == jobs[0].config_id), None) if jobs else None
     command = tracker.run(best.jobs[0].run_id).data.tags.get(runs.OVERRIDES)
     reproduce = None if command is None else f"python -m pipeline.train {command}".rstrip()
-    gain, against = sweep_gain(best, baseline, rows)
-    return Answer(best.name, reproduce, *gain or (None, None, None), confidence, against, text)
-
-
-def sweep_gain(
-    best: Row, baseline: Row | None, rows: list[Row]
-) -> tuple[tuple[float, float, float] | None, str | None]:
-    """The best row's speed-up over the baseline with its interval, from their paired rounds, and the baseline's
-    name. Where the baseline is the best itself (a speed-up of 1.00x over itself says nothing), it is over the
-    nearest config the rounds compared with it: the runner-up."""
-    if baseline is None or best.judgement is None:
-        return None, None
-    if baseline is best:
-        compared = [r for r in rows if r is not best and r.comparison is not None and r.comparison.speedup]
-        baseline = max(compared, key=lambda r: r.comparison.speedup, default=None)
-        if baseline is None:
-            return None, None
-    c = baseline.comparison  # the baseline against the best (the reference of the ranking)
-    if c is None or c.judgement is None or (c.judgement is Judgement.EQUAL and c.margin >= WIDE):
-        return None, None  # one round, or rounds that left them untold apart: no figure says anything
-    return (1 / c.speedup, 1 / c.high if c.high else 0.0, 1 / c.low if c.low else math.inf), baseline.name
+    gain = sweep_gain(best, baseline, rows)
+    against = gain.against if gain.speedup is not None else None
+    return Answer(
+        best.name, reproduce, gain.speedup, gain.low, gain.high, confidence, against, text, gain.line(best.name)
+    )
 
 
 ANSWER_LINES = ("best feasible:", "nothing fits", "no config fits yet")  # how the console's answer of a study starts
@@ -196,11 +170,12 @@ def study_answer(parent, rows: list[Row], jobs: list[RecordedJob], confidence: f
     text = said[0] if said else fastest_line(rows, cap).replace("**", "")
     best = next((r for r in rows if r.config_id == tags.get(runs.BEST_CONFIG)), None)
     if best is None:
-        return Answer(None, None, None, None, None, confidence, None, text)
+        return Answer(None, None, None, None, None, confidence, None, text, tags.get(runs.CLAIM, ""))
     gain = [metrics.get(k) for k in ("speedup_vs_baseline", "speedup_low", "speedup_high")]
     named = tags.get(runs.BASELINE)
     against = (f"the baseline {named}" if named else "the baseline") if gain[0] is not None else None
-    return Answer(best.name, tags.get("answer"), *gain, confidence, against, text)
+    claim = tags.get(runs.CLAIM, "").splitlines()
+    return Answer(best.name, tags.get("answer"), *gain, confidence, against, text, claim[0] if claim else "")
 
 
 def _cap_gib(jobs: list[RecordedJob]) -> float | None:
@@ -215,8 +190,8 @@ def read(tracker: Tracker, parent_id: str) -> Result:
     kind = RunKind(tags[runs.KIND])
     jobs = runs.read_jobs(tracker, parent_id)
     params = tracker.run(jobs[0].run_id).data.params if jobs else {}
-    criteria = criteria_of(params)
-    rows = comparison_rows(jobs, criteria, prefer=tags.get(runs.BEST_CONFIG))
+    criteria = Criteria.recorded(params)
+    rows = recorded_rows(jobs, criteria, tags)
     if kind is RunKind.SWEEP:
         answer = sweep_answer(tracker, rows, jobs, criteria.confidence)
         summary, command = format_table(rows, criteria), f"python -m pipeline.train -m {tags.get('overrides', '')}"

@@ -84,7 +84,7 @@ class JobSummary:
                 step_time_trimmed_s=s.trimmed,
                 step_time_p10_s=s.p10,
                 step_time_p90_s=s.p90,
-                step_time_cv=s.cv,
+                step_time_cv_pct=100 * s.cv,
                 step_time_ci_low_s=s.ci.low,
                 step_time_ci_high_s=s.ci.high,
                 step_time_ci_level=s.ci.level,
@@ -101,7 +101,8 @@ class JobSummary:
         out.update({f"{phase}_median_s": value for phase, value in self.phases.items()})
         out.update({f"{key}_gib": value for key, value in self.memory_gib.items()})
         out.update({f"{key}_s": value for key, value in self.seconds.items()})
-        out.update(final_loss=self.final_loss, step_time_drift=self.drift, gpu_busy=self.gpu_busy)
+        drift = None if self.drift is None else 100 * (self.drift - 1)  # as the console says it: `drift +15%`
+        out.update(final_loss=self.final_loss, step_time_drift_pct=drift, gpu_busy=self.gpu_busy)
         out.update(allreduce_median_s=self.allreduce_s)
         return {k: float(v) for k, v in out.items() if v is not None}
 
@@ -117,7 +118,7 @@ class JobSummary:
                 trimmed=metrics.get("step_time_trimmed_s", metrics["step_time_mean_s"]),
                 p10=metrics["step_time_p10_s"],
                 p90=metrics["step_time_p90_s"],
-                cv=metrics["step_time_cv"],
+                cv=metrics["step_time_cv_pct"] / 100 if "step_time_cv_pct" in metrics else metrics["step_time_cv"],
                 ci=Interval(
                     metrics["step_time_ci_low_s"], metrics["step_time_ci_high_s"], metrics["step_time_ci_level"]
                 ),
@@ -138,10 +139,17 @@ class JobSummary:
             memory_gib=memory,
             seconds=seconds,
             final_loss=metrics.get("final_loss"),
-            drift=metrics.get("step_time_drift"),
+            drift=_drift(metrics),
             gpu_busy=metrics.get("gpu_busy"),
             allreduce_s=metrics.get("allreduce_median_s"),
         )
+
+
+def _drift(metrics: dict[str, float]) -> float | None:
+    """The drift ratio from its percent (`step_time_drift_pct`), or from the ratio stores before it kept."""
+    if "step_time_drift_pct" in metrics:
+        return 1 + metrics["step_time_drift_pct"] / 100
+    return metrics.get("step_time_drift")
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,12 @@ def assert_rows_match(out: str, result: dict) -> None:
         assert cap == r["cap"] == "no-cap" and rank == r["rank"] and notes == r["notes"]
         assert f"{r['loss_dev']:.1e}" == loss
     assert result["summary"] in out  # the table the console printed, verbatim
+    # the answer in one line, as the console ended with it (a tie's too), and its claim under it
+    lines = out.splitlines()
+    answer = result["answer"]
+    assert answer["text"] in lines and lines[lines.index(answer["text"]) + 1] == f"  {answer['claim']}", out[-2000:]
+    figure = re.search(r"x the tokens/s of .* \[(\S+), (\S+)\]", answer["claim"])
+    assert (float(figure[1]) > 1 or float(figure[2]) < 1) if figure else "no speed-up is claimed: " in answer["claim"]
 
 
 def assert_recorded(folder, result: dict) -> None:

@@ -89,7 +89,23 @@ def test_the_committed_cpu_and_h200_cards_of_one_setting_compare_in_one_table():
         if line.startswith("| 4x1 ") or line.startswith("| 1x4 ")
     }
     assert rows["4x1"] == [
-        "0.0503 s (3 runs), fastest; equal with tiny 2x2, 0.44 GiB",
+        "0.2818 s (3 runs), fastest; not told apart from tiny 2x2, 0.44 GiB",
         "0.0298 s (3 runs), fastest, winner, 0.70 GiB",
     ]
     assert rows["1x4"][1] == "0.0995 s (3 runs), 3.34x [2.53, 4.40], slower, 0.68 GiB"
+
+
+def test_cards_of_one_gpu_and_setting_share_a_column_the_newest_shown_and_the_others_named():
+    """Two H200 cards of the tiny sweep, a day apart, and a CPU card of it: two columns (one per GPU), the H200's the
+    newer card's, the older named under the table with its answer."""
+    import dataclasses
+
+    h200, cpu = load(COMMITTED / "h200-tiny.json"), load(COMMITTED / "cpu-tiny.json")
+    older = dataclasses.replace(h200, date="2026-11-01 10:00", name="older-sweep")
+    text = merge([("h200-old.json", older), ("cpu-tiny.json", cpu), ("h200-tiny.json", h200)])
+    header = next(line for line in text.splitlines() if line.startswith("| config "))
+    columns = [c.strip() for c in header.strip("|").split(" | ")][1:]
+    assert columns == ["NVIDIA H200 (h200-tiny.json, A)", "AMD EPYC (cpu-tiny.json, A)"]  # in the order given
+    (named,) = [line for line in text.splitlines() if line.startswith("- h200-old.json")]
+    assert "2026-11-01 10:00" in named and "the same GPU and setting as h200-tiny.json" in named
+    assert sum(line.startswith("- ") and ".json (" in line for line in text.splitlines()) == 3  # every answer said

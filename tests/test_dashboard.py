@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -59,6 +60,7 @@ except ImportError:  # the API tests still run; the browser's view is skipped
 
 SPACE = ["1x8", "2x4", "4x2", "8x1"]
 STARTUP_S = 60
+WIDTH = 1280  # the browser's window: a laptop's
 
 
 @dataclass(frozen=True)
@@ -296,14 +298,16 @@ def _trace(page, plot: str, name: str) -> list[tuple]:
 
 
 def _see_it_in_a_browser(storage: str, name: str, best: int, feasible: dict, over: set, stored: dict) -> None:
-    """The study's pages in Chromium: the history plots the trials that fit, at their step times, and none over
-    the cap (which were its lowest grey dots); the timeline shows those apart, in its "Infeasible" colour; the best
-    trial is the study's answer; a trial's page fits the window and shows its reason."""
+    """The study's pages in Chromium, 1280 px wide: the history plots the trials that fit, at their step times, and
+    none over the cap (which were its lowest grey dots); the timeline shows those apart, in its "Infeasible" colour;
+    the best trial is the study's answer, its value as the console prints it; the study's attributes table keeps its
+    card's width; a trial over the cap is badged `Infeasible`, never `Complete`; a trial's page fits the window and
+    shows its reason."""
     with serving(storage) as base, sync_api.sync_playwright() as playwright:
         ids = {s["study_name"]: s["study_id"] for s in _get(f"{base}/studies")["study_summaries"]}
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page(viewport={"width": WIDTH, "height": 1000})
             page.set_default_timeout(STARTUP_S * 1000)
             study_page = f"{base.removesuffix('/api')}/dashboard/studies/{ids[name]}"
             page.goto(study_page)
@@ -315,14 +319,27 @@ def _see_it_in_a_browser(storage: str, name: str, best: int, feasible: dict, ove
             assert _trace(page, "plot-history", f"Infeasible Trial of {name}") == []
             timeline = _trace(page, "graph-timeline", "Infeasible")  # bars along time: y is the trial's number
             assert sorted(y for _, y in timeline) == sorted(over)
+            card = page.get_by_text(f"Best Trial (number={best})", exact=True).locator("xpath=..")
+            best_value = card.get_by_text(re.compile(r"^\d+(\.\d+)?$")).first.inner_text()
+            assert float(best_value) == pytest.approx(feasible[best], abs=1e-9) and len(best_value) <= 8, best_value
+            attributes = page.get_by_text("Study User Attributes", exact=True).locator("xpath=..").locator("table")
+            width = attributes.evaluate("t => [t.scrollWidth, t.parentElement.clientWidth]")
+            assert width[0] <= width[1], width  # no value cut at the card's edge, no scroll bar
             shots = screenshots_folder()
             if shots:
                 page.screenshot(path=str(shots / "optuna-dashboard.png"), full_page=True)
+            page.goto(f"{study_page}/trials")
+            for trial in sorted(over | set(feasible)):  # the list's badges: what each trial is
+                entry = page.locator(".MuiListItemButton-root", has=page.get_by_text(f"Trial {trial}", exact=True))
+                entry.locator(".MuiChip-label").first.wait_for()
+                badges = entry.locator(".MuiChip-label").all_inner_texts()
+                assert ("Infeasible" in badges) is (trial in over) and ("Complete" in badges) is (trial not in over)
             number = min(over)
             page.goto(f"{study_page}/trials?numbers={number}")
             reason = page.get_by_text(f"reason {stored[number].user_attrs['reason']}", exact=True)
             reason.wait_for()
-            assert page.evaluate("document.documentElement.scrollWidth") <= 1400  # long attributes wrap
+            assert page.get_by_text("Infeasible", exact=True).count() >= 1
+            assert page.evaluate("document.documentElement.scrollWidth") <= WIDTH  # long attributes wrap
             box = reason.evaluate(
                 "e => { const b = e.parentElement.parentElement; return [b.scrollHeight, b.clientHeight]; }"
             )

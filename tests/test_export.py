@@ -16,7 +16,7 @@ from pipeline.jobs.answer_code import export, export_answer, sweep_answer
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
 from pipeline.records import RunKind, Status
-from pipeline.render.table import Criteria, comparison_rows
+from pipeline.render.rows import Criteria, comparison_rows
 from pipeline.tracking.runs import OVERRIDES
 from pipeline.tracking.store import Tracker
 from tests.helpers.cli import run_cli, run_python

@@ -1,11 +1,15 @@
-"""docs/quickstart.ipynb runs end to end in a real kernel, on the CPU with the tiny model: the sweep's table, its two
-plots, the study under a cap and the card. `make notebook` writes the executed copy back to docs/ (the repository
-keeps its outputs)."""
+"""docs/quickstart.ipynb runs end to end in a real kernel, on the CPU with the tiny model, from a folder without the
+repository (as on a fresh Colab runtime: its first cell clones it, here from this checkout): the sweep's table, its
+two plots, the study under a cap and the card, and no output names the folder it ran in. Inside a copy of the
+repository its first cell does nothing. `make notebook` writes the executed copy back to docs/ (the repository keeps
+its outputs)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -24,14 +28,31 @@ def text_of(cell) -> str:
     return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
 
 
+REPO = NOTEBOOK.parents[1]
+
+
+def test_the_first_cell_does_nothing_inside_a_copy_of_the_repository(tmp_path):
+    """Run where the repository is (a clone): no clone, no change of folder, nothing installed."""
+    first = next(c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code")
+    probe = f"{first.source}\nimport os; print(os.getcwd())"
+    env = {**os.environ, "BATCH_SPLIT_REPOSITORY": f"file://{tmp_path / 'nothing-here'}"}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == str(REPO), done.stderr[-2000:]
+    assert not (REPO / "batch-split").exists()
+
+
 @pytest.mark.slow
-def test_the_quickstart_notebook_runs_on_the_cpu(tmp_path):
-    """No GPU here: the notebook's own parameters cell picks the tiny model and short jobs."""
+def test_the_quickstart_notebook_runs_on_the_cpu(tmp_path, monkeypatch):
+    """No GPU here: the notebook's own parameters cell picks the tiny model and short jobs. It starts in an empty
+    folder: its first cell clones the repository (this checkout, committed) and works in the clone."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
+    monkeypatch.setenv("BATCH_SPLIT_REPOSITORY", f"file://{REPO}")
     NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    clone = tmp_path / "batch-split"
+    assert (clone / "pipeline").is_dir() and (clone / "mlruns" / "mlflow.db").is_file()
 
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
@@ -45,12 +66,17 @@ def test_the_quickstart_notebook_runs_on_the_cpu(tmp_path):
     assert "python -m pipeline.train batch.split=" in text_of(answer) and "MLflow parent run:" in text_of(answer)
     plots = next(c for c in code if "plt.show()" in c.source)
     assert len(outputs(plots, "image/png")) == 1
+    claim = text_of(answer).splitlines()[1]
+    assert claim.startswith("tiny ") or claim.startswith("no speed-up is claimed: "), claim
     study_answer = next(c for c in code if "found.answer.text" in c.source)
     assert text_of(study_answer).startswith("best feasible: tiny ")
     assert "python -m pipeline.train mem_cap=4GiB" in text_of(study_answer)
     card = next(c for c in code if "pipeline.card(" in c.source)
     assert "Setting: model tiny" in outputs(card, "text/markdown")[0]["data"]["text/markdown"]
-    assert len(list((tmp_path / "cards").glob("*.json"))) == 1
+    assert "Recorded: MLflow run " in outputs(card, "text/markdown")[0]["data"]["text/markdown"]
+    assert len(list((clone / "cards").glob("*.json"))) == 1
+    kept = nbformat.writes(nb)
+    assert str(tmp_path) not in kept and "/tmp/" not in kept  # no output names the folder it ran in
 
     folder = os.environ.get(WRITE_BACK_ENV)
     if folder:

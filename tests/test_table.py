@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import statistics
 from xml.etree import ElementTree
@@ -10,8 +11,9 @@ from xml.etree import ElementTree
 import pytest
 
 from pipeline.compare.paired import Judgement
-from pipeline.render.table import Criteria, comparison_rows, format_table, order, paired_text, rank_text
-from pipeline.results import sweep_gain
+from pipeline.render.headline import sweep_gain
+from pipeline.render.rows import Criteria, comparison_rows, order
+from pipeline.render.table import format_table, paired_text, rank_text
 from tests.helpers.records import recorded
 
 
@@ -85,14 +87,27 @@ def test_one_run_per_config_ranks_nothing_and_says_why():
     assert [r.name for r in order(rows)] == ["m 4x1", "m 1x4"]
 
 
-def test_ties_state_the_margin_they_certify():
+def test_ties_state_the_margin_they_certify_and_are_equal_only_within_the_tie_tolerance():
+    """A tie whose interval leaves ±13% open is `not told apart` under the default tie tolerance (5%) and `equal`
+    under one of 20%; a tie certified within ±3% is `equal` under the default."""
     jobs = []
     for repeat, (a, b) in enumerate([(1.0, 1.05), (1.1, 1.0), (0.9, 0.95), (1.0, 1.02)]):
         jobs += [recorded("a", "a", [a] * 5, repeat), recorded("b", "b", [b] * 5, repeat)]
     rows = {r.name: r for r in comparison_rows(jobs, Criteria())}
     other = next(r for r in rows.values() if r.comparison is not None)
-    assert other.judgement is Judgement.EQUAL
-    assert rank_text(other) == f"equal ±{__import__('math').ceil(100 * other.comparison.margin)}%"
+    margin = math.ceil(100 * other.comparison.margin)
+    assert other.judgement is Judgement.EQUAL and margin == 13
+    assert rank_text(other) == "not told apart (within ±13%)"
+    reference = next(r for r in rows.values() if r.role)
+    assert rank_text(reference) == f"fastest; not told apart from {other.name}"
+    loose = {r.name: r for r in comparison_rows(jobs, Criteria(tie_tolerance=0.2))}
+    assert rank_text(loose[other.name]) == "equal ±13%"
+    assert rank_text(next(r for r in loose.values() if r.role)) == f"fastest; equal with {other.name}"
+    close = []
+    for repeat, (a, b) in enumerate([(1.0, 1.01), (1.0, 0.99), (1.0, 1.0), (1.0, 1.005), (1.0, 0.995)]):
+        close += [recorded("a", "a", [a] * 5, repeat), recorded("b", "b", [b] * 5, repeat)]
+    tied = next(r for r in comparison_rows(close, Criteria()) if r.comparison is not None)
+    assert tied.comparison.margin < 0.05 and rank_text(tied).startswith("equal ±")
 
 
 def test_notes_are_per_config_not_per_repeat():
@@ -123,7 +138,9 @@ def test_the_plot_axis_states_the_coverage_and_source_the_table_states():
     assert "90% CI of one run's steps" in format_table(single, Criteria(0.9))
     jobs = [recorded(n, n, [t * (1 + r / 10)] * 5, r) for r in range(3) for n, t in (("a", 0.1), ("b", 0.2))]
     paired = comparison_rows(jobs, Criteria(0.9))
-    assert "(mean of paired runs)\nabove a bar: time vs fastest, paired" in step_label(paired, 0.9)
+    assert "(mean of paired runs)\nranked: the fastest's times its time vs fastest, paired (above)" in step_label(
+        paired, 0.9
+    )
     assert "time vs fastest (90%, paired)" in format_table(paired, Criteria(0.9))
 
 
@@ -142,10 +159,12 @@ def _study_with_an_open_interval() -> list:
     return jobs
 
 
-def test_an_open_interval_never_sets_the_step_axis_and_the_bars_are_the_step_column(tmp_path):
+def test_an_open_interval_never_sets_the_step_axis_and_the_bars_and_labels_are_one_number(tmp_path):
     """The study of the bug: b's paired interval against the answer runs to hundreds of times; the axis is set by the
-    bars of about 2 s (each the table's step column), the answer has its bar, and is not called the fastest."""
-    from pipeline.render.plots import RANKS, Context, axis_top, rank_of, step_times
+    bars of about 2 s, the answer has its bar (its step column), and is not called the fastest. b's bar is the
+    answer's times b's paired ratio, the label above it (its search median, 2.3 s, is another source: the bar
+    said 2.3 / 2.0 = 1.15 beside a label of 0.81x)."""
+    from pipeline.render.plots import RANKS, Context, axis_top, bar_height, rank_of, step_times
 
     rows = order(comparison_rows(_study_with_an_open_interval(), Criteria(), prefer="a"))
     by_name = {r.name: r for r in rows}
@@ -153,8 +172,10 @@ def test_an_open_interval_never_sets_the_step_axis_and_the_bars_are_the_step_col
     assert 1 / b.low > 300 and b.judgement is Judgement.EQUAL  # the open interval of the bug
     assert [r.name for r in rows] == ["b", "a"]  # ordered by the ratio: b reads 0.81x of the answer's time
     assert [paired_text(r) for r in rows] == [f"0.81x [0.00, {1 / b.low:.2f}]", "answer"]
-    assert axis_top(rows) == pytest.approx(1.3 * by_name["b"].median)  # by the bars: 2.3 s, never 700 s
     assert by_name["a"].median == pytest.approx(2.0) and by_name["b"].median == pytest.approx(2.3)
+    assert bar_height(by_name["a"], rows) == by_name["a"].median
+    assert bar_height(by_name["b"], rows) / bar_height(by_name["a"], rows) == pytest.approx(1 / b.speedup)
+    assert axis_top(rows) == pytest.approx(1.3 * 2.0)  # by the bars: 2 s, never 700 s
     assert rank_of(by_name["a"]) is RANKS["answer"] and rank_of(by_name["b"]) is RANKS["apart"]
     context = Context("Study", "s", "cpu", "2026-12-01", 1.0, True)
     plot = step_times(rows, context, 0.95, tmp_path / "steps.png")
@@ -226,17 +247,19 @@ def test_the_runs_table_gives_the_fastests_rank_in_short_and_the_parent_who_won_
 
     rows = comparison_rows(_three_way_tie(), Criteria())
     reference = next(r for r in rows if r.role)
-    assert in_short(reference) == "fastest; equal with 1; not told apart from 1"
+    assert in_short(reference) == "fastest; equal with 1; 1 not told apart"  # b within 5%, c not
+    strict = comparison_rows(_three_way_tie(), Criteria(tie_tolerance=0.001))
+    assert in_short(next(r for r in strict if r.role)) == "fastest; 2 not told apart"
     nearest = next(r for r in order(rows) if r.comparison is not None)
     tags, best = parent_tags(rows)
     assert best is reference
-    assert tags == {"rank": f"{reference.name}: {in_short(reference)}", "time_vs_fastest": f"next: {nearest.name} "
+    assert tags == {"rank": f"{reference.name}: {in_short(reference)}", "time_vs_fastest": f"next: "
                     f"{paired_text(nearest)}"}  # fmt: skip
     on, off = [0.42, 0.36, 0.47, 0.41], [0.24, 0.22, 0.31, 0.21]
     jobs = [recorded("ckpt=on", "on", [t] * 10, r) for r, t in enumerate(on)]
     jobs += [recorded("ckpt=off", "off", [t] * 10, r) for r, t in enumerate(off)]
     tags, _ = parent_tags(comparison_rows(jobs, Criteria()))
-    assert tags["rank"] == "ckpt=off: winner" and tags["time_vs_fastest"].startswith("next: ckpt=on 1.7")
+    assert tags["rank"] == "ckpt=off: winner" and tags["time_vs_fastest"].startswith("next: 1.7")
     single = comparison_rows([recorded("m 1x4", "a", [0.3] * 10), recorded("m 4x1", "b", [0.1] * 10)], Criteria())
     assert parent_tags(single)[0] == {"rank": "m 4x1: lowest median (not ranked: one run)", "time_vs_fastest": "-"}
 
@@ -257,7 +280,12 @@ def test_the_figures_a_person_reads_in_mlflow_are_logged_as_the_console_prints_t
     logged = figures.metrics(summary)
     assert list(logged)[:3] == list(figures.LEADING_METRICS) and logged["peak_gib"] == 0.4668
     assert "context_gib" not in logged and "compile_s" not in logged  # no CUDA context recorded, nothing compiled
-    assert logged["step_time_trimmed_s"] == summary.step_time.trimmed  # what ranks stays whole
+    assert figures.ranked(0.677736826249884) == 0.677737  # what ranks: six significant digits
+    assert logged["step_time_trimmed_s"] == figures.ranked(summary.step_time.trimmed)
+    assert logged["step_time_drift_pct"] == 26.0 and logged["step_time_cv_pct"] == round(100 * summary.step_time.cv, 1)
+    noisy = summarize_job(result([0.1, 0.137, 0.09, 0.1555555, 0.1, 0.1234567]), 0, 0.95)
+    for key, value in figures.metrics(noisy).items():  # nothing logged with more digits than a person reads
+        assert value == int(value) or float(f"{value:.6g}") == value, (key, value)
     text = figures.description("m 1x4", summary, ["rank: slower"])
     assert text.startswith("**m 1x4**: ok, step 0.1130 s (median of 12 steady steps, ")
     assert "drift +26% (the last third of steady steps against the first)" in text and text.endswith("rank: slower")
@@ -275,7 +303,25 @@ def test_a_sweep_whose_first_config_wins_states_its_speedup_over_the_runner_up()
             jobs.append(recorded(name, config_id, [step + rng.uniform(0, 0.005) for _ in range(12)], repeat))
     rows = comparison_rows(jobs, Criteria())
     by = {r.name: r for r in rows}
-    gain, against = sweep_gain(by["m 1x4"], by["m 1x4"], rows)
-    assert against == "m 2x2" and gain[0] == pytest.approx(2.0, rel=0.05) and gain[1] <= gain[0] <= gain[2]
-    gain, against = sweep_gain(by["m 1x4"], by["m 4x1"], rows)
-    assert against == "m 4x1" and gain[0] == pytest.approx(3.0, rel=0.05)
+    gain = sweep_gain(by["m 1x4"], by["m 1x4"], rows)
+    assert gain.against == "m 2x2" and gain.speedup == pytest.approx(2.0, rel=0.05)
+    assert gain.low <= gain.speedup <= gain.high and gain.low > 1
+    assert gain.line("m 1x4") == (
+        f"m 1x4: {gain.speedup:.2f}x the tokens/s of m 2x2 [{gain.low:.2f}, {gain.high:.2f}] (95%, paired)"
+    )
+    gain = sweep_gain(by["m 1x4"], by["m 4x1"], rows)
+    assert gain.against == "m 4x1" and gain.speedup == pytest.approx(3.0, rel=0.05)
+
+
+def test_a_sweeps_speedup_is_a_figure_only_where_its_interval_excludes_1():
+    """Two configs the rounds cannot tell apart (the fastest's ratio 1.08x [0.13, 8.97] in the README's busy
+    sweep): no figure, one line saying why."""
+    jobs = []
+    for repeat, (a, b) in enumerate([(1.0, 0.6), (1.0, 1.5), (1.0, 1.1)]):
+        jobs += [recorded("m 1x4", "a", [a] * 5, repeat), recorded("m 4x1", "b", [b] * 5, repeat)]
+    rows = comparison_rows(jobs, Criteria())
+    best = next(r for r in rows if r.role)
+    gain = sweep_gain(best, rows[0], rows)
+    assert gain.speedup is None and gain.low is None
+    assert gain.line(best.name).startswith("no speed-up is claimed: 3 paired rounds could not tell ")
+    assert "(within " in gain.line(best.name) and "either way)" in gain.line(best.name)

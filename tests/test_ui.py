@@ -5,15 +5,20 @@ A sweep of three splits with three repeats (paired rounds) and a study under a c
 three short rounds (its intervals are wide, often open: `0.83x [0.00, 1212.40]`), both in one store, their reports,
 then the MLflow server started by `python -m pipeline.ui` with the arguments `make ui` gives it. The link it prints
 must open the experiment's runs in the UI's "Model training" view (MLflow 3.17 opens experiments in its GenAI view
-otherwise) in the project's saved view: every run on the page without a click, with its step time, tokens/s and peak
-memory as recorded (rounded as the console prints them), its rank, `time vs fastest` and notes as the console's
-table said them, whole; the sweep's parent row with the winner (or the fastest and its ties) and by how much. The
-run page and the compare page reached from there must stay in the training view, the run's step times must be
-charted apart from its warm-up's, and the compare page must plot the step time. Each report, opened through
-MLflow's artifact viewer (which serves the page, not the files beside it), must show its four plots, and its
-step-time plot must be its table's step column: bar for bar in the table's order, labelled with its `time vs` cell,
-the axis set by the bars and not by an interval. `BATCH_SPLIT_SCREENSHOTS=docs` (`make screenshots`) also saves
-docs/mlflow-ui.png, docs/report.png and docs/report-study.png.
+otherwise) in the project's saved view. On a screen 1280 px wide, 900 high, with no click: the sweep's own row first,
+with its winner (or the fastest and its ties) and by how much, whole and in view; every run in view with its rank,
+`time vs fastest` and status whole and its note begun; the study's groups told apart by their names, whole (its
+trials, its probes, its confirmation runs, what went over the cap), the confirmation group's row showing no step time
+to read as faster than a trial. On a wider one every run's figures as recorded (rounded as the console prints them),
+its rank, `time vs fastest` and notes as the console's table said them, whole. The run page and the compare page
+reached from there must stay in the training view, the run's step times must be charted apart from its warm-up's,
+and the compare page must plot the step time. Each report, opened through MLflow's artifact viewer (which serves the
+page, not the files beside it), must name its baseline and its claim at the top and show its four plots; its
+step-time plot's bars and labels must be one number (the reference's bar its step column, every other ranked bar that
+times the `time vs` cell above it), in the table's order, the axis set by the bars and not by an interval. The loss
+deviation of every config must be one number in the console, the card, the report and MLflow.
+`BATCH_SPLIT_SCREENSHOTS=docs` (`make screenshots`) also saves docs/mlflow-ui.png, docs/report.png and
+docs/report-study.png.
 
 Needs Chromium (`apt-get install chromium`; Playwright's own browser download is not used) and the `playwright`
 package; skipped without them.
@@ -21,6 +26,7 @@ package; skipped without them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -49,11 +55,13 @@ STUDY = [  # the README's CPU study, shorter, its confirmation round three round
     "optimize.confirm_rounds=3",
     "optimize.confirm_share=0.8",
     "optimize.confirm_steps=3",
+    "optimize.prune_factor=100",  # every config that fits measured in full, however busy the machine: a round to rank
 ]
 COLUMNS = ("step_time_median_s", "tokens_per_s", "peak_gib")  # in the view, with the tags below
 TAGS = ("rank", "time_vs_fastest", "note")
 MAX_DRIFT, MAX_CV = 0.10, 0.25  # measure.max_drift, measure.max_cv: beyond them a run's note says so
 WIDTH = 1920
+NARROW, FOLD = 1280, 900  # the screen of the first look: every answer column in view, no click
 LOAD_S = 90  # first load of the UI's bundle on a busy 2-core machine
 
 pytestmark = [
@@ -121,10 +129,10 @@ def _table(stdout: str) -> list[list[str]]:
 
 def _own_notes(run: Run) -> str:
     """What a run's note must say of its own steps, from its metrics: the console's words."""
-    m = run.data.metrics
-    drift = abs(m["step_time_drift"] - 1) if "step_time_drift" in m else 0.0  # none over a few steps
+    m = run.data.metrics  # drift and cv logged as the console's percents
+    drift = abs(m["step_time_drift_pct"]) / 100 if "step_time_drift_pct" in m else 0.0  # none over a few steps
     said = [f"drift {100 * drift:.0f}%"] if drift > MAX_DRIFT else []
-    said += [f"cv {100 * m['step_time_cv']:.0f}%"] if m["step_time_cv"] > MAX_CV else []
+    said += [f"cv {m['step_time_cv_pct']:.0f}%"] if m["step_time_cv_pct"] / 100 > MAX_CV else []
     return "; ".join(said) or "-"
 
 
@@ -171,22 +179,79 @@ def _check_sweep_rows(page, stdout: str, runs: list[Run]) -> None:
     assert parent.data.metrics["step_time_median_s"] == pytest.approx(float(first[2].split()[0]), abs=6e-5)
     expected = {
         "rank": f"{first[0]}: {_in_short(first[9], _table(stdout))}",
-        "time_vs_fastest": f"next: {second[0]} {second[3]}",
+        "time_vs_fastest": f"next: {second[3]}",
         "note": "9 of 9 jobs finished",
     }
     _check_run_row(page, parent, expected)
 
 
 def _in_short(rank: str, table: list[list[str]]) -> str:
-    """The fastest's rank in the runs table, from the console's: `winner`, or `fastest; not told apart from 2`,
+    """The fastest's rank in the runs table, from the console's: `winner`, or `fastest; 2 not told apart`,
     counting the rows tied with it."""
     if rank == "winner":
         return rank
     near = sum(1 for row in table if row[9].startswith("equal ±"))
     apart = sum(1 for row in table if row[9].startswith("not told apart ("))
     return "; ".join(
-        ["fastest", *([f"equal with {near}"] if near else []), *([f"not told apart from {apart}"] if apart else [])]
+        ["fastest", *([f"equal with {near}"] if near else []), *([f"{apart} not told apart"] if apart else [])]
     )
+
+
+def _whole(locator) -> bool:
+    """Nothing in it cut: every element as wide as what it holds (no ellipsis); the group's colour picker, hidden in
+    a box a pixel wide, aside."""
+    return locator.evaluate(
+        "c => [...c.querySelectorAll('*'), c].every(e => e.clientWidth <= 1 || e.scrollWidth <= e.clientWidth)"
+    )
+
+
+def _check_on_open(page, url: str, runs: list[Run], study_name: str) -> None:
+    """The first look, 1280 x 900, no click: the sweep's own run first, its winner and by how much whole and in
+    view; every run drawn with its rank, time ratio and status whole and in view, its note begun; the study's groups
+    named whole, each a role (its trials, probes, confirmation runs, over the cap); the confirmation group's row
+    showing no step time (its runs' figures are a round's few steps, not a config's)."""
+    sweep = next(r for r in runs if r.data.tags.get("kind") == "sweep")
+    page.goto(url)
+    own = page.locator(f'[role=row][row-id$=".{sweep.info.run_id}"]').first
+    own.wait_for()
+    assert own.get_attribute("row-index") == "1", "the sweep's own run is not the first under its group"
+    right = page.locator(".ag-body-viewport").bounding_box()
+    right = right["x"] + right["width"]
+    for run in [r for r in runs if r.data.tags.get("kind") in ("sweep", "job", "study", "trial")]:
+        row = page.locator(f'[role=row][row-id$=".{run.info.run_id}"]').first
+        box = row.bounding_box() if row.count() else None
+        if box is None or box["y"] + box["height"] > FOLD:
+            continue  # below the fold: the grid draws what is in view
+        for key in ("rank", "time_vs_fastest", "status"):
+            cell = _cell(page, run, f"tags.`{key}`")
+            edge = cell.bounding_box()
+            assert edge["x"] + edge["width"] <= right and _whole(cell), (run.info.run_name, key, cell.inner_text())
+        assert _cell(page, run, "tags.`note`").bounding_box()["x"] < right - 60, run.info.run_name
+    parent = [_cell(page, sweep, f"tags.`{k}`").inner_text() for k in ("rank", "time_vs_fastest")]
+    assert parent == [sweep.data.tags["rank"], sweep.data.tags["time_vs_fastest"]], parent
+    groups = {r.data.tags["group"] for r in runs if r.data.tags.get("study")}
+    expected = {f"study {study_name}", f"probes · {study_name}", f"confirm · {study_name}"}
+    assert expected <= groups and groups <= expected | {f"over cap · {study_name}"}, groups
+    for group in sorted(groups):
+        label = _scrolled_to(page, f'[role=row][row-id="tag.group.{group}"] [col-id="attributes.`Run Name`"]')
+        said = label.inner_text().splitlines()  # beside the name: the group's colour and its count of runs
+        assert f"Group: {group}" in said and _whole(label), (group, said)
+    step = '[col-id="metrics.`step_time_median_s`"]'
+    confirm = _scrolled_to(page, f'[role=row][row-id="tag.group.confirm · {study_name}"] {step}')
+    assert not re.search(r"\d", confirm.inner_text()), confirm.inner_text()  # `- (min)`: no round's few steps
+
+
+def _scrolled_to(page, selector: str):
+    """The element `selector` finds, the grid scrolled down until it draws it (it draws the rows in view)."""
+    viewport = page.locator(".ag-body-viewport").first
+    found = page.locator(selector).first
+    for top in range(0, 20000, 300):
+        viewport.evaluate("(v, top) => { v.scrollTop = top; }", top)
+        page.wait_for_timeout(100)
+        if found.count():
+            found.scroll_into_view_if_needed()
+            return found
+    raise AssertionError(f"the grid never drew {selector}")
 
 
 def _check_run_page(page, run: Run) -> None:
@@ -217,29 +282,38 @@ def _check_compare_page(page, url: str, runs: list[Run]) -> None:
     assert chosen.locator("[class*=selection-item-content]").all_inner_texts() == [COLUMNS[0]]
 
 
-def _check_report(page, base: str, parent: Run, sweep: bool):
-    """The report as MLflow's artifact viewer shows it: its four plots drawn; its step-time plot the table's step
-    column, bar for bar in the table's order, each ranked bar labelled with its `time vs` cell, the axis set by the
-    bars (the tallest reaches 1/1.3 of it, whatever an interval says); in a sweep, the bars rise as the ranks."""
+def _check_report(page, base: str, parent: Run, sweep: bool, baseline: str):
+    """The report as MLflow's artifact viewer shows it: its baseline and its claim under the headline; its four
+    plots drawn; its step-time plot's bars and labels one number, in the table's order: the reference's bar its step
+    column, every other ranked bar that times its `time vs` cell (the label above it), an unranked bar its own step
+    column; the axis set by the bars (the tallest reaches 1/1.3 of it, whatever an interval says); in a sweep, the
+    bars rise as the ranks. Its table's rows, as cells."""
     experiment, run_id = parent.info.experiment_id, parent.info.run_id
     page.goto(f"{base}/#/experiments/{experiment}/runs/{run_id}/artifacts/report/report.html")
     page.locator("iframe").first.wait_for()
     report = next(f for f in _wait_for_frames(page) if f.url.startswith("blob:"))
     report.locator("table").wait_for()
+    said = report.locator("p.claim").all_inner_texts()
+    assert said[0].startswith(f"Baseline: {baseline} ("), said
+    claim = said[1]
+    figure = re.search(r"\d+\.\d+x the (?:baseline's )?tokens/s (?:of [^[]+)?\[(\d+\.\d+), (\d+\.\d+)\]", claim)
+    assert claim.startswith("Claim: ") and (figure or "no speed-up" in claim), said
+    if figure:  # a figure only where its interval excludes 1
+        assert float(figure[1]) > 1 or float(figure[2]) < 1, claim
     figures = report.locator("figure svg")
     assert figures.count() == 4
     for i in range(4):
         box = figures.nth(i).bounding_box()
         assert box is not None and box["width"] > 300 and box["height"] > 150, (i, box)
     rows = [r.locator("td").all_inner_texts() for r in report.locator("table tr").all()[1:]]
-    axes = report.locator("#step-axes").bounding_box()
-    # every bar the plot draws: a median, or a pruned config's first steps (hatched), which may be the tallest
-    steps = {i: float(r[2].split()[0]) for i, r in enumerate(rows) if re.match(r"\d", r[2])}
-    heights = {i: report.locator(f"#step-bar-{i}").bounding_box()["height"] for i in steps}
-    tallest = max(steps, key=steps.get)
-    assert heights[tallest] == pytest.approx(axes["height"] / 1.3, rel=0.02)
-    for i, value in steps.items():
-        assert heights[i] / heights[tallest] == pytest.approx(value / steps[tallest], abs=0.02), (rows[i], heights)
+    axes = _geometry(report.locator("#step-axes"))
+    # every bar the plot draws: a step time, or a pruned config's first steps (hatched), which may be the tallest
+    bars = _bar_values(rows)
+    heights = {i: _geometry(report.locator(f"#step-bar-{i}")) for i in bars}
+    tallest = max(bars, key=bars.get)
+    assert heights[tallest] == pytest.approx(axes / 1.3, rel=0.02)
+    for i, value in bars.items():
+        assert heights[i] / heights[tallest] == pytest.approx(value / bars[tallest], abs=0.02), (rows[i], heights)
     ranked = [i for i, r in enumerate(rows) if r[3] != "-"]
     assert len(ranked) >= 2, rows  # paired rounds ranked them
     for i in ranked:
@@ -247,6 +321,62 @@ def _check_report(page, base: str, parent: Run, sweep: bool):
     if sweep:
         assert [heights[i] for i in ranked] == sorted(heights[i] for i in ranked), (rows, heights)
     return rows
+
+
+def _geometry(locator) -> float:
+    """An SVG element's height as drawn, without its outline (a hatched bar has one, a filled bar none)."""
+    return locator.evaluate("e => (e.querySelector('path') || e).getBBox().height")
+
+
+def _bar_values(rows: list[list[str]]) -> dict[int, float]:
+    """What each bar must be, from the report's table: the reference's step column (`fastest`, `answer`) times a
+    ranked row's time ratio; an unranked row's own step column."""
+    steps = {i: float(r[2].split()[0]) for i, r in enumerate(rows) if re.match(r"\d", r[2])}
+    reference = next((steps[i] for i, r in enumerate(rows) if r[3] in ("fastest", "answer")), None)
+    ratios = {i: float(r[3].split("x")[0]) for i, r in enumerate(rows) if re.match(r"\d", r[3])}
+    return {i: reference * ratios[i] if i in ratios else value for i, value in steps.items()}
+
+
+def _check_loss_deviation(folder: Path, runs: list[Run], *printed: tuple[str, list[list[str]]]) -> None:
+    """Each config's loss deviation is one number: in the console's table (a sweep's, a study's trials), its card,
+    its report's table and its runs' `loss_max_rel_dev` in MLflow."""
+    for console, report in printed:
+        study = re.search(r"^\[study\] \S+:", console, re.M) is not None
+        card = run_cli(*(["--study"] if study else ["--sweep"]), _name(console), cwd=folder, module="pipeline.card")
+        assert card.returncode == 0, card.stderr[-2000:]
+        said = {row[1 if study else 0]: row[8] for row in _console_rows(console, study)}
+        in_card = {r["config"]: _e(r["loss_dev"]) for r in json.loads(card_json(folder, console).read_text())["rows"]}
+        in_report = {row[0]: row[8] for row in report}
+        kinds = ("trial",) if study else ("job",)
+        logged = {
+            r.data.tags["display_name"]: _e(r.data.metrics.get("loss_max_rel_dev"))
+            for r in runs
+            if r.data.tags.get("kind") in kinds and r.data.tags.get(_scope(study)) == _name(console)
+        }
+        assert said and said == in_report == {k: v for k, v in in_card.items() if k in said}, (said, in_card, in_report)
+        assert {k: v for k, v in logged.items() if v != "-"} == {k: v for k, v in said.items() if v != "-"}, logged
+
+
+def _name(console: str) -> str:
+    return re.search(r"^\[(?:sweep|study)\] (\S+):", console, re.M)[1]
+
+
+def _scope(study: bool) -> str:
+    return "study" if study else "sweep_id"
+
+
+def card_json(folder: Path, console: str) -> Path:
+    return folder / "cards" / f"{_name(console)}.json"
+
+
+def _e(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1e}"
+
+
+def _console_rows(console: str, study: bool) -> list[list[str]]:
+    """The rows of the table a sweep printed (`| tiny ...`), or of a study's trials (`| 0 | tiny ...`)."""
+    pattern = r"^\| \d+ +\| tiny " if study else r"^\| tiny "
+    return [[c.strip() for c in line.split("|")[1:-1]] for line in console.splitlines() if re.match(pattern, line)]
 
 
 def _wait_for_frames(page) -> list:
@@ -309,6 +439,15 @@ def _look(tmp_path: Path, sweep_out: str, study_out: str, study_name: str) -> No
                 viewport={"width": WIDTH, "height": 1700},  # every row drawn: the grid draws those in view
             )
             try:
+                first = browser.new_page()
+                first.set_default_timeout(LOAD_S * 1000)
+                first.set_viewport_size({"width": NARROW, "height": FOLD})
+                _check_on_open(first, url, runs, study_name)
+                if shots:
+                    first.goto(url)
+                    first.get_by_role("link", name=sweep_parent.info.run_name, exact=True).wait_for()
+                    first.screenshot(path=str(shots / "mlflow-ui.png"))
+                first.close()
                 page = browser.new_page()
                 page.set_default_timeout(LOAD_S * 1000)
                 page.goto(url)
@@ -318,23 +457,22 @@ def _look(tmp_path: Path, sweep_out: str, study_out: str, study_name: str) -> No
                 _in_training_view(page)
                 _check_sweep_rows(page, sweep_out, runs)
                 _check_run_row(page, answer, {k: answer.data.tags.get(k, "-") for k in TAGS})
-                for group in ("", " · probes", " · confirm"):  # a study's probes and short runs apart
-                    page.get_by_text(re.compile(rf"^Group: study {re.escape(study_name + group)}$")).wait_for()
+                for group in ("study ", "probes · ", "confirm · "):  # a study's probes and short runs apart
+                    page.get_by_text(re.compile(rf"^Group: {re.escape(group + study_name)}$")).wait_for()
                 sweep_name = page.get_by_role("link", name=sweep_parent.info.run_name, exact=True)
                 assert sweep_name.evaluate("link => link.scrollWidth <= link.clientWidth"), "the sweep's name is cut"
                 # nothing over the table: the link's page told the UI its assistant has opened once already
                 assert page.locator('[data-component-id="mlflow.assistant.chat_panel.close"]').count() == 0
-                if shots:
-                    page.screenshot(
-                        path=str(shots / "mlflow-ui.png"), clip={"x": 0, "y": 0, "width": WIDTH, "height": 900}
-                    )
                 _check_run_page(page, jobs[0])
                 _check_compare_page(page, url, jobs)
 
                 base = url.split("/batch-split/")[0]
-                sweep_rows = _check_report(page, base, sweep_parent, sweep=True)
+                first_config = f"tiny {SPLITS[0]}"  # the sweep's baseline: its first config
+                sweep_rows = _check_report(page, base, sweep_parent, True, first_config)
                 assert [r[0] for r in sweep_rows] == [row[0] for row in _table(sweep_out)]
-                _check_report(page, base, study_parent, sweep=False)
+                baseline = re.search(r"^\| \d+ +\| (tiny \S+) .*\| baseline", study_out, re.M)[1]
+                study_rows = _check_report(page, base, study_parent, False, baseline)
+                _check_loss_deviation(tmp_path, runs, (sweep_out, sweep_rows), (study_out, study_rows))
                 if shots:  # each report as a page of its own, two plots a row
                     page.set_viewport_size({"width": 1750, "height": 900})
                     for name, which in (("report.png", sweep_parent), ("report-study.png", study_parent)):

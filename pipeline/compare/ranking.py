@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipeline.compare.paired import Comparison, Judgement, compare
+from pipeline.compare.paired import TIE_TOLERANCE, Comparison, Judgement, compare
 
 
 @dataclass(frozen=True)
@@ -29,18 +29,23 @@ class Ranking:
         return [name for name, c in self.comparisons.items() if c.judgement is Judgement.EQUAL]
 
 
-def rank(times: Mapping[str, Mapping[int, float]], confidence: float, prefer: str | None = None) -> Ranking | None:
+def rank(
+    times: Mapping[str, Mapping[int, float]],
+    confidence: float,
+    prefer: str | None = None,
+    tolerance: float = TIE_TOLERANCE,
+) -> Ranking | None:
     """`times[config][round]`: each run's figure, of the configs that compete (those that fit). None when fewer than
     two configs have two rounds or more. The reference starts at `prefer` where it was ranked (a study's answer: the
     report then judges from where the study did), else at the lowest mean; either way it moves to a config found
-    faster than it."""
+    faster than it. A tie reads `equal` within `tolerance`."""
     ranked = {name: rounds for name, rounds in times.items() if len(rounds) >= 2}
     if len(ranked) < 2:
         return None
     reference = prefer if prefer in ranked else None
     reference = reference or min(ranked, key=lambda name: statistics.fmean(math.log(v) for v in ranked[name].values()))
     for _ in ranked:  # a paired comparison may find a config faster than the one with the lowest mean: move to it
-        comparisons = {name: compare(name, reference, ranked, confidence) for name in ranked if name != reference}
+        comparisons = {n: compare(n, reference, ranked, confidence, tolerance) for n in ranked if n != reference}
         faster = [c for c in comparisons.values() if c.judgement is Judgement.FASTER]
         if not faster:
             break

@@ -120,11 +120,11 @@ class ConfirmationRound:
         """Every other finalist that ran against `reference` (the best by default), paired by round."""
         reference = reference or self.best
         others = [f for f in self.finalists if f != reference and f in self.times]
-        return [compare(f, reference, self.times, self.confidence) for f in others]
+        return [compare(f, reference, self.times, self.confidence, self.tolerance) for f in others]
 
     def open(self) -> list[str]:
         """The finalists still measured: the best, and those whose comparison with it is not settled."""
-        settled = {c.config for c in self.comparisons() if c.settled(self.tolerance)}
+        settled = {c.config for c in self.comparisons() if c.settled()}
         return [f for f in self.finalists if f not in settled and f not in self.failed]
 
     def run(
@@ -196,7 +196,7 @@ class ConfirmationRound:
         pool = {f: t for f, t in self.times.items() if f == self.best or among is None or f in among}
         if len(pool.get(self.best, {})) < 2:
             return self.best  # the best has no pairs: nothing was found faster than it
-        ranking = rank(pool, self.confidence, prefer=self.leader(pool))
+        ranking = rank(pool, self.confidence, prefer=self.leader(pool), tolerance=self.tolerance)
         return ranking.reference if ranking else self.best
 
     def leader(self, pool: dict[str, dict[int, float]]) -> str:

@@ -22,7 +22,7 @@ from pipeline.config.knobs import compute_dtype, on_cuda
 from pipeline.config.schema import typed
 from pipeline.config.validate import validate
 from pipeline.jobs.task import job_spec
-from pipeline.render.table import Row
+from pipeline.render.rows import Row
 from pipeline.tracking.runs import OVERRIDES
 from pipeline.tracking.store import Tracker
 

@@ -18,7 +18,7 @@ from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import exits
+from pipeline import exits, results
 from pipeline.config.compose import expand_jobs
 from pipeline.config.identity import parse_override, varying_keys
 from pipeline.config.validate import layout_mismatch
@@ -27,7 +27,8 @@ from pipeline.jobs.answer_code import sweep_answer
 from pipeline.jobs.context import COMMAND, SweepContext
 from pipeline.records import RunKind, RunState, Status
 from pipeline.render import runs_table
-from pipeline.render.table import Criteria, Row, comparison_rows, format_table
+from pipeline.render.rows import Criteria, Row, comparison_rows
+from pipeline.render.table import format_table
 from pipeline.summaries import RecordedJob
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
@@ -65,13 +66,9 @@ class SweepCallback(Callback):
         self.tracker = Tracker(config.tracking.uri, config.tracking.experiment, config.tracking.artifact_root)
         task.clean_up(self.tracker)
         shown = " ".join(o for o in overrides if parse_override(o)[0] != "repeat")
-        parent_id = self.tracker.start(
-            f"sweep {sweep_id}",
-            tags={runs.SWEEP: sweep_id, runs.KIND: RunKind.SWEEP, "overrides": shown, runs.STATUS: Status.RUNNING},
-            abandon_tags=runs.ABANDONED,
-        )
+        tags = {runs.SWEEP: sweep_id, runs.KIND: RunKind.SWEEP, "overrides": shown, runs.STATUS: Status.RUNNING}
+        parent_id = runs.open_parent(self.tracker, f"sweep {sweep_id}", tags)
         self.tracker.params(parent_id, {"overrides": shown, "jobs": self.total})
-        self.tracker.tags(parent_id, {runs.GROUP: runs.group_of({runs.SWEEP: sweep_id})})  # the UI view groups by
         self.context = SweepContext(sweep_id, parent_id, tuple(varying_keys(jobs)))
         self.context.start()
         print(f"[sweep] {sweep_id}: {self.total} jobs, MLflow parent run {parent_id}", flush=True)
@@ -98,11 +95,13 @@ class SweepCallback(Callback):
             return
         parent_id = self.context.parent_run_id
         jobs = runs.read_jobs(self.tracker, parent_id)
-        criteria = Criteria.of(config.measure)
+        criteria = Criteria.of(config)
         rows = comparison_rows(jobs, criteria)
         runs_table.tag_runs(self.tracker, parent_id, rows, criteria)  # each run's rank and notes; the winner's
-        answer, script = sweep_answer(self.tracker, rows)
-        table = "\n".join([format_table(rows, criteria), *pairs_lines(rows, jobs), *answer])
+        winner, script = sweep_answer(self.tracker, rows)
+        table = "\n".join(
+            [format_table(rows, criteria), *pairs_lines(rows, jobs), *self._answer(rows, jobs, criteria), *winner]
+        )
         if script is not None:
             self.tracker.artifact_text(parent_id, script.path.name, script.text)
         code, line = exits.jobs_exit_code((j.status, j.summary.fit) for j in jobs)
@@ -116,6 +115,13 @@ class SweepCallback(Callback):
         exits.ExitCode.set(code, line)
         SweepContext.clear()
         self.context = None
+
+    def _answer(self, rows: list[Row], jobs: list[RecordedJob], criteria: Criteria) -> list[str]:
+        """The sweep's answer in one line, as its report and `pipeline.sweep` give it (a tie's too), and, where the
+        configs were ranked, its speed-up over the baseline or why none is claimed."""
+        answer = results.sweep_answer(self.tracker, rows, jobs, criteria.confidence)
+        ranked = any(r.judgement is not None for r in rows)
+        return [answer.text, *([f"  {answer.claim}"] if ranked and answer.config else [])]
 
 
 def pairs_lines(rows: list[Row], jobs: list[RecordedJob]) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from pipeline.compare.paired import bound
 from pipeline.config.identity import identity_tree
 from pipeline.render.table import format_table
 from pipeline.results import Answer, Result
@@ -117,14 +118,23 @@ def setting_line(card: Card) -> str:
     return " · ".join(shown)
 
 
+def claimed(answer: Answer) -> bool:
+    """A speed-up whose interval excludes 1: the only one given as a figure."""
+    if answer.speedup is None or answer.low is None or answer.high is None:
+        return False
+    return answer.low > 1 or answer.high < 1
+
+
 def answer_line(answer: Answer) -> str:
+    """The answer in one line: its config and its speed-up, or why none is claimed (with its headline)."""
     if answer.config is None:
         return answer.text
-    if answer.speedup is None:
-        return f"{answer.config}; no paired speed-up ({answer.text})"
+    if not claimed(answer):  # no figure whose interval holds 1, even from a card written before this rule
+        why = answer.claim if answer.claim.startswith("no speed-up") else "no speed-up is claimed"
+        return f"{answer.config}; {why} ({answer.text})"
     return (
-        f"{answer.config}: {answer.speedup:.2f}x the tokens/s of {answer.against} [{answer.low:.2f}, "
-        f"{answer.high:.2f}] ({100 * answer.confidence:g}%, paired)"
+        f"{answer.config}: {answer.speedup:.2f}x the tokens/s of {answer.against} [{bound(answer.low)}, "
+        f"{bound(answer.high)}] ({100 * answer.confidence:g}%, paired)"
     )
 
 
@@ -159,8 +169,21 @@ def build(result: Result) -> Card:
         rows=[_plain(record) for record in result.table.to_dict(orient="records")],
         table=format_table(result.rows, result.criteria),
         answer=result.answer,
-        source=f"MLflow run {result.run_id} in {result.tracking_uri}",
+        source=f"MLflow run {result.run_id} in {shown_uri(result.tracking_uri)}",
     )
+
+
+def shown_uri(uri: str) -> str:
+    """A store as the command line names it: an SQLite file under the working folder by its relative path
+    (`sqlite:///mlruns/mlflow.db`), so that a card says where it was recorded without the folder it ran in."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix + "/"):
+        return uri
+    path = Path(uri[len(prefix) :])
+    try:
+        return prefix + str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return uri
 
 
 def _identity(tracker, run_id: str) -> dict[str, object]:

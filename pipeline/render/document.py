@@ -14,19 +14,9 @@ from pathlib import Path
 
 from pipeline.records import RunKind
 from pipeline.render import plots
-from pipeline.render.headline import fastest_line
-from pipeline.render.table import (
-    Criteria,
-    Row,
-    comparison_rows,
-    footnotes,
-    order,
-    paired_header,
-    paired_text,
-    rank_text,
-    step_header,
-    step_text,
-)
+from pipeline.render.headline import fastest_line, sweep_gain
+from pipeline.render.rows import Criteria, Row, order, recorded_rows
+from pipeline.render.table import footnotes, paired_header, paired_text, rank_text, step_header, step_text
 from pipeline.render.text import markdown_table, num
 from pipeline.summaries import RecordedJob
 from pipeline.tracking import runs
@@ -61,6 +51,7 @@ def _columns(confidence: float, rows: list[Row]) -> list[str]:
         "peak GiB",
         "predicted GiB",
         "cap",
+        "loss dev",
         "rank",
         "notes",
     ]
@@ -77,18 +68,41 @@ def _cells(r: Row, confidence: float) -> list[str]:
         num(r.peak_gib, ".3f"),
         num(r.predicted_gib, ".3f"),
         str(r.fit or "-"),
+        num(r.loss_dev, ".1e"),
         rank_text(r),
         ", ".join(r.notes + ([note] if note else [])),
     ]
 
 
-def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: str | None, criteria: Criteria) -> Path:
-    """Write report.md, report.html and the PNGs for a sweep or study (the latest by default); return the folder."""
+def claim_lines(parent, rows: list[Row], jobs: list[RecordedJob]) -> list[str]:
+    """What the answer is compared with and whether a speed-up is claimed, under the headline: `Baseline: tiny 1x8
+    (the command line's config)`, then the claim (`Claim: 1.84x the baseline's tokens/s [...]`, or `Claim: no
+    speed-up over the baseline is claimed: ...`)."""
+    tags = parent.data.tags
+    if tags.get(runs.KIND) == RunKind.STUDY:
+        named = tags.get(runs.BASELINE)
+        baseline = f"Baseline: {named} (the command line's config)" if named else "Baseline: none measured"
+        claim = tags.get(runs.CLAIM, "").splitlines() or ["no speed-up over the baseline is claimed (none recorded)"]
+        return [baseline, "", *(f"Claim: {line}" if i == 0 else line for i, line in enumerate(claim))]
+    first = next((r for r in rows if jobs and r.config_id == jobs[0].config_id), None)
+    baseline = f"Baseline: {first.name} (the sweep's first config: the first value of every swept key)" if first else ""
+    best = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
+    if best is None:
+        return [baseline, "", "Claim: no speed-up is claimed: nothing is ranked (one run per config)"]
+    return [baseline, "", f"Claim: {sweep_gain(best, first, rows).line(best.name)}"]
+
+
+def write_report(
+    tracker: Tracker, sweep_id: str | None, out_root: Path, study: str | None, confidence: float | None = None
+) -> Path:
+    """Write report.md, report.html and the PNGs for a sweep or study (the latest by default); return the folder.
+    Its rows are judged by the criteria its jobs were (`confidence`: another interval's level, where asked)."""
     parent = find_parent(tracker, sweep_id, study)
     tags = parent.data.tags
     name = tags.get(runs.SWEEP) or tags[runs.STUDY]
     jobs = runs.read_jobs(tracker, parent.info.run_id)
-    rows = order(comparison_rows(jobs, criteria, prefer=tags.get(runs.BEST_CONFIG)))
+    criteria = Criteria.recorded(tracker.run(jobs[0].run_id).data.params if jobs else {}, confidence)
+    rows = order(recorded_rows(jobs, criteria, tags))
     context = _context(tracker, parent, name, jobs)
     out = out_root / name
     out.mkdir(parents=True, exist_ok=True)
@@ -110,9 +124,9 @@ def write_report(tracker: Tracker, sweep_id: str | None, out_root: Path, study: 
         f"Intervals: {100 * criteria.confidence:g}% unless a row says less",
     ]
     notes = footnotes(rows, criteria)
-    headline = fastest_line(rows, context.cap_gib)
+    headline = [fastest_line(rows, context.cap_gib), "", *claim_lines(parent, rows, jobs)]
     table = markdown_table([_columns(criteria.confidence, rows), *(_cells(r, criteria.confidence) for r in rows)])
-    md = [f"# {context.kind} {name}", "", f"`{command}`", "", " · ".join(facts), "", headline, "", table, ""]
+    md = [f"# {context.kind} {name}", "", *headline, "", f"`{command}`", "", " · ".join(facts), "", table, ""]
     md += [*(f"- {n}" for n in notes), ""] if notes else []
     md += [f"![{title}]({plot.png.name})" for title, plot in images.items()]
     (out / "report.md").write_text("\n".join(md) + "\n", encoding="utf-8")
@@ -150,14 +164,17 @@ def _html(context, name, command, facts, headline, rows, images, criteria, notes
         f'<figure role="img" aria-label="{html.escape(t)}">{p.svg}<figcaption>{html.escape(t)}</figcaption></figure>'
         for t, p in images.items()
     )
-    strong = html.escape(headline).replace("**", "")
+    said = [line for line in headline if line]
+    top = f"<p><strong>{html.escape(said[0]).replace('**', '')}</strong></p>" + "".join(
+        f"<p class='claim'>{html.escape(line)}</p>" for line in said[1:]
+    )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>{context.kind} {html.escape(name)}</title><style>"
         "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:4px 8px}th{background:#eee}figure{display:inline-block;margin:1em}figure svg{max-width:100%;"
         "height:auto}</style></head><body>"
-        f"<h1>{context.kind} {html.escape(name)}</h1><p><code>{html.escape(command)}</code></p>"
-        f"<p>{' · '.join(html.escape(f) for f in facts)}</p><p><strong>{strong}</strong></p>"
+        f"<h1>{context.kind} {html.escape(name)}</h1>{top}<p><code>{html.escape(command)}</code></p>"
+        f"<p>{' · '.join(html.escape(f) for f in facts)}</p>"
         f"<table><tr>{header}</tr>{body}</table>"
         + "".join(f"<p>{html.escape(n)}</p>" for n in notes)
         + f"{figures}</body></html>"

@@ -1,9 +1,11 @@
 """Result cards from several machines in one table by GPU (`python -m pipeline.report --cards a.json b.json`).
 
-One row per config (its name without the model: `4x1`, `4x1 ckpt=off`), one column per card, headed by its device;
-a cell holds the config's step time, its time against the fastest of that card with the paired interval, its rank
-and its peak. Cards are grouped by setting (A, B, ...): columns of one setting can be compared; between settings the
-merge names every key that differs, and only the ratios inside each column compare.
+One row per config (its name without the model: `4x1`, `4x1 ckpt=off`), one column per GPU and setting, headed by
+its device; a cell holds the config's step time, its time against the fastest of that card with the paired interval,
+its rank and its peak. Cards of one GPU and one setting share a column: the newest card's, the others named under the
+table with their date and answer (a card holds its rounds' results, not the rounds, so it cannot pool them). Cards
+are grouped by setting (A, B, ...): columns of one setting can be compared; between settings the merge names every
+key that differs, and only the ratios inside each column compare.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import sys
 from pathlib import Path
 
 from pipeline import exits
+from pipeline.compare.paired import ratio_text
 from pipeline.records import Status
 from pipeline.render.cards import Card, CardError, answer_line, load, setting_line
-from pipeline.render.table import FASTEST
+from pipeline.render.rows import FASTEST
 from pipeline.render.text import markdown_table
 
 GROUPS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -38,7 +41,7 @@ def cell(record: dict) -> str:
     rank = None if record["rank"] in ("-", None) else str(record["rank"])
     fastest = ratio == low == high == 1.0
     if ratio is not None and not (fastest and rank and rank.startswith(FASTEST)):
-        parts.append(FASTEST if fastest else f"{ratio:.2f}x [{low:.2f}, {high:.2f}]")
+        parts.append(FASTEST if fastest else ratio_text(ratio, low, high))
     if rank:  # the fastest's rank says `fastest; equal with ...` itself: the ratio's `fastest` is not said twice
         parts.append(rank)
     if record["peak_gib"] is not None:
@@ -106,18 +109,37 @@ def merge(named: list[tuple[str, Card]]) -> str:
         ]
     else:
         out += ["", "Every card has the same setting: the columns compare."]
-    out += ["", markdown_table(_by_config(named, labels)), ""]
-    out += [f"- {file} ({card.device['name']}): {answer_line(card.answer)}" for file, card in named]
+    shown, others = columns(named, labels)
+    out += ["", markdown_table(_by_config(shown)), ""]
+    out += [f"- {file} ({card.device['name']}): {answer_line(card.answer)}" for file, card, _ in shown]
+    out += [
+        f"- {file} ({card.device['name']}, {label}, {card.date}): the same GPU and setting as {newest}, whose newer "
+        f"card the column shows; its answer: {answer_line(card.answer)}"
+        for file, card, label, newest in others
+    ]
     return "\n".join(out) + "\n"
 
 
-def _by_config(named: list[tuple[str, Card]], labels: list[str]) -> list[list[object]]:
-    header = [
-        "config",
-        *(f"{card.device['name']} ({file}, {label})" for (file, card), label in zip(named, labels, strict=True)),
-    ]
-    keys = list(dict.fromkeys(row_key(card, r) for _, card in named for r in card.rows))
-    cells = [{row_key(card, r): cell(r) for r in card.rows} for _, card in named]
+def columns(
+    named: list[tuple[str, Card]], labels: list[str]
+) -> tuple[list[tuple[str, Card, str]], list[tuple[str, Card, str, str]]]:
+    """One column per GPU and setting: the newest card of each (in the order the cards were given), and the others
+    with the file whose column stands for them."""
+    groups: dict[tuple[str, str], list[tuple[str, Card, str]]] = {}
+    for (file, card), label in zip(named, labels, strict=True):
+        groups.setdefault((card.device_text, label), []).append((file, card, label))
+    shown, others = [], []
+    for members in groups.values():
+        newest = max(members, key=lambda m: m[1].date)
+        shown.append(newest)
+        others += [(*m, newest[0]) for m in members if m is not newest]
+    return shown, others
+
+
+def _by_config(shown: list[tuple[str, Card, str]]) -> list[list[object]]:
+    header = ["config", *(f"{card.device['name']} ({file}, {label})" for file, card, label in shown)]
+    keys = list(dict.fromkeys(row_key(card, r) for _, card, _ in shown for r in card.rows))
+    cells = [{row_key(card, r): cell(r) for r in card.rows} for _, card, _ in shown]
     return [header, *([key, *(c.get(key, "-") for c in cells)] for key in keys)]
 
 

@@ -1,10 +1,12 @@
 """The report's four plots, drawn with matplotlib's Agg backend (no display needed).
 
 Every config of the sweep or study has its place on the step-time and memory plots, whatever became of it: measured
-(its step column's figure, coloured by its rank, with its time ratio above), pruned (its first steps only), over the
-cap or out of memory (its measured peak, marked), skipped (its predicted peak, hatched as a prediction) or failed.
-The step-time axis is set by the bars, never by an interval, which a few rounds may leave open. Each plot is titled
-with the sweep or study, the device and the date, so a plot pasted elsewhere still says what it shows.
+(coloured by its rank, with its time ratio above), pruned (its first steps only), over the cap or out of memory (its
+measured peak, marked), skipped (its predicted peak, hatched as a prediction) or failed. The bars and the labels of
+the step-time plot are one number: the reference's bar is its step column, every other ranked bar is that times its
+`time vs` cell (the paired ratio written above it; with every round complete, its own step column), an unranked bar
+its own step column. The step-time axis is set by the bars, never by an interval, which a few rounds may leave open.
+Each plot is titled with the sweep or study, the device and the date: pasted elsewhere, it still says what it shows.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from matplotlib.patches import Patch  # noqa: E402
 
 from pipeline.compare.paired import Judgement  # noqa: E402
 from pipeline.records import PHASES, Status  # noqa: E402
-from pipeline.render.table import ANSWER, FASTEST, Row, close, paired_text, reference_role  # noqa: E402
+from pipeline.render.rows import ANSWER, FASTEST, Row, close, reference_role  # noqa: E402
+from pipeline.render.table import paired_text  # noqa: E402
 
 FIGSIZE = (8.0, 4.6)  # every plot the same size, so the report's page lines up
 PHASE_COLOURS = dict(zip(PHASES, ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3"), strict=True))
@@ -114,8 +117,8 @@ RANKS = {
     "winner": Rank("#2a9d5c", "winner (faster than every other, paired)"),
     FASTEST: Rank("#8fd1a8", "fastest, tied (no other faster, paired)"),
     ANSWER: Rank("#8fd1a8", "the study's answer (no other faster, paired)"),
-    "equal": Rank("#e9a23b", "equal within the margin its rank states"),
-    "apart": Rank("#c9b3d9", "not told apart (the rounds leave 2x or more open)"),
+    "equal": Rank("#e9a23b", "equal (within the tie tolerance)"),
+    "apart": Rank("#c9b3d9", "not told apart (wider than the tie tolerance)"),
     "slower": Rank("#4c72b0", "slower (paired)"),
 }
 
@@ -133,18 +136,28 @@ def rank_of(row: Row) -> Rank | None:
 
 def step_label(rows: list[Row], confidence: float) -> str:
     """What the step-time plot's bars, whiskers and labels are: the table's step column, with its interval where
-    it has one, and its `time vs` column above the ranked bars."""
+    it has one; a ranked bar the reference's times its `time vs` cell, written above it."""
     several = any(r.runs > 1 for r in rows if r.median is not None)
     bars = "mean of paired runs" if several else "median"
     whiskers = f"; whiskers: {100 * confidence:g}% interval of one run's steps" if not several else ""
-    above = f"\nabove a bar: time vs {reference_role(rows)}, paired" if any(r.judgement for r in rows) else ""
+    role = reference_role(rows)
+    above = f"\nranked: the {role}'s times its time vs {role}, paired (above)" if any(r.judgement for r in rows) else ""
     return f"seconds per optimizer step\n({bars}{whiskers}){above}"
+
+
+def bar_height(row: Row, rows: list[Row]) -> float | None:
+    """A bar's height: the reference's step column times a ranked row's paired time ratio (the label above it, so
+    bar and label are one number), else the row's own step column (or the first steps of one stopped early)."""
+    reference = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
+    if row.comparison is not None and reference is not None and reference.median is not None:
+        return reference.median / row.comparison.speedup
+    return row.median if row.median is not None else row.first_steps
 
 
 def axis_top(rows: list[Row]) -> float:
     """The step-time axis's top: set by the bars alone (medians, and the first steps of configs stopped early),
     never by an interval, which may be open (`[0.00, 1212.40]`) and would flatten every bar."""
-    heights = [r.median if r.median is not None else r.first_steps for r in rows]
+    heights = [bar_height(r, rows) for r in rows]
     return 1.3 * max(h for h in heights if h is not None)
 
 
@@ -175,13 +188,13 @@ def step_times(rows: list[Row], context: Context, confidence: float, path: Path)
         elif row.median is None:
             ax.text(x, 0.5 * top, _why_no_time(row), ha="center", va="center", fontsize=8, rotation=90, color=OVER)
         else:
-            rank = rank_of(row)
-            ax.bar(x, row.median, color=rank.colour if rank else NEUTRAL, gid=f"step-bar-{x}")
-            if row.ci is not None:
+            rank, height = rank_of(row), bar_height(row, rows)
+            ax.bar(x, height, color=rank.colour if rank else NEUTRAL, gid=f"step-bar-{x}")
+            if row.ci is not None and row.comparison is None:  # one run's steps, around its own median
                 _whiskers(ax, x, row, top, confidence)
             if rank:
                 ax.annotate(
-                    paired_text(row), (x, row.median), xytext=(0, 3), textcoords="offset points", ha="center",
+                    paired_text(row), (x, height), xytext=(0, 3), textcoords="offset points", ha="center",
                     va="bottom", fontsize=7, gid=f"step-label-{x}", zorder=5, bbox=LABEL_BOX,
                 )  # fmt: skip
     _names(ax, rows)

@@ -1,6 +1,6 @@
 """The comparison written onto the MLflow runs it was made of, so that the runs table says it without a click.
 
-Each run gets its config's `rank` (the reference's in short: `fastest; not told apart from 2`) and
+Each run gets its config's `rank` (the reference's in short: `fastest; 2 not told apart`) and
 `time_vs_fastest` (in a study, against its answer, as the report says it), its own notes beside why it stopped
 (`drift 26%`, `cv 194%`: the console's words for its steps) and, on its page, a description in the same words. The
 sweep's or study's parent run gets the winner, or the fastest and whom it ties with (`rank`), by how much
@@ -12,17 +12,8 @@ from __future__ import annotations
 
 from pipeline.records import Fit, Status
 from pipeline.render.headline import fastest_line
-from pipeline.render.table import (
-    Criteria,
-    Row,
-    close,
-    comparison_rows,
-    format_table,
-    notes,
-    order,
-    paired_text,
-    rank_text,
-)
+from pipeline.render.rows import Criteria, Row, close, comparison_rows, notes, order
+from pipeline.render.table import format_table, paired_text, rank_text
 from pipeline.tracking import figures, runs
 from pipeline.tracking.store import Tracker
 
@@ -52,8 +43,8 @@ def tag_runs(tracker: Tracker, parent_id: str, rows: list[Row], criteria: Criter
             tags.update({runs.REASON: job.note} if job.note else {})  # read back as the run's note: why it stopped
             tags[figures.DESCRIPTION] = figures.description(job.name, job.summary, said)
             tracker.tags(job.run_id, tags)
-            if row.loss_dev is not None:
-                tracker.metrics(job.run_id, {"loss_max_rel_dev": row.loss_dev})
+            if row.loss_dev is not None:  # as every table prints it: `1.2e-07`
+                tracker.metrics(job.run_id, {"loss_max_rel_dev": float(f"{row.loss_dev:.1e}")})
     tags, best = parent_tags(rows)
     caps = [j.summary.memory_gib["cap"] for r in rows for j in r.jobs if "cap" in j.summary.memory_gib]
     tags[figures.DESCRIPTION] = f"{fastest_line(rows, max(caps, default=None))}\n\n{format_table(rows, criteria)}"
@@ -62,9 +53,13 @@ def tag_runs(tracker: Tracker, parent_id: str, rows: list[Row], criteria: Criter
         tracker.metrics(parent_id, _figures(best))
 
 
-def tag_study(tracker: Tracker, parent_id: str, criteria: Criteria, answer_config_id: str | None) -> None:
-    """A study's runs, once it has answered: ranked from its answer, as its report ranks them."""
-    rows = comparison_rows(runs.read_jobs(tracker, parent_id), criteria, prefer=answer_config_id)
+def tag_study(
+    tracker: Tracker, parent_id: str, criteria: Criteria, answer_config_id: str | None, baseline_id: str | None
+) -> None:
+    """A study's runs, once it has answered: ranked from its answer, as its report ranks them; their loss deviation
+    from its baseline's (`baseline_id`, a config id; None: no baseline)."""
+    jobs = runs.read_jobs(tracker, parent_id)
+    rows = comparison_rows(jobs, criteria, prefer=answer_config_id, baseline=baseline_id)
     tag_runs(tracker, parent_id, rows, criteria)
 
 
@@ -74,12 +69,12 @@ def _against(rows: list[Row]) -> str:
 
 def parent_tags(rows: list[Row]) -> tuple[dict[str, str], Row | None]:
     """The parent row's `rank` and `time_vs_fastest`, and the row whose figures it shows: `tiny 8x1: winner` and
-    `next: tiny 1x8 1.46x [1.41, 1.50]`, or `tiny 2x2: fastest; 2 not told apart`; without ranks, the lowest median
+    `next: 1.46x [1.41, 1.50]`, or `tiny 2x2: fastest; 2 not told apart`; without ranks, the lowest median
     that fits, said to be unranked."""
     reference = next((r for r in rows if r.role), None)
     if reference is not None:
         nearest = next((r for r in order(rows) if r.comparison is not None), None)
-        nearest_text = f"next: {nearest.name} {paired_text(nearest)}" if nearest else "-"
+        nearest_text = f"next: {paired_text(nearest)}" if nearest else "-"  # the config is the one below with it
         return {RANK: f"{reference.name}: {in_short(reference)}", TIME_VS: nearest_text}, reference
     timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == str(Status.OK)]
     if not timed:
@@ -89,13 +84,13 @@ def parent_tags(rows: list[Row]) -> tuple[dict[str, str], Row | None]:
 
 
 def in_short(reference: Row) -> str:
-    """The reference's rank as a column of the runs table holds it: `winner`, or `fastest; equal with 1; not told
-    apart from 2` (the rows beside it say which, and by how much)."""
+    """The reference's rank as a column of the runs table holds it: `winner`, or `fastest; equal with 1; 2 not told
+    apart` (the rows beside it say which, and by how much)."""
     if not reference.ties:
         return rank_text(reference)
     near = sum(1 for r in reference.ties if close(r))
     apart = len(reference.ties) - near
-    said = ([f"equal with {near}"] if near else []) + ([f"not told apart from {apart}"] if apart else [])
+    said = ([f"equal with {near}"] if near else []) + ([f"{apart} not told apart"] if apart else [])
     return "; ".join([reference.role, *said])
 
 

@@ -56,6 +56,7 @@ class Answer:
     decided: int = 0
     speedup: Speedup | None = None
     claim: Claim | None = None  # the speed-up line, or why none
+    baseline: TrialRecord | None = None  # the baseline, where it was measured
     scaling: Scaling | None = None  # on several devices: against the best on one, paired
     script: Exported | None = None  # the best config as a plain TRL script
     gains: Gains = field(default_factory=Gains)  # what each knob the answer moved from the baseline bought
@@ -84,6 +85,8 @@ def claim_of(decided: Decided, best: TrialRecord, setting: Setting) -> Claim:
         decided.confirmation,
         enabled=setting.baseline,
         confirm_off=setting.confirm_off,
+        fits={r.label for r in decided.eligible},
+        cap_gib=setting.cap_bytes / GIB,
     )
 
 
@@ -94,7 +97,7 @@ def _best_lines(decided: Decided, best: TrialRecord, setting: Setting, claim: Cl
         f"  {reproduce(setting.command, best)}",
         f"  script: {script}",
         f"  {sft_call(best.sft_kwargs)}",
-        f"  {claim.line()}",
+        *(f"  {line.strip()}" for line in claim.lines()),
     ]
 
 
@@ -175,6 +178,7 @@ def decide(decided: Decided, setting: Setting) -> Answer:
         decided=sum(1 for r in decided.records if r.decided),
         speedup=claim.speedup if claim else None,
         claim=claim,
+        baseline=decided.baseline,
         scaling=scaling,
         script=script,
         gains=gains,
@@ -194,9 +198,10 @@ def log_answer(tracker: Tracker, parent: str, answer: Answer, finished: bool) ->
     if answer.speedup is not None:
         c = answer.speedup.comparison
         metrics.update(speedup_vs_baseline=c.speedup, speedup_low=c.low, speedup_high=c.high)
-        tracker.tags(parent, {runs.BASELINE: answer.speedup.baseline.label})
+    if answer.baseline is not None:
+        tracker.tags(parent, {runs.BASELINE: answer.baseline.label, runs.BASELINE_CONFIG: answer.baseline.config_id})
     if answer.claim is not None:
-        tracker.tags(parent, {runs.CLAIM: answer.claim.line()})
+        tracker.tags(parent, {runs.CLAIM: "\n".join(line.strip() for line in answer.claim.lines())})
     for factor in answer.gains.factors:
         metrics.update({f"gain.{factor.key}": factor.ratio})
     if answer.best is not None:

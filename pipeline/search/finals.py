@@ -14,7 +14,7 @@ from pipeline.search import confirmation, gains, workers
 from pipeline.search.decided import Decided
 from pipeline.search.opening import StudyContext
 from pipeline.search.trials import TrialRecord
-from pipeline.tracking import runs
+from pipeline.tracking import figures, runs
 
 
 class FinalRound:
@@ -72,5 +72,6 @@ class FinalRound:
             tags={runs.STUDY: ctx.name, runs.ROUND: number},
         )
         summary = outcome.summary
-        figure = summary.step_time.trimmed if outcome.status is Status.OK and summary.step_time else None
+        ok = outcome.status is Status.OK and summary.step_time
+        figure = figures.ranked(summary.step_time.trimmed) if ok else None  # as its run logs it
         return figure, summary.wall_s

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.compare.paired import Comparison, compare
+from pipeline.compare.paired import Comparison, bound, compare
+from pipeline.search import speedup
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.trials import TrialRecord
 
@@ -44,7 +45,7 @@ class Scaling:
         value, low, high = self.efficiency
         return (
             f"{c.speedup:.2f}x the tokens/s of the best on {unit(self.device, 1)}, {self.reference.label} "
-            f"[{c.low:.2f}, {c.high:.2f}] ({100 * c.confidence:g}%, paired over {c.rounds} rounds): scaling "
+            f"[{bound(c.low)}, {bound(c.high)}] ({100 * c.confidence:g}%, paired over {c.rounds} rounds): scaling "
             f"efficiency {100 * value:.0f}% [{100 * low:.0f}%, {100 * high:.0f}%] (tokens/s on "
             f"{unit(self.device, self.world_size)} over {self.world_size}x those on one)"
         )
@@ -62,7 +63,8 @@ def paired(record: ConfirmationRecord | None, config: str, reference: str) -> Co
     """`config` against `reference` over the rounds of the confirmation round where both ran; None without two."""
     if record is None:
         return None
-    comparison = compare(config, reference, record.state.times, record.state.confidence)
+    state = record.state
+    comparison = compare(config, reference, state.times, state.confidence, state.tolerance)
     return comparison if comparison.judgement is not None else None
 
 
@@ -87,6 +89,9 @@ def world_lines(
         comparison = paired(record, best.label, one.label)
         if comparison is None:
             why = "the confirmation round is off" if record is None else "they were not paired in its rounds"
+            return [*lines, f"  no speed-up over {unit(device, 1)} ({one.label}) is claimed: {why}"], None
+        if not comparison.claimed:
+            why = speedup.untold(comparison)
             return [*lines, f"  no speed-up over {unit(device, 1)} ({one.label}) is claimed: {why}"], None
         scaling = Scaling(comparison, one, best.world_size, device)
         return [*lines, f"  {scaling.text()}"], scaling

@@ -36,7 +36,7 @@ from pipeline.jobs import runner, task
 from pipeline.liveness import HEARTBEAT_S
 from pipeline.records import GIB
 from pipeline.render import runs_table
-from pipeline.render.table import Criteria
+from pipeline.render.rows import Criteria
 from pipeline.search import prior, reference, trials, workers
 from pipeline.search.answer import Answer, Setting, decide, log_answer
 from pipeline.search.calibration import ATTR as CALIBRATION
@@ -129,8 +129,8 @@ class StudyDriver:
                 ctx.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
             print(answer.text, flush=True)
             if finished:  # the runs table's rank and time ratio of every run, against the answer
-                best = answer.best and answer.best.config_id
-                runs_table.tag_study(ctx.tracker, ctx.parent, Criteria.of(ctx.cfg.measure), best)
+                best, baseline = (r.config_id if r else None for r in (answer.best, answer.baseline))
+                runs_table.tag_study(ctx.tracker, ctx.parent, Criteria.of(ctx.cfg), best, baseline)
             log_answer(ctx.tracker, ctx.parent, answer, finished)
         return answer
 

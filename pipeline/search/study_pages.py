@@ -18,7 +18,10 @@ reads as the fastest. This WSGI wrapper changes each study-detail answer (`/api/
 
 It also gives the pages a style sheet that wraps long values (a trial's `sft_kwargs`, `losses`), which
 optuna-dashboard prints on one line each (the trials page was 5,900 px wide), and shows a trial's attributes whole
-(they scrolled in a box 150 px high, its `reason` out of sight).
+(they scrolled in a box 150 px high, its `reason` out of sight) and the study's attributes table whole at 1280 px.
+And its script labels an infeasible trial by what it is: the badge optuna-dashboard writes from a trial's state
+(`Complete`, in the primary colour) reads `Infeasible` for a complete trial with a positive constraint, the word of
+its own timeline (`STATE_BADGE`, rewritten in the script it serves; a script without it is served as it is).
 """
 
 from __future__ import annotations
@@ -36,10 +39,25 @@ from pipeline.search.trials import ANSWER, REPEAT_OF
 
 STUDY_DETAIL = re.compile(r"/api/studies/(\d+)")
 PAGE = re.compile(r"/dashboard(/.*)?")
+SCRIPT = "/static/bundle.js"
+# a trial's state badge in optuna-dashboard 0.21's bundle: `Sd({color: $G(t.state), label: t.state, ...})`
+STATE_BADGE = re.compile(rb"color:\$G\((\w)\.state\),label:\1\.state")
+
+
+def infeasible_badge(script: bytes) -> bytes:
+    """The bundle with its state badges reading `Infeasible` for a complete trial with a positive constraint."""
+    said = rb'("Complete"===\1.state&&(\1.constraints||[]).some(c=>c>0)?"Infeasible":\1.state)'
+    return STATE_BADGE.sub(rb"color:$G(" + said + rb"),label:" + said, script)
+
+
 WRAPPING = (  # a trial's attribute lines: `white-space: nowrap` in optuna-dashboard's bundle, in a box 150 px high
     # that scrolls, its `reason` last but a few, out of sight
     "<style>main p.MuiTypography-root{white-space:normal!important;overflow-wrap:anywhere}"
-    "main p.MuiTypography-root+div.MuiBox-root{max-height:none!important}</style>"
+    "main p.MuiTypography-root+div.MuiBox-root{max-height:none!important}"
+    # a card's table (the study's user attributes): the card's width, a long value wrapped, not cut off at its edge
+    ".MuiCardContent-root .MuiTableContainer-root table{table-layout:fixed;width:100%;min-width:0!important}"
+    ".MuiCardContent-root .MuiTableContainer-root th:first-child{width:30%}"
+    ".MuiCardContent-root .MuiTableContainer-root td{overflow-wrap:anywhere}</style>"
 )
 
 
@@ -91,6 +109,8 @@ class FeasibleBest:
             return self._changed(inner, start_response, lambda body: self._detail(int(match[1]), int(after), body))
         if PAGE.fullmatch(path):
             return self._changed(environ, start_response, lambda body: body.replace(b"</head>", WRAPPING.encode(), 1))
+        if path == SCRIPT:  # asked for plain (not its gzip copy), so that it can be changed
+            return self._changed({**environ, "HTTP_ACCEPT_ENCODING": "identity"}, start_response, infeasible_badge)
         return self.app(environ, start_response)
 
     def _changed(self, environ: dict, start_response: Callable, change: Callable[[bytes], bytes]) -> list[bytes]:

@@ -29,7 +29,8 @@ from pipeline.search.opening import StudyContext
 from pipeline.search.predictor import Knobs
 from pipeline.search.space import Candidate
 from pipeline.search.trials import Role
-from pipeline.tracking import runs
+from pipeline.summaries import Interval
+from pipeline.tracking import figures, runs
 
 MEASURED_STATUSES = (Status.OK, Status.OVER_CAP, Status.OOM, Status.PRUNED)  # the job answered the question
 
@@ -51,7 +52,7 @@ class TrialTeller:
             {
                 trials.OVERRIDES: candidate.overrides,
                 trials.WORLD_SIZE: int(candidate.config.world_size),
-                trials.PREDICTED: predicted / GIB,
+                trials.PREDICTED: _shown(predicted / GIB, 3),
                 trials.KNOBS: {"micro": knobs.micro, "dtype": knobs.dtype, "checkpointing": knobs.checkpointing},
             },
         )
@@ -71,7 +72,7 @@ class TrialTeller:
         trials.write(trial, {trials.STATUS: Status.SKIPPED, trials.NOTE: reason, trials.RUN_ID: run_id})
         trials.write(trial, {trials.FEASIBLE: False})
         self.constrain(trial, (predicted - self.ctx.cap) / GIB)
-        self._tell_infeasible(trial, self._predicted_step(candidate))
+        self._tell_infeasible(trial, _shown(self._predicted_step(candidate), 4))
 
     def _predicted_step(self, candidate: Candidate) -> float | None:
         split = candidate.config.batch.split
@@ -116,11 +117,11 @@ class TrialTeller:
             trial,
             {
                 trials.STATUS: result.status,
-                trials.GPU_SECONDS: summary.wall_s,
-                trials.PEAK: summary.peak_gib,
-                trials.MEDIAN: summary.median,
-                trials.CI: summary.step_time.ci if summary.step_time else None,
-                trials.TOKENS: summary.per_second(summary.tokens_per_step),
+                trials.GPU_SECONDS: _shown(summary.wall_s, 0),
+                trials.PEAK: _shown(summary.peak_gib, 3),
+                trials.MEDIAN: _shown(summary.median, 4),
+                trials.CI: _interval(summary.step_time.ci) if summary.step_time else None,
+                trials.TOKENS: _shown(summary.per_second(summary.tokens_per_step), 0),
                 trials.STEP_TIMES: steady,
                 trials.WARMUP_TIMES: early,
                 trials.LOSSES: [step.loss for step in result.steps],
@@ -131,7 +132,8 @@ class TrialTeller:
         )
         ran = [s.step_time_s - s.compile_s for s in result.steps if s.step > 1]
         value = summary.median if summary.median is not None else (statistics.median(ran) if ran else None)
-        self._tell(trial, result.status, summary.peak_gib, value if ran else self._predicted_step(candidate))
+        value = value if ran else self._predicted_step(candidate)
+        self._tell(trial, result.status, summary.peak_gib, _shown(value, 4))  # as the console prints it
 
     def _tell(self, trial: optuna.Trial, status: Status, peak: float | None, value: float | None) -> None:
         """COMPLETE with its step time when it ran under the cap, or over it (infeasible: a positive constraint);
@@ -186,3 +188,13 @@ class TrialTeller:
             study.tell(trial, decided.value)
         else:
             study.tell(trial, state=decided.state)
+
+
+def _shown(value: float | None, decimals: int) -> float | None:
+    """A figure the study keeps (and optuna-dashboard shows) as the console prints it (`tracking.figures.shown`)."""
+    return None if value is None else figures.shown(value, decimals)
+
+
+def _interval(ci: Interval) -> Interval:
+    """A trial's step interval as the console prints it."""
+    return Interval(figures.shown(ci.low, 4), figures.shown(ci.high, 4), round(ci.level, 4))

@@ -14,6 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from pipeline.measure.stats import max_relative_deviation
 from pipeline.records import Status
 from pipeline.summaries import Interval
 
@@ -152,11 +153,11 @@ def baseline(study: optuna.Study) -> TrialRecord | None:
 
 
 def loss_deviation(record: TrialRecord, reference: TrialRecord | None) -> float | None:
-    """Largest relative deviation of a trial's per-step losses from the reference's, over the steps both ran."""
+    """Largest relative deviation of a trial's per-step losses from the reference's, over the steps both ran (the
+    one definition: `measure.stats.max_relative_deviation`, as every table reads it)."""
     if reference is None or not record.losses or not reference.losses:
         return None
-    pairs = [(a, b) for a, b in zip(record.losses, reference.losses, strict=False) if b]
-    return max(abs(a - b) / abs(b) for a, b in pairs) if pairs else None
+    return max_relative_deviation(list(record.losses), list(reference.losses))
 
 
 def eligible(study: optuna.Study, max_loss_dev: float) -> list[TrialRecord]:

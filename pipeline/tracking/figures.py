@@ -1,12 +1,14 @@
 """What a finished job writes to its MLflow run besides its config: params derived from its result, per-step series,
 its summary metrics as MLflow's UI shows them, and a description in the words the console uses.
 
-MLflow's runs table prints a metric's value whole (`0.03739772099993388`), so the figures a person reads there are
-rounded as the console prints them: step times to four significant digits and at least four decimals (the tables'
-`.4f`), rates to four significant digits (whole numbers from 1,000 on), memory to four significant digits and at
-least three decimals. The statistics that rank configs (`step_time_trimmed_s`) and the per-step series stay whole.
-Metrics that say nothing happened are left out (`compile_s` 0: nothing compiled; `context_gib` 0: no CUDA context),
-so that a run's page charts no empty ones.
+MLflow prints a metric's value whole (`0.03739772099993388`), so every summary figure is logged rounded as the console
+prints it: step times to four significant digits and at least four decimals (the tables' `.4f`), memory to four
+significant digits and at least three decimals, drift and cv as the percent the console says (`drift +27.1%` is
+`step_time_drift_pct` 27.1), everything else to four significant digits (whole numbers stay whole). The figure that
+ranks configs, `step_time_trimmed_s`, keeps six significant digits (`ranked`: a confirmation round's pairs are taken
+from the same rounded figure, so the console and the report compare the same numbers); the per-step series stay
+whole. Metrics that say nothing happened are left out (`compile_s` 0: nothing compiled; `context_gib` 0: no CUDA
+context), so that a run's page charts no empty ones.
 """
 
 from __future__ import annotations
@@ -42,16 +44,51 @@ def shown(value: float, decimals: int) -> float:
     return round(value, max(decimals, 3 - math.floor(math.log10(abs(value)))))
 
 
-def metrics(summary: JobSummary, profile: dict | None = None) -> dict[str, float]:
-    """The summary's metrics, the view's first, rounded where a person reads them; the profile's if one ran."""
+ROUND = "round_"  # a confirmation run's view figures: `round_step_time_median_s`, ...
+
+
+def restored(metrics: dict[str, float]) -> dict[str, float]:
+    """A run's metrics under the names every reader knows (a confirmation run's ROUND names undone)."""
+    return {k.removeprefix(ROUND) if k.removeprefix(ROUND) in LEADING_METRICS else k: v for k, v in metrics.items()}
+
+
+RANKED = "step_time_trimmed_s"  # what the pairs compare: six significant digits
+PERCENT = ("step_time_drift_pct", "step_time_cv_pct")  # one decimal
+
+
+def ranked(value: float) -> float:
+    """A run's figure in paired comparisons, as it is logged: six significant digits."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    return round(value, 5 - math.floor(math.log10(abs(value))))
+
+
+def rounded(key: str, value: float) -> float:
+    """A summary metric as it is logged (the module's docstring says how)."""
+    if key == RANKED:
+        return ranked(value)
+    if key in PERCENT:
+        return round(value, 1)
+    if key in SHOWN_DECIMALS:
+        return shown(value, SHOWN_DECIMALS[key])
+    if key.endswith("_gib"):
+        return shown(value, 3)  # every memory figure alike: `peak_gib` stays the largest `peak_rank<r>_gib`
+    if key.startswith("step_time") or key.endswith("_median_s"):  # step times and their phases
+        return shown(value, 4)
+    return shown(value, 0)
+
+
+def metrics(summary: JobSummary, profile: dict | None = None, apart: bool = False) -> dict[str, float]:
+    """The summary's metrics, the view's first, rounded where a person reads them; the profile's if one ran.
+    `apart`: a confirmation run, whose view figures are logged under ROUND names (`round_step_time_median_s`): a few
+    steps of a round, not a config's figures, so that the runs table's group of them shows no minimum to read as
+    faster than the configs' own runs."""
     found = summary.metrics()
     out = {k: found[k] for k in LEADING_METRICS if k in found} | found
-    for key, value in out.items():
-        if key in SHOWN_DECIMALS:
-            out[key] = shown(value, SHOWN_DECIMALS[key])
-        elif key.endswith("_gib"):
-            out[key] = shown(value, 3)  # every memory figure alike: `peak_gib` stays the largest `peak_rank<r>_gib`
+    out = {key: rounded(key, value) for key, value in out.items()}
     out = {k: v for k, v in out.items() if not (k in NOTHING_WHEN_ZERO and v == 0)}
+    if apart:
+        out = {(f"{ROUND}{k}" if k in LEADING_METRICS else k): v for k, v in out.items()}
     if profile:
         out.update({f"profile.{k}": profile[k] for k in PROFILE_METRICS if profile.get(k) is not None})
     return out
@@ -97,7 +134,7 @@ def series(result: JobResult, steady: set[int]) -> dict[str, list[tuple[int, flo
 def description(name: str, summary: JobSummary, more: list[str] | tuple[str, ...] = ()) -> str:
     """The run's page's first lines, as the console says them: `**tiny 2x2 #1**: ok, step 0.1888 s (median of 25
     steady steps, 96% interval [0.1491, 0.2839]) · 2,712 tokens/s · peak 0.467 GiB`, then `drift +15%` (the last
-    third of the steady steps against the first: the metric `step_time_drift` is that ratio, 1.15), `cv 194%`, and
+    third of the steady steps against the first: the metric `step_time_drift_pct`, 15.0), `cv 194%`, and
     the lines `more` adds (the rank, the time ratio)."""
     head = f"**{name}**: {summary.status}"
     s = summary.step_time

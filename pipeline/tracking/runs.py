@@ -9,6 +9,7 @@ status.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,14 +35,19 @@ NAME = "display_name"
 PREDICTED = "predicted_gib"
 OVERRIDES = "overrides"  # a job's own overrides (its command line in a sweep); a sweep's or study's whole command
 BASELINE = "baseline"  # a study's run: the config its answer's speed-up is over
+BASELINE_CONFIG = "baseline_config_id"  # ... and its config id: every config's loss deviation is from its losses
 CLAIM = "claim"  # a study's run: the answer's speed-up over the baseline, or why there is none
 NOTE = "note"  # what the runs table shows: why a run stopped, and its config's notes on its steps once ranked
 REASON = "reason"  # why it stopped alone, where NOTE says more (`render.runs_table`)
 RANK, TIME_VS = "rank", "time_vs_fastest"  # a ranked run's config: its rank, its time over the fastest's
+PARENT = "mlflow.parentRunId"
 GROUP = "group"  # the sweep or study a run belongs to, as its parent run is named: what the MLflow view groups by
 SINGLE_JOBS = "single jobs"  # the group of jobs run on their own, outside any sweep or study
-SUBGROUPS = {RunKind.PROBE: " · probes", RunKind.CONFIRM: " · confirm"}
-OVER_CAP_GROUP = " · over cap"  # a job or trial that did not fit, measured or predicted
+SUBGROUPS = {RunKind.PROBE: "probes", RunKind.CONFIRM: "confirm"}  # a study's runs apart from its trials
+OVER_CAP = "over cap"  # a job or trial that did not fit, measured or predicted: apart too
+ORDER = "order"  # what the MLflow view sorts by: newest sweep or study first, its own run first in its group
+POSITION = {"parent": 0, RunKind.JOB: 1, RunKind.TRIAL: 1, RunKind.CONFIRM: 2, OVER_CAP: 3, RunKind.PROBE: 4}
+LATEST_MS = 10**13 - 1  # start times are counted down from here, so that an ascending sort puts the newest first
 
 
 ABANDONED = {STATUS: Status.KILLED, NOTE: "interrupted: the process recording it ended first"}
@@ -60,15 +66,41 @@ def quoted(value: object) -> str:
     return f"'{text}'"
 
 
-def group_of(tags: dict[str, object]) -> str:
-    """The group of a run with these tags: its sweep's or study's parent run name, or SINGLE_JOBS; a study's probes
-    and confirmation runs (shorter jobs, not contenders) in groups of their own beside it, so that the group row's
-    minimum of each figure is one over comparable runs."""
+def group_of(tags: dict[str, object], over_cap: bool = False) -> str:
+    """The group of a run with these tags: its sweep's or study's parent run name (`sweep <id>`, `study <name>`), or
+    SINGLE_JOBS; a study's probes and confirmation runs (shorter jobs, not contenders) and whatever did not fit
+    (`over_cap`) in groups of their own beside it, so that the group row's minimum of each figure is one over
+    comparable runs. The role comes first (`confirm · <study>`): the UI cuts a long name at its end."""
+    role = OVER_CAP if over_cap else SUBGROUPS.get(str(tags.get(KIND)))
     if tags.get(SWEEP):
-        return f"sweep {tags[SWEEP]}"
-    if tags.get(STUDY):
-        return f"study {tags[STUDY]}{SUBGROUPS.get(str(tags.get(KIND)), '')}"
-    return SINGLE_JOBS
+        name = f"sweep {tags[SWEEP]}"
+    elif tags.get(STUDY):
+        name = f"study {tags[STUDY]}" if role is None else str(tags[STUDY])
+    else:
+        return SINGLE_JOBS
+    return name if role is None else f"{role} · {name}"
+
+
+def order_of(since_ms: int, tags: dict[str, object], over_cap: bool = False) -> str:
+    """The `order` tag of a run with these tags in a group whose sweep or study started at `since_ms`: groups newest
+    first, and in a sweep's or study's groups its own run first (its answer), then its jobs or trials, confirmation
+    runs, what did not fit, probes."""
+    kind = str(tags.get(KIND))
+    position = POSITION["parent"] if kind in (RunKind.SWEEP, RunKind.STUDY) else POSITION.get(kind, 1)
+    return f"{LATEST_MS - since_ms:013d}.{POSITION[OVER_CAP] if over_cap else position}"
+
+
+def placed(tracker: Tracker, tags: dict[str, object], parent_id: str | None, over_cap: bool = False) -> dict:
+    """The tags that place a run in the MLflow view: its `group` and its `order` (by its parent's start: one read)."""
+    since = tracker.run(parent_id).info.start_time if parent_id else int(time.time() * 1000)
+    return {GROUP: group_of(tags, over_cap), ORDER: order_of(since, tags, over_cap)}
+
+
+def open_parent(tracker: Tracker, name: str, tags: dict[str, object]) -> str:
+    """A sweep's or study's own run, placed first in its group."""
+    start_ms = int(time.time() * 1000)
+    placing = {GROUP: group_of(tags), ORDER: order_of(start_ms, tags)}
+    return tracker.start(name, tags={**tags, **placing}, abandon_tags=ABANDONED, start_ms=start_ms)
 
 
 def start_job(
@@ -91,7 +123,7 @@ def start_job(
         "split": f"{spec.micro}x{spec.accumulation}",
         **(tags or {}),
     }
-    run_tags[GROUP] = group_of(run_tags)
+    run_tags.update(placed(tracker, run_tags, parent_id))
     run_id = tracker.start(run_name or spec.name, tags=run_tags, parent_id=parent_id, abandon_tags=ABANDONED)
     config = dataclasses.asdict(spec.config)
     tracker.params(run_id, {**flatten(config), CONFIG_ID: spec.config_id})
@@ -110,15 +142,17 @@ def end_job(
 ) -> None:
     """Write a finished job in one go (`steady`: the step numbers its statistics use; `files`: more artifacts, by
     the folder they go in) and end its run with the status its result says."""
+    run = tracker.run(run_id)
+    apart = run.data.tags.get(KIND) == RunKind.CONFIRM
     tracker.params(run_id, figures.derived_params(spec, result))
-    tracker.metrics(run_id, figures.metrics(summary, result.profile), figures.series(result, steady))
+    tracker.metrics(run_id, figures.metrics(summary, result.profile, apart), figures.series(result, steady))
     for folder, paths in files.items():
         for path in paths:
             tracker.artifact_file(run_id, path, folder=folder)
     tags: dict[str, object] = {STATUS: result.status, FIT: summary.fit}
     tags[figures.DESCRIPTION] = figures.description(spec.name, summary)
     if summary.fit in (Fit.OVER_CAP, Fit.OOM):  # apart from the runs that fit: their group row shows no figure of it
-        tags[GROUP] = f"{group_of(tracker.run(run_id).data.tags)}{OVER_CAP_GROUP}"
+        tags.update(placed(tracker, run.data.tags, run.data.tags.get(PARENT), over_cap=True))
     note = result.stopped or result.error
     if note:
         tags[NOTE] = note[:500]
@@ -159,8 +193,8 @@ def log_skip(
     run_id = start_job(tracker, spec, RunKind.TRIAL, parent_id, tags={**tags, PREDICTED: predicted_bytes / GIB})
     summary = JobSummary(status=Status.SKIPPED, fit=Fit.PREDICTED_OVER_CAP)
     tracker.metrics(run_id, {**figures.metrics(summary), "predicted_gib": figures.shown(predicted_bytes / GIB, 3)})
-    group = group_of({**tags, KIND: RunKind.TRIAL}) + OVER_CAP_GROUP
-    tracker.tags(run_id, {STATUS: Status.SKIPPED, FIT: Fit.PREDICTED_OVER_CAP, NOTE: reason, GROUP: group})
+    placing = placed(tracker, {**tags, KIND: RunKind.TRIAL}, parent_id, over_cap=True)
+    tracker.tags(run_id, {STATUS: Status.SKIPPED, FIT: Fit.PREDICTED_OVER_CAP, NOTE: reason, **placing})
     tracker.end(run_id, RunState.FINISHED)
     return run_id
 
@@ -202,8 +236,7 @@ def open_study(tracker: Tracker, name: str, command: str, params: dict[str, obje
     if found:
         return tracker.reopen(found[0].info.run_id, ABANDONED, {STATUS: Status.RUNNING}, drop=(NOTE,))
     tags = {KIND: RunKind.STUDY, STUDY: name, STATUS: Status.RUNNING, "overrides": command}
-    tags[GROUP] = group_of(tags)  # "study <name>", its run's name
-    run_id = tracker.start(tags[GROUP], tags=tags, abandon_tags=ABANDONED)
+    run_id = open_parent(tracker, group_of(tags), tags)  # named as its group: "study <name>"
     tracker.params(run_id, params)
     return run_id
 
@@ -224,7 +257,7 @@ def read_jobs(tracker: Tracker, parent_id: str, kinds: tuple[RunKind, ...] = MEA
     """The runs nested under a sweep or study, as RecordedJob, oldest first (probes left out by default)."""
     jobs = []
     for run in tracker.search(f"tags.mlflow.parentRunId = {quoted(parent_id)}"):
-        tags, metrics = run.data.tags, run.data.metrics
+        tags, metrics = run.data.tags, figures.restored(run.data.metrics)
         kind = RunKind(tags.get(KIND, RunKind.JOB))
         if kind not in kinds:
             continue

@@ -176,13 +176,15 @@ class Tracker:
         tags: dict[str, object] | None = None,
         parent_id: str | None = None,
         abandon_tags: dict[str, object] | None = None,
+        start_ms: int | None = None,
     ) -> str:
-        """Open a run; if this process exits with it still open, it is ended KILLED with `abandon_tags` set."""
+        """Open a run (started at `start_ms`, now by default); if this process exits with it still open, it is ended
+        KILLED with `abandon_tags` set."""
         tags = {k: str(v) for k, v in (tags or {}).items()}
         tags.update({OWNER_TAG: str(Owner.current()), HEARTBEAT_TAG: f"{time.time():.0f}"})
         if parent_id:
             tags["mlflow.parentRunId"] = parent_id
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags, start_time=start_ms)
         self._keep_open(run.info.run_id, abandon_tags)
         return run.info.run_id
 
