@@ -140,6 +140,7 @@ LAYERS = [
     {"render", "results"},
     {"compare", "measure", "tracking", "builders"},
     {"config"},
+    {"knobs"},
     {"records", "summaries", "exits", "liveness", "progress", "__init__"},
 ]
 

@@ -76,8 +76,9 @@ class StepLog(TrainerCallback):
 
 def source(module: str, *names: str) -> str:
     """The source of top-level functions, classes and constants of `pipeline.builders.<module>` (or of
-    `pipeline.config.choices`, the enums the builders compare with: `module="choices"`), in the order named."""
-    folder = BUILDERS.parent / "config" if module == "choices" else BUILDERS
+    `pipeline.knobs.<module>`, a knob's enum the builders compare with: `module="knobs/loss"`), in the order
+    named."""
+    folder = BUILDERS.parent if module.startswith("knobs/") else BUILDERS
     text = (folder / f"{module}.py").read_text(encoding="utf-8")
     found: dict[str, str] = {}
     for node in ast.parse(text).body:
@@ -119,10 +120,12 @@ def helpers(config: Config) -> list[str]:
         parts.append(source("dataset", "FIELDS", "take_records", "_field", reader))
     if Compile.of(t.torch_compile) is Compile.REGIONAL:
         parts.append(
-            source("choices", "CompileMode") + "\n\n\n" + source("compile", "decoder_layers", "compile_layers")
+            source("knobs/compile_mode", "CompileMode")
+            + "\n\n\n"
+            + source("compile", "decoder_layers", "compile_layers")
         )
     if t.loss != Loss.TRL:
-        parts.append(source("choices", "Loss") + "\n\n\n" + source("step", "model_loss", "capture_loss"))
+        parts.append(source("knobs/loss", "Loss") + "\n\n\n" + source("step", "model_loss", "capture_loss"))
     if t.optimizer_step != OptimizerStep.EAGER:
         parts.append(source("step", "compile_optimizer_step"))
     return parts

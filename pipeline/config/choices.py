@@ -4,32 +4,18 @@ text the user typed (`reduce-overhead`)."""
 
 from __future__ import annotations
 
-from dataclasses import field
 from enum import StrEnum
-from typing import Any
 
-CPU = "cpu"  # the gpu profile (and device) of a job measured on the CPU
-
-
-class Dtype(StrEnum):
-    AUTO = "auto"
-    FP32 = "fp32"
-    FP16 = "fp16"
-    BF16 = "bf16"
-
-
-class Padding(StrEnum):
-    LONGEST = "longest"
-    MAX_LENGTH = "max_length"
-    PADDING_FREE = "padding_free"
-    PACKING = "packing"
-
-
-class Optimizer(StrEnum):
-    ADAMW_TORCH = "adamw_torch"
-    ADAMW_TORCH_FUSED = "adamw_torch_fused"
-    ADAFACTOR = "adafactor"
-    SGD = "sgd"
+# the speed knobs' choices are in their modules (pipeline.knobs); named here too while the config reads them from here
+from pipeline.knobs.adapter_dtype import AdapterDtype  # noqa: F401
+from pipeline.knobs.attn_implementation import Attention  # noqa: F401
+from pipeline.knobs.base import CPU, chosen  # noqa: F401
+from pipeline.knobs.compile_mode import CompileMode  # noqa: F401
+from pipeline.knobs.dtype import Dtype  # noqa: F401
+from pipeline.knobs.loss import Loss  # noqa: F401
+from pipeline.knobs.optimizer import Optimizer  # noqa: F401
+from pipeline.knobs.optimizer_step import OptimizerStep  # noqa: F401
+from pipeline.knobs.padding import Padding  # noqa: F401
 
 
 class Scheduler(StrEnum):
@@ -37,41 +23,6 @@ class Scheduler(StrEnum):
     COSINE = "cosine"
     CONSTANT = "constant"
     CONSTANT_WITH_WARMUP = "constant_with_warmup"
-
-
-class CompileMode(StrEnum):
-    DEFAULT = "default"
-    REDUCE_OVERHEAD = "reduce-overhead"
-    MAX_AUTOTUNE_NO_CUDAGRAPHS = "max-autotune-no-cudagraphs"
-    MAX_AUTOTUNE = "max-autotune"
-
-
-class Loss(StrEnum):
-    """What computes the LM head and loss (`pipeline.builders.step`)."""
-
-    TRL = "trl"
-    MODEL = "model"
-    COMPILED = "compiled"
-    LIGER = "liger"
-
-
-class OptimizerStep(StrEnum):
-    EAGER = "eager"
-    COMPILED = "compiled"
-    GRAPH = "graph"  # a CUDA graph
-
-
-class AdapterDtype(StrEnum):
-    FP32 = "fp32"
-    COMPUTE = "compute"
-
-
-class Attention(StrEnum):
-    EAGER = "eager"
-    SDPA = "sdpa"
-    FLEX_ATTENTION = "flex_attention"
-    FLASH_ATTENTION_2 = "flash_attention_2"
-    FLASH_ATTENTION_3 = "flash_attention_3"
 
 
 class ModelSource(StrEnum):
@@ -112,8 +63,3 @@ class LauncherKind(StrEnum):
     FORKSERVER = "forkserver"
     SUBPROCESS = "subprocess"
     TORCHRUN = "torchrun"
-
-
-def chosen(default: StrEnum, help: str, aliases: tuple[str, ...] = ()) -> Any:
-    """A field whose value is one of `type(default)`'s members (or one of `aliases`, which its reader resolves)."""
-    return field(default=default.value, metadata={"choices": type(default), "help": help, "aliases": aliases})
