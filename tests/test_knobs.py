@@ -1,17 +1,28 @@
-"""The speed knobs' registry (`pipeline.knobs`): what a study over everything tries is among a knob's choices and
-holds the presets' values, a knob's memory term, and the parent reads them without torch."""
+"""The speed knobs' registry (`pipeline.knobs`): every knob is a field of its section with its choices, what a study
+over everything tries is among them and holds the presets' values, a knob's memory term, and the parent reads them
+without torch."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from pipeline import knobs
-from pipeline.config.schema import choices_of
+from pipeline.config.schema import GROUPS, choices_of
 from pipeline.knobs.base import Memory
 from tests.helpers.cli import REPO, run_python
+
+
+def test_every_knob_is_a_field_of_its_section_with_its_default_and_help():
+    for knob in knobs.registry():
+        spec = {f.name: f for f in dataclasses.fields(GROUPS[knob.section])}[knob.name]
+        assert spec.default == knob.default and spec.metadata["help"] == knob.help, knob.key
+        assert choices_of(knob.key)[: len(list(knob.choices or ()))] == tuple(m.value for m in knob.choices or ())
+    names = list(knobs.short_names().values())
+    assert len(names) == len(set(names))  # a display name never reads two knobs alike
 
 
 def test_what_a_study_over_everything_tries_is_among_the_choices_and_holds_every_presets_values():

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config.choices import CPU, Dtype, LauncherKind, ModelSource
+from pipeline import knobs
+from pipeline.config.choices import CPU, LauncherKind, ModelSource
 from pipeline.config.data import check_data
 from pipeline.config.devices import cpu_cores, cuda_device_count
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
-from pipeline.config.knobs import check_knobs, compile_choice, on_cuda
+from pipeline.config.knobs import check_knobs, check_values, on_cuda
 from pipeline.config.schema import ARCH_FIELDS, field_choices
 from pipeline.config.study_checks import MAX_EXPERIMENT_NAME, check_name, check_optimize
 from pipeline.records import GIB, Compile
@@ -105,11 +106,14 @@ def layout_mismatch(cfg: DictConfig) -> str | None:
 
 
 def check_choices(cfg: DictConfig) -> None:
-    """Every field with a fixed set of values (the schema's enums) holds one of them."""
-    for key, (enum, aliases) in field_choices().items():
-        if aliases:
-            continue  # a field with aliases is read by its own parser, which names them (train.torch_compile)
-        choice(key, OmegaConf.select(cfg, key), tuple(m.value for m in enum))
+    """Every field with a fixed set of values (the schema's enums) holds one of them; a speed knob's are its own
+    (`check_values`: its aliases too)."""
+    knob_keys = knobs.by_key()
+    for key, (enum, _) in field_choices().items():
+        if key not in knob_keys:
+            choice(key, OmegaConf.select(cfg, key), tuple(m.value for m in enum))
+    for section in ("model", "train"):
+        check_values(section, cfg[section])
 
 
 def check_world_size(cfg: DictConfig) -> None:
@@ -170,17 +174,13 @@ def check_gpu(gpu: DictConfig) -> None:
         raise ConfigError("gpu.peak_tflops", f"got {gpu.peak_tflops}; accepted: a number > 0")
 
 
-def check_device(gpu: DictConfig, t: DictConfig) -> None:
+def check_device(gpu: DictConfig) -> None:
     """A card profile emulates that card's memory on a CUDA device: without one it would measure nothing real."""
     if gpu.name not in ("auto", CPU) and cuda_device_count() == 0:
         raise ConfigError(
             "gpu",
             f"gpu={gpu.name} emulates a {gpu.name.upper()}'s memory on a CUDA device, and this machine has none; "
             "accepted here: gpu=auto or gpu=cpu",
-        )
-    if t.dtype == Dtype.FP16 and not on_cuda(gpu):
-        raise ConfigError(
-            "train.dtype", f"fp16 needs a CUDA device; accepted with gpu={gpu.name} here: auto, fp32, bf16"
         )
 
 
@@ -206,7 +206,7 @@ def max_positions(m: DictConfig) -> int | None:
     return None
 
 
-def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig, m: DictConfig) -> None:
+def check_train(t: DictConfig, measure: DictConfig, m: DictConfig) -> None:
     at_least("train.steps", t.steps, 1)
     at_most("train.steps", t.steps, MAX_STEPS)
     at_least("train.max_length", t.max_length, 2)
@@ -216,8 +216,6 @@ def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig, m: DictConf
             "train.max_length",
             f"{t.max_length} exceeds the model's max_position_embeddings {positions}; accepted: 2 to {positions}",
         )
-    if t.dtype == Dtype.BF16 and gpu.bf16 is False and gpu.name != CPU:
-        raise ConfigError("train.dtype", f"bf16 is not supported by gpu={gpu.name}; accepted: auto, fp16, fp32")
     if t.learning_rate <= 0:
         raise ConfigError("train.learning_rate", f"got {t.learning_rate}; accepted: a number > 0")
     at_least("train.warmup_steps", t.warmup_steps, 0)
@@ -251,7 +249,7 @@ def resolved(cfg: DictConfig) -> Resolved:
     config that `validate` passed (the precheck of a command line, the candidates of a study), so that every config
     is checked once."""
     cap_bytes, cap_source = resolve_cap(cfg)
-    return Resolved(parse_split(cfg.batch.split), cap_bytes, cap_source, compile_choice(cfg.train.torch_compile))
+    return Resolved(parse_split(cfg.batch.split), cap_bytes, cap_source, Compile.of(cfg.train.torch_compile))
 
 
 def validate(cfg: DictConfig) -> Resolved:
@@ -261,10 +259,10 @@ def validate(cfg: DictConfig) -> Resolved:
     check_lora(cfg.lora)
     check_gpu(cfg.gpu)
     split = check_split(cfg)
-    check_train(cfg.train, cfg.measure, cfg.gpu, cfg.model)
-    check_device(cfg.gpu, cfg.train)
+    check_train(cfg.train, cfg.measure, cfg.model)
+    check_knobs(cfg.train, cfg.model, cfg.gpu, split.accumulation)
+    check_device(cfg.gpu)
     check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
-    compiled = check_knobs(cfg.train, cfg.gpu, cfg.model, split.accumulation)
     check_profile(cfg.measure, cfg.train)
     if "optimize" in cfg:
         check_optimize(cfg.optimize, cfg)
@@ -286,4 +284,4 @@ def validate(cfg: DictConfig) -> Resolved:
             "tracking.uri",
             "empty; accepted: a tracking URI like sqlite:///mlruns/mlflow.db or http://host:port",
         )
-    return Resolved(split, cap_bytes, cap_source, compiled)
+    return Resolved(split, cap_bytes, cap_source, Compile.of(cfg.train.torch_compile))
