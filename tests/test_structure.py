@@ -14,6 +14,11 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.schema import choices_of, field_choices
 from pipeline.config.validate import validate
+from pipeline.knobs.adapter_dtype import AdapterDtype
+from pipeline.knobs.compile_mode import CompileMode
+from pipeline.knobs.loss import Loss
+from pipeline.knobs.optimizer_step import OptimizerStep
+from pipeline.knobs.padding import Padding
 from pipeline.records import RunKind, RunState, Status
 from pipeline.search.trials import Role
 
@@ -213,19 +218,29 @@ def test_the_subscript_finder_finds_one():
 
 
 CHOICE_ENUMS = {  # the config's enums whose values are words of their own: spelled only through the enum
-    name: {m.value for m in getattr(choices, name)}
-    for name in ("Padding", "CompileMode", "AdapterDtype", "ModelSource", "DataKind", "LauncherKind", "Loss")
+    enum.__name__: ({m.value for m in enum}, enum.__module__)
+    for enum in (
+        Padding,
+        CompileMode,
+        AdapterDtype,
+        choices.ModelSource,
+        choices.DataKind,
+        choices.LauncherKind,
+        Loss,
+        OptimizerStep,
+    )
 }
 
 
 @pytest.mark.parametrize("name", list(CHOICE_ENUMS))
 def test_a_fields_choices_are_compared_only_through_its_enum(name):
+    values, owner = CHOICE_ENUMS[name]
     found = [
         f"{module}:{line}: {value!r}"
         for module, path in MODULES.items()
-        if module != "pipeline.config.choices"
+        if module != owner
         for line, value in _literal_uses(ast.parse(path.read_text()))
-        if value in CHOICE_ENUMS[name]
+        if value in values
     ]
     assert not found, found
 

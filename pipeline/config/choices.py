@@ -1,21 +1,12 @@
-"""The fixed sets of values of the config's fields, as enums: the one list validation, `--help`, the schema's fields
-(`chosen`) and the code that branches on a value all read. Members are strings, so a value compares equal to the
-text the user typed (`reduce-overhead`)."""
+"""The fixed sets of values of the config's fields that are no speed knob, as enums (a knob's are in its module of
+`pipeline.knobs`): the one list validation, `--help`, the schema's fields (`chosen`) and the code that branches on a
+value all read. Members are strings, so a value compares equal to the text the user typed."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-# the speed knobs' choices are in their modules (pipeline.knobs); named here too while the config reads them from here
-from pipeline.knobs.adapter_dtype import AdapterDtype  # noqa: F401
-from pipeline.knobs.attn_implementation import Attention  # noqa: F401
-from pipeline.knobs.base import CPU, chosen  # noqa: F401
-from pipeline.knobs.compile_mode import CompileMode  # noqa: F401
-from pipeline.knobs.dtype import Dtype  # noqa: F401
-from pipeline.knobs.loss import Loss  # noqa: F401
-from pipeline.knobs.optimizer import Optimizer  # noqa: F401
-from pipeline.knobs.optimizer_step import OptimizerStep  # noqa: F401
-from pipeline.knobs.padding import Padding  # noqa: F401
+from pipeline.knobs.base import CPU, chosen  # noqa: F401 - the config's modules read them from here
 
 
 class Scheduler(StrEnum):

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config.choices import CPU, Loss, OptimizerStep
+from pipeline import knobs
+from pipeline.config.choices import CPU
 from pipeline.config.compose import CONF_DIR
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.identity import config_id, display_name
@@ -29,7 +30,7 @@ from pipeline.jobs import devicelock, preflight, ranks, runner
 from pipeline.jobs.context import SweepContext, job_command, job_overrides
 from pipeline.jobs.files import PROFILE_DIR
 from pipeline.measure.summary import steady_steps, summarize_job
-from pipeline.records import Compile, JobResult, JobSpec, RunKind, Status, StopRule
+from pipeline.records import JobResult, JobSpec, RunKind, Status, StopRule
 from pipeline.summaries import JobSummary
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
@@ -69,8 +70,7 @@ def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = N
         context = SweepContext.current()
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
         name = display_name(cfg.model.name, cfg.batch.split, varying)
-    t = cfg.train
-    compiled = found.compile is not Compile.OFF or t.loss == Loss.COMPILED or t.optimizer_step != OptimizerStep.EAGER
+    compiled = any(knob.compiles(config.train) for knob in knobs.registry())
     env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if compiled else {}
     return JobSpec(
         config=config,
