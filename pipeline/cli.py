@@ -113,12 +113,13 @@ def run_entry(
     task: Callable[[Any], Any],
     doc: str,
     argv: list[str] | None = None,
-    extra_check: Callable[[Any], None] | None = None,
+    extra_check: Callable[[Any, Any], None] | None = None,
     sweeps: bool = True,
 ) -> None:
     """Precheck `argv` (default sys.argv[1:]) for the primary config `config_name` (conf/<config_name>.yaml; and
-    `extra_check` on every job's config), then run `task` through hydra.main, as `python -m prog`. `doc` (the entry
-    module's docstring: a summary, a blank line, example commands) is the start of `--help`.
+    `extra_check` on every job's config, composed and as its check parsed it), then run `task` through hydra.main,
+    as `python -m prog`. `doc` (the entry module's docstring: a summary, a blank line, example commands) is the
+    start of `--help`.
     `sweeps`: whether the entry takes -m (a study searches its own space: it does not)."""
     Interrupts.install()
     try:
@@ -139,7 +140,7 @@ def _checked_argv(
     config_name: str,
     doc: str,
     argv: list[str] | None,
-    extra_check: Callable[[Any], None] | None,
+    extra_check: Callable[[Any, Any], None] | None,
     sweeps: bool,
 ) -> list[str]:
     """The command line Hydra gets: --help answered here, every job's config checked, repeats expanded."""
@@ -177,20 +178,21 @@ def _checked_argv(
 
 
 def _check_plan(
-    config_name: str, overrides: list[str], multirun: bool, extra_check: Callable[[Any], None] | None
+    config_name: str, overrides: list[str], multirun: bool, extra_check: Callable[[Any, Any], None] | None
 ) -> None:
     """Every config of the command composed and checked, the stores it writes to too; bad input ends here. The fork
     server started for it stops again when no job will use it."""
     try:
         plan = plan_sweep(config_name, overrides, multirun)
+        context.COMMAND.plan = plan  # each job's config checked once: what its task receives
         configs = plan.configs
         if all(c.launcher.kind != LauncherKind.FORKSERVER for c in configs) or _launcher(overrides) is None:
             runner.stop_server()
         for root, uri in dict.fromkeys((c.paths.root, c.tracking.uri) for c in configs):
             check_stores(root, uri)
-        for cfg in configs:
+        for cfg, job in zip(configs, plan.checked, strict=True):
             if extra_check is not None:
-                extra_check(cfg)
+                extra_check(cfg, job)
     except ConfigError as err:
         _refuse(err)
     _announce_left_out(plan.left_out)

@@ -38,9 +38,9 @@ def test_true_is_regional_and_false_is_off_in_every_record(cfg, compose):
     ids = {v: config_id(compose(f"train.torch_compile={v}")) for v in ("true", "regional", "whole")}
     assert ids["true"] == ids["regional"] != ids["whole"]
     # the spec the job gets, its MLflow params and config.yaml carry one spelling
-    spec = job_spec(compose("train.torch_compile=true"))
+    spec = job_spec(validate(compose("train.torch_compile=true")))
     assert spec.config.train.torch_compile == "regional" and spec.config_id == ids["regional"]
-    assert job_spec(cfg).config.train.torch_compile == "off"
+    assert job_spec(validate(cfg)).config.train.torch_compile == "off"
 
 
 def _train(*overrides: str):

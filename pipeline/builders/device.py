@@ -25,7 +25,7 @@ def match_profile(device_name: str, memory_gib: float, profiles: dict[str, dict]
     """The gpu profile of a real device: its family ('h200', 'a100', 't4') named in the device's name, the closest
     memory breaking ties (a100-40gb vs a100-80gb)."""
     words = device_name.lower().replace("-", " ").split()
-    found = [n for n in profiles if n.split("-")[0] in words and profiles[n].get("memory_gib")]
+    found = [n for n in profiles if n.split("-")[0] in words]
     if not found:
         return None
     return min(found, key=lambda n: abs(profiles[n]["memory_gib"] - memory_gib))
@@ -46,7 +46,7 @@ def resolve_placement(gpu: GpuConfig, dtype: str, profiles: dict[str, dict] | No
         dtype = resolve(dtype, True, supported)
         if emulated or gpu_name == "auto":  # speed is the real device's: so is the peak MFU is measured against
             real = match_profile(props.name, real_gib, profiles or {})
-            peak_tflops = (profiles or {}).get(real, {}).get("peak_tflops") if real else None
+            peak_tflops = profiles[real]["peak_tflops"] if real else None
         return Placement("cuda", props.name, round(real_gib, 2), emulated, dtype, peak_tflops, supported)
     dtype = resolve(dtype, False, None)
     emulated = gpu_name if gpu_name not in ("auto", CPU) else None

@@ -1,8 +1,9 @@
 """Compose and validate every job of a command line before Hydra runs anything.
 
 Hydra reports a bad override with several lines and exit code 1, after it has created its output folders. The entry
-points call `precheck` first: it expands a multirun into its jobs, composes each with Hydra's compose API, applies
-`validate`, and turns any failure into one `ConfigError` naming the field and the accepted form.
+points call `plan_sweep` first: it expands a multirun into its jobs, composes each with Hydra's compose API, applies
+`validate`, and turns any failure into one `ConfigError` naming the field and the accepted form. The plan keeps each
+config as its check parsed it (`config.job`): what each job's task receives (`jobs.context.checked_job`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from omegaconf.errors import (
 )
 
 from pipeline.config.errors import ConfigError
+from pipeline.config.job import JobConfig
 from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, register_configs
 from pipeline.config.validate import layout_mismatch, validate
 
@@ -133,18 +135,18 @@ class SweepPlan:
     configs: list[DictConfig]
     left_out: list[str]
     jobs: list[tuple[int, int]]  # every job that runs, in the sweep's order: (its config in `configs`, its repeat)
+    checked: list[JobConfig] = dataclasses.field(default_factory=list)  # each config as its check parsed it
+    keys: dict[tuple[str, ...], int | None] = dataclasses.field(default_factory=dict)  # overrides -> its config
 
-
-def precheck(config_name: str, overrides: list[str], multirun: bool) -> list[DictConfig]:
-    """Compose and validate all jobs; return every job's config, in the sweep's order. Raises ConfigError on the
-    first bad input."""
-    plan = plan_sweep(config_name, overrides, multirun)
-    jobs = []
-    for index, repeat in plan.jobs:
-        cfg = plan.configs[index].copy()
-        cfg.repeat = repeat
-        jobs.append(cfg)
-    return jobs
+    def job(self, overrides: list[str]) -> JobConfig | None:
+        """The checked config of the job of these overrides (a Hydra job's own), its repeat set; None for a
+        combination the plan left out. KeyError for overrides of no job of the plan."""
+        index = self.keys[_job_key(overrides)]
+        if index is None:
+            return None
+        job = self.checked[index]
+        repeat = _repeat(overrides, self.configs[index])
+        return dataclasses.replace(job, config=dataclasses.replace(job.config, repeat=repeat))
 
 
 def plan_sweep(config_name: str, overrides: list[str], multirun: bool) -> SweepPlan:
@@ -159,12 +161,12 @@ def plan_sweep(config_name: str, overrides: list[str], multirun: bool) -> SweepP
     sweeps_world = len({dict(map(_key_value, job)).get("world_size") for job in job_overrides}) > 1
     repeats: dict[tuple[str, ...], list[list[str]]] = {}  # a config's overrides without `repeat` -> its jobs
     for job in job_overrides:
-        repeats.setdefault(_sans_repeat(job), []).append(job)
-    configs, left_out, kept_sizes, first_mismatch, index = [], [], set(), {}, {}
+        repeats.setdefault(_job_key(job), []).append(job)
+    configs, checked, left_out, kept_sizes, first_mismatch, index = [], [], [], set(), {}, {}
     for key, jobs in repeats.items():
         cfg = compose_job(config_name, jobs[0])
         try:
-            validate(cfg)
+            job = validate(cfg)
         except (MissingMandatoryValue, InterpolationResolutionError, ValidationError) as err:
             raise translate(err) from None
         except ConfigError as err:
@@ -173,21 +175,26 @@ def plan_sweep(config_name: str, overrides: list[str], multirun: bool) -> SweepP
                 raise
             left_out += [f"{cfg.batch.split} x world_size {cfg.world_size}"] * len(jobs)
             first_mismatch.setdefault(cfg.world_size, mismatch)
+            index[key] = None
             continue
         index[key] = len(configs)
         configs.append(cfg)
+        checked.append(job)
         kept_sizes.add(cfg.world_size)
     for size, mismatch in first_mismatch.items():
         if size not in kept_sizes:
             raise ConfigError("world_size", f"{size} has no split in this sweep: {mismatch}")
     order = [
-        (index[key], _repeat(job, configs[index[key]])) for job in job_overrides if (key := _sans_repeat(job)) in index
+        (index[key], _repeat(job, configs[index[key]]))
+        for job in job_overrides
+        if (key := _job_key(job)) in index and index[key] is not None
     ]
-    return SweepPlan(configs, left_out, order)
+    return SweepPlan(configs, left_out, order, checked, index)
 
 
-def _sans_repeat(job: list[str]) -> tuple[str, ...]:
-    return tuple(o for o in job if _key_value(o)[0] != "repeat")
+def _job_key(job: list[str]) -> tuple[str, ...]:
+    """A job's config overrides: without its repeat index, and without Hydra's own (which Hydra keeps apart)."""
+    return tuple(o for o in job if (key := _key_value(o)[0]) != "repeat" and not key.startswith("hydra"))
 
 
 def _repeat(job: list[str], cfg: DictConfig) -> int:

@@ -272,14 +272,19 @@ def choices_of(key: str) -> tuple[str, ...] | None:
 def typed(cfg: Any) -> Config:
     """The config (a composed DictConfig, or the plain data a job's spec file holds) as the schema's dataclasses,
     every interpolation resolved: what a job receives, and what its builders read section by section."""
-    register_configs()
+    register_resolvers()
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
 
 
-def register_configs() -> None:
-    """Store the primary schema and one `<group>_schema` node per group (idempotent), and the `div` resolver."""
+def register_resolvers() -> None:
+    """The `div` resolver the configs interpolate with (idempotent)."""
     if not OmegaConf.has_resolver("div"):
         OmegaConf.register_new_resolver("div", lambda a, b: int(a) // max(1, int(b)))
+
+
+def register_configs() -> None:
+    """Store the primary schema and one `<group>_schema` node per group (idempotent), and the resolvers."""
+    register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for group, schema in GROUPS.items():

@@ -17,15 +17,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from pipeline import knobs
 from pipeline.config.choices import CPU
 from pipeline.config.compose import CONF_DIR
-from pipeline.config.devices import cuda_device_count
-from pipeline.config.identity import config_id, display_name
-from pipeline.config.schema import typed
-from pipeline.config.validate import resolved
+from pipeline.config.identity import display_name
+from pipeline.config.job import JobConfig
+from pipeline.config.schema import Config
 from pipeline.jobs import devicelock, preflight, ranks, runner
 from pipeline.jobs.context import SweepContext, job_command, job_overrides
 from pipeline.jobs.files import PROFILE_DIR
@@ -59,27 +58,25 @@ def gpu_profiles() -> dict[str, dict]:
     return profiles
 
 
-def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = None, uncapped: bool = False) -> JobSpec:
-    """What the child needs, parsed once: the resolved config, its identity, the split, the cap. `uncapped` lifts
-    the cap from the device (a study's probes and its baseline measure what a config needs and how fast it runs);
-    the peak is still judged against it."""
-    found = resolved(cfg)  # checked before: by the command line's precheck, or as a candidate of the study
-    config = typed(cfg)
-    config.train.torch_compile = found.compile.value  # `true` is `regional`: one spelling on record
+def job_spec(job: JobConfig, name: str | None = None, stop: StopRule | None = None, uncapped: bool = False) -> JobSpec:
+    """What the child needs, from the config as its check parsed it: the typed config, its identity, the split, the
+    cap. `uncapped` lifts the cap from the device (a study's probes and its baseline measure what a config needs
+    and how fast it runs); the peak is still judged against it."""
+    config = job.config
     if name is None:
         context = SweepContext.current()
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
-        name = display_name(cfg.model.name, cfg.batch.split, varying)
+        name = display_name(config.model.name, config.batch.split, varying)
     compiled = any(knob.compiles(config.train) for knob in knobs.registry())
-    env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if compiled else {}
+    env = compile_cache_env(Path(config.paths.root) / "compile-cache") if compiled else {}
     return JobSpec(
         config=config,
-        config_id=config_id(dataclasses.asdict(config)),
+        config_id=job.config_id,
         name=name,
-        micro=found.split.micro,
-        accumulation=found.split.accumulation,
-        cap_bytes=found.cap_bytes,
-        cap_source=found.cap_source,
+        micro=job.split.micro,
+        accumulation=job.split.accumulation,
+        cap_bytes=job.cap_bytes,
+        cap_source=job.cap_source,
         gpu_profiles=gpu_profiles(),
         stop=stop or StopRule(),
         env=env,
@@ -95,7 +92,7 @@ def compile_cache_env(folder: Path) -> dict[str, str]:
 
 
 def run(
-    cfg: DictConfig,
+    job: JobConfig,
     *,
     spec: JobSpec | None = None,
     kind: RunKind = RunKind.JOB,
@@ -105,13 +102,14 @@ def run(
 ) -> JobOutcome:
     """Run one job in its own process and record it as one MLflow run (nested under `parent_id`, or the sweep's).
     The job's device is held for it alone from before its run opens until after it ends (`jobs.devicelock`)."""
-    spec = spec or job_spec(cfg)
+    spec = spec or job_spec(job)
+    cfg = job.config
     context = SweepContext.current()
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
     if context is None and parent_id is None:
         clean_up(tracker)  # a lone job: what earlier commands left behind (a sweep or study does this itself)
     label = run_name or (f"{spec.name} #{cfg.repeat}" if cfg.repeats > 1 else spec.name)
-    devices = devicelock.device_keys(_on_cuda(spec), cfg.world_size)
+    devices = devicelock.device_keys(job.device != CPU, cfg.world_size)
 
     def waiting(key: str, holder: str) -> None:
         print(f"[job] {label}: waiting for {key}, in use by {holder}", flush=True)
@@ -129,11 +127,7 @@ def run(
             raise
 
 
-def _on_cuda(spec: JobSpec) -> bool:
-    return spec.config.gpu.name != CPU and cuda_device_count() > 0
-
-
-def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: DictConfig, label: str) -> JobOutcome:
+def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: Config, label: str) -> JobOutcome:
     error, env = preflight.check_hub(spec.config)
     if error:
         return _finish(tracker, run_id, spec, JobResult(status=Status.FAILED, error=error), cfg, label)
@@ -193,7 +187,7 @@ def _finish(
     run_id: str,
     spec: JobSpec,
     result: JobResult,
-    cfg: DictConfig,
+    cfg: Config,
     label: str,
     files: dict[str, list[Path]] | None = None,
 ) -> JobOutcome:
