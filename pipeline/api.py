@@ -107,7 +107,7 @@ def _checked(overrides: Sequence[str]) -> list[str]:
 def _run(entry: _Entry, overrides: list[str]) -> Result:
     """The command line's path: its precheck (`cli._checked_argv`), then Hydra (`cli._run_hydra`); then the record."""
     from pipeline import cli
-    from pipeline.config.compose import expand_jobs
+    from pipeline.config.plan import expand_jobs
     from pipeline.jobs.context import COMMAND
 
     argv = ["--multirun", *overrides] if entry.multirun else overrides

@@ -14,13 +14,14 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import hydra
-from hydra._internal.utils import get_args_parser
 
 from pipeline import exits
+from pipeline.adapters.hydra_args import args_parser
 from pipeline.config.choices import LauncherKind
-from pipeline.config.compose import CONF_DIR, check_repeats, plan_sweep
+from pipeline.config.compose import CONF_DIR
 from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
+from pipeline.config.plan import check_repeats, plan_sweep
 from pipeline.config.schema import register_configs
 from pipeline.config.store_checks import check_stores
 from pipeline.jobs import context, runner
@@ -146,7 +147,7 @@ def _checked_argv(
     """The command line Hydra gets: --help answered here, every job's config checked, repeats expanded."""
     argv = list(sys.argv[1:] if argv is None else argv)
     register_configs()
-    args, _ = get_args_parser().parse_known_args(argv)
+    args, _ = args_parser().parse_known_args(argv)
     if args.help:
         print(help_text(prog, doc, sweeps))
         _exit(exits.OK)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from pipeline.cli import _with_repeats
-from pipeline.config.compose import CONF_DIR, plan_sweep
+from pipeline.config.compose import CONF_DIR
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
 from pipeline.config.job import parse_size, parse_split
+from pipeline.config.plan import plan_sweep
 from pipeline.config.validate import validate
 
 GROUP_OPTIONS = [
@@ -172,8 +173,8 @@ def test_identity_ignores_bookkeeping_and_sees_every_real_change(cfg, compose):
 
 
 def test_names_say_what_varies_across_a_sweep():
-    from pipeline.config.compose import expand_jobs
     from pipeline.config.identity import display_name, parse_override, varying_keys
+    from pipeline.config.plan import expand_jobs
 
     jobs = expand_jobs(
         [
@@ -198,11 +199,11 @@ def test_names_say_what_varies_across_a_sweep():
 def test_the_plan_checks_each_config_once_and_hands_each_job_that_check(monkeypatch):
     """A world-size sweep with repeats: each config is checked once, whatever its repeats; a Hydra job's overrides
     find its config as that check parsed it (its repeat set), a left-out combination finds none."""
-    from pipeline.config import compose as composing
+    from pipeline.config import plan as planning
 
     checked = []
-    real = composing.validate
-    monkeypatch.setattr(composing, "validate", lambda cfg: checked.append(cfg.batch.split) or real(cfg))
+    real = planning.validate
+    monkeypatch.setattr(planning, "validate", lambda cfg: checked.append(cfg.batch.split) or real(cfg))
     overrides = ["repeat=0,1", "launcher.kind=torchrun", "gpu=cpu", "world_size=1,2", "batch.split=4x1,2x1"]
     plan = plan_sweep("config", [*overrides, "hydra.job.chdir=false"], multirun=True)
     assert checked == ["4x1", "2x1", "4x1", "2x1"]  # four configs, each once (two repeats each)
@@ -219,12 +220,12 @@ def test_each_config_of_a_sweep_is_checked_once_and_its_jobs_get_that_check(tmp_
     """Two configs, two repeats each: the precheck checks each config once, and every job's task receives the config
     as that check parsed it (nothing after the precheck checks, composes or parses a config again)."""
     import pipeline
-    from pipeline.config import compose as composing
+    from pipeline.config import plan as planning
     from pipeline.jobs import context
 
     checked = []
-    real = composing.validate
-    monkeypatch.setattr(composing, "validate", lambda cfg: checked.append(cfg.batch.split) or real(cfg))
+    real = planning.validate
+    monkeypatch.setattr(planning, "validate", lambda cfg: checked.append(cfg.batch.split) or real(cfg))
 
     def again(*args):
         raise AssertionError("a job's config was checked again")

@@ -147,7 +147,7 @@ LAYERS = [
     {"compare", "measure", "tracking", "builders"},
     {"config"},
     {"knobs"},
-    {"records", "summaries", "exits", "liveness", "progress", "__init__"},
+    {"records", "summaries", "exits", "liveness", "progress", "adapters", "__init__"},
 ]
 
 
@@ -195,6 +195,40 @@ def test_no_folder_imports_upward_or_in_a_circle():
 def test_the_folder_graph_sees_a_circle_between_folders():
     graph = {"pipeline.a.x": {"pipeline.b.y"}, "pipeline.b.y": {"pipeline.c"}, "pipeline.c": {"pipeline.a.z"}}
     assert _cycle(_folder_graph(graph)) == ["a", "b", "c", "a"]
+
+
+def _private_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """Imports of another package's private name: a module or a name below it that starts with `_`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] not in ("pipeline", "__future__") and any(p.startswith("_") for p in name.split(".")):
+                found.append((node.lineno, name))
+                break
+    return found
+
+
+def test_a_librarys_private_api_is_reached_only_through_an_adapter():
+    """An upgrade that moves a private name breaks one module of pipeline/adapters and its test
+    (tests/test_adapters.py), not a job somewhere."""
+    found = [
+        f"{module}:{line}: {name}"
+        for module, path in MODULES.items()
+        if not module.startswith("pipeline.adapters.")
+        for line, name in _private_imports(ast.parse(path.read_text()))
+    ]
+    assert not found, found
+    assert _private_imports(ast.parse("from a._b import c\nfrom d import _e\nimport f._g\nfrom h import i")) == [
+        (1, "a._b"),
+        (2, "d._e"),
+        (3, "f._g"),
+    ]
 
 
 MAX_MODULE_LINES = 300

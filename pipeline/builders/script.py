@@ -25,6 +25,7 @@ BUILDERS = Path(__file__).resolve().parent
 DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 IMPORTS = (  # (import line, the name the code uses): a script imports what its code uses
     ("import argparse", "argparse"),
+    ("import inspect", "inspect"),
     ("import json", "json"),
     ("import os", "os"),
     ("import time", "time"),

@@ -38,7 +38,7 @@ def check_split(cfg: DictConfig) -> Split:
 
 def layout_mismatch(cfg: DictConfig) -> str | None:
     """Why micro x accumulation x world_size is not the effective batch (with the splits that are), or None when it
-    is. A multirun that sweeps world_size leaves such a combination out (`compose.plan_sweep`); anywhere else it is bad
+    is. A multirun that sweeps world_size leaves such a combination out (`plan.plan_sweep`); anywhere else it is bad
     input."""
     split = parse_split(cfg.batch.split)
     product = split.micro * split.accumulation * cfg.world_size

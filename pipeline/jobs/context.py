@@ -12,10 +12,10 @@ import os
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from pipeline.config.compose import SweepPlan
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import parse_override
 from pipeline.config.job import JobConfig
+from pipeline.config.plan import SweepPlan
 from pipeline.config.validate import layout_mismatch, validate
 
 CONTEXT_ENV = "BATCH_SPLIT_SWEEP"  # for jobs a launcher runs in other processes only

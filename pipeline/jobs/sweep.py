@@ -19,8 +19,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import exits
-from pipeline.config.compose import expand_jobs
 from pipeline.config.identity import parse_override, varying_keys
+from pipeline.config.plan import expand_jobs
 from pipeline.jobs import runner, task
 from pipeline.jobs.answer_code import sweep_answer
 from pipeline.jobs.context import COMMAND, SweepContext, checked_job

@@ -12,6 +12,7 @@ NaN), and logs neither entropy nor token accuracy.
 
 from __future__ import annotations
 
+import inspect
 import types
 from enum import StrEnum
 from typing import Any
@@ -51,13 +52,17 @@ def capture_loss(trainer, mode: str) -> None:
     if mode == Loss.COMPILED:
         base.loss_function = torch.compile(base.loss_function)
     elif mode == Loss.LIGER:
-        from liger_kernel.transformers.monkey_patch import _apply_liger_kernel_to_instance
+        import liger_kernel.transformers
 
-        # the fused linear cross-entropy alone (the layer kernels are train.liger_kernel's); it replaces the forward
-        # TRL patched in for its own fused head
-        _apply_liger_kernel_to_instance(
-            model=base, fused_linear_cross_entropy=True, cross_entropy=False, rope=False, rms_norm=False, swiglu=False
-        )
+        # the fused linear cross-entropy alone, on this model only (the layer kernels are train.liger_kernel's); it
+        # replaces the forward TRL patched in for its own fused head
+        model_type = base.config.model_type
+        apply = getattr(liger_kernel.transformers, f"apply_liger_kernel_to_{model_type}", None)
+        if apply is None:
+            raise ValueError(f"Liger has no kernels for model type {model_type}; use train.loss=model or compiled")
+        kernels = inspect.signature(apply).parameters
+        off = {k: False for k in ("rope", "cross_entropy", "rms_norm", "layer_norm", "swiglu", "geglu") if k in kernels}
+        apply(model=base, fused_linear_cross_entropy=True, **off)
 
 
 class LossKnob(Knob):
