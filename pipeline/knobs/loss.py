@@ -1,14 +1,8 @@
-"""train.loss: what computes the LM head and loss.
-
-TRL 1.16's own loss (`trl`) runs its fused LM head (log-probabilities in tiles, only at positions with a label) and
-logs entropy and token accuracy per micro-batch, which read the device back seven times per micro-batch on CUDA; each
-read stops the host until the GPU has caught up, so on a launch-bound step the GPU then idles. `model` is the model's
-own LM head and cross-entropy (`model.loss_function`), which reads nothing back; `compiled` is the same with the
-cross-entropy compiled (the upcast to fp32 and the log-softmax fused); `liger` is Liger's fused linear cross-entropy
-(the LM head and the loss in chunks, never the whole logits). With any of the three the job also drops the Trainer's
-NaN filter of the logged loss (`logging_nan_inf_filter`: two more reads per micro-batch; a NaN loss is logged as
-NaN), and logs neither entropy nor token accuracy.
-"""
+"""train.loss: what computes the LM head and loss. `trl` is TRL's fused head, which also logs entropy and token
+accuracy and reads the device back several times per micro-batch (each read idles a launch-bound GPU); `model` is
+the model's own loss, which reads nothing back; `compiled` is that with its cross-entropy compiled; `liger` is
+Liger's fused linear cross-entropy (the logits never whole). The three also drop the Trainer's NaN filter of the
+logged loss (two more reads per micro-batch), and log neither entropy nor token accuracy."""
 
 from __future__ import annotations
 

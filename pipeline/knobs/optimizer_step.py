@@ -1,12 +1,7 @@
-"""train.optimizer_step: the optimizer step eager, compiled (`torch.compile` of `optimizer.step`: Inductor fuses the
-update of every adapter weight into a few kernels), or recorded as a CUDA graph (`graph`, mode reduce-overhead).
-
-Dynamo makes AdamW capturable on CUDA (its step count on the device). The learning rate becomes a 0-dim CPU tensor,
-so the scheduler's new value each step is no recompilation; and a step at learning rate 0 (the first of a linear
-warm-up) runs at 1e-30 instead: capturable AdamW divides by the learning rate, and 0 turns weights with zero gradients
-(LoRA's A, while B is still zero) into NaN (pytorch/pytorch#126514); at 1e-30 such a step changes no weight by more
-than about 1e-30.
-"""
+"""train.optimizer_step: the optimizer step eager, compiled (`torch.compile` of `optimizer.step`: the update of every
+adapter weight fused into a few kernels), or recorded as a CUDA graph (`graph`). The learning rate becomes a CPU
+tensor, so the scheduler's new value is no recompilation; a step at learning rate 0 runs at 1e-30, since capturable
+AdamW divides by it and turns weights with zero gradients into NaN (pytorch/pytorch#126514)."""
 
 from __future__ import annotations
 
