@@ -37,8 +37,7 @@ PROFILED = ("launches_per_step", "kernels_per_step", "device_ms", "host_ms", "de
 
 def run_job(overrides: list[str], warmup: int) -> dict:
     cfg = compose_job("config", overrides)
-    validate(cfg)  # as the command line checks it before a job
-    outcome = task.run(cfg)
+    outcome = task.run(validate(cfg))  # checked as the command line checks it before a job
     steady = [s.step_time_s for s in outcome.result.steps if s.step > warmup and s.steady_candidate]
     memory = outcome.result.memory
     return {

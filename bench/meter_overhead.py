@@ -35,6 +35,7 @@ from transformers import TrainerCallback
 
 from bench.plain_trl import LogClock
 from pipeline.config.compose import compose_job
+from pipeline.config.validate import validate
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
 
@@ -148,7 +149,7 @@ def main() -> None:
     overrides = [o for o in args.overrides if o != "--"]
     cfg = compose_job("config", [*overrides, f"train.steps={args.steps}", "train.progress_bar=false"])
     with tempfile.TemporaryDirectory() as work:
-        job = Job(job_spec(cfg), Path(work))
+        job = Job(job_spec(validate(cfg)), Path(work))
         job._setup_device()
         job._setup_model()
         job._setup_data()

@@ -42,8 +42,7 @@ GIB = 2**30
 def job_side(overrides: list[str], warmup: int) -> dict:
     """One job of the pipeline, as `pipeline.train` runs it."""
     cfg = compose_job("config", overrides)
-    validate(cfg)  # as the command line checks it before a job
-    outcome = task.run(cfg)
+    outcome = task.run(validate(cfg))  # checked as the command line checks it before a job
     steps = [s for s in outcome.result.steps if s.step > warmup]
     memory = outcome.result.memory
     return {

@@ -58,7 +58,7 @@ class _Entry:
     task: Callable[[Any], Any]
     doc: str
     kind: RunKind
-    extra_check: Callable[[Any], None] | None = None
+    extra_check: Callable[[Any, Any], None] | None = None
     config: str = "config"  # the entry's primary config (conf/<config>.yaml)
 
     @property
@@ -107,7 +107,7 @@ def _checked(overrides: Sequence[str]) -> list[str]:
 def _run(entry: _Entry, overrides: list[str]) -> Result:
     """The command line's path: its precheck (`cli._checked_argv`), then Hydra (`cli._run_hydra`); then the record."""
     from pipeline import cli
-    from pipeline.config.compose import compose_job, expand_jobs
+    from pipeline.config.plan import expand_jobs
     from pipeline.jobs.context import COMMAND
 
     argv = ["--multirun", *overrides] if entry.multirun else overrides
@@ -115,7 +115,7 @@ def _run(entry: _Entry, overrides: list[str]) -> Result:
         with _refused_as_exception():
             argv = cli._checked_argv(entry.prog, entry.config, entry.doc, argv, entry.extra_check, entry.multirun)
         jobs = expand_jobs([a for a in argv if not a.startswith("-")], entry.multirun)
-        cfg = compose_job(entry.config, jobs[0])  # where it records: the same for every job that passed the precheck
+        cfg = COMMAND.plan.checked[0].config  # where it records: the same for every job that passed the precheck
         total = len(jobs) - COMMAND.left_out if entry.multirun else 0
         with _stores_as_exception(), _counted(entry.task, total) as task:
             code = cli._run_hydra(entry.config, task, argv)
@@ -141,7 +141,7 @@ def _result(cfg, kind: RunKind, code: int) -> Result:
 def _counted(task: Callable, total: int) -> Iterator[Callable]:
     """`task` as Hydra calls it, counting a sweep's jobs on a progress bar (a notebook's widget; none for a study,
     whose own bar counts its trials)."""
-    from pipeline.config.validate import layout_mismatch
+    from pipeline.jobs.context import checked_job
 
     if not total:
         yield task
@@ -152,7 +152,7 @@ def _counted(task: Callable, total: int) -> Iterator[Callable]:
         try:
             return task(cfg)
         finally:
-            if not layout_mismatch(cfg):  # left out of a world-size sweep: no job ran
+            if checked_job(cfg) is not None:  # left out of a world-size sweep: no job ran
                 bar.update(1)
 
     counted.__module__, counted.__qualname__ = task.__module__, task.__qualname__  # Hydra names the job after it

@@ -14,14 +14,15 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import hydra
-from hydra._internal.utils import get_args_parser
 
 from pipeline import exits
+from pipeline.adapters.hydra_args import args_parser
 from pipeline.config.choices import LauncherKind
-from pipeline.config.compose import CONF_DIR, check_repeats, plan_sweep
+from pipeline.config.compose import CONF_DIR
 from pipeline.config.errors import ConfigError
 from pipeline.config.globs import expand_globs
 from pipeline.config.help import help_text
+from pipeline.config.plan import check_repeats, plan_sweep
 from pipeline.config.schema import register_configs
 from pipeline.config.store_checks import check_stores
 from pipeline.jobs import context, runner
@@ -114,12 +115,13 @@ def run_entry(
     task: Callable[[Any], Any],
     doc: str,
     argv: list[str] | None = None,
-    extra_check: Callable[[Any], None] | None = None,
+    extra_check: Callable[[Any, Any], None] | None = None,
     sweeps: bool = True,
 ) -> None:
     """Precheck `argv` (default sys.argv[1:]) for the primary config `config_name` (conf/<config_name>.yaml; and
-    `extra_check` on every job's config), then run `task` through hydra.main, as `python -m prog`. `doc` (the entry
-    module's docstring: a summary, a blank line, example commands) is the start of `--help`.
+    `extra_check` on every job's config, composed and as its check parsed it), then run `task` through hydra.main,
+    as `python -m prog`. `doc` (the entry module's docstring: a summary, a blank line, example commands) is the
+    start of `--help`.
     `sweeps`: whether the entry takes -m (a study searches its own space: it does not)."""
     Interrupts.install()
     try:
@@ -140,13 +142,13 @@ def _checked_argv(
     config_name: str,
     doc: str,
     argv: list[str] | None,
-    extra_check: Callable[[Any], None] | None,
+    extra_check: Callable[[Any, Any], None] | None,
     sweeps: bool,
 ) -> list[str]:
     """The command line Hydra gets: --help answered here, every job's config checked, repeats expanded."""
     argv = list(sys.argv[1:] if argv is None else argv)
     register_configs()
-    args, _ = get_args_parser().parse_known_args(argv)
+    args, _ = args_parser().parse_known_args(argv)
     if args.help:
         print(help_text(prog, doc, sweeps))
         _exit(exits.OK)
@@ -179,20 +181,21 @@ def _checked_argv(
 
 
 def _check_plan(
-    config_name: str, overrides: list[str], multirun: bool, extra_check: Callable[[Any], None] | None
+    config_name: str, overrides: list[str], multirun: bool, extra_check: Callable[[Any, Any], None] | None
 ) -> None:
     """Every config of the command composed and checked, the stores it writes to too; bad input ends here. The fork
     server started for it stops again when no job will use it."""
     try:
         plan = plan_sweep(config_name, overrides, multirun)
+        context.COMMAND.plan = plan  # each job's config checked once: what its task receives
         configs = plan.configs
         if all(c.launcher.kind != LauncherKind.FORKSERVER for c in configs) or _launcher(overrides) is None:
             runner.stop_server()
         for root, uri in dict.fromkeys((c.paths.root, c.tracking.uri) for c in configs):
             check_stores(root, uri)
-        for cfg in configs:
+        for cfg, job in zip(configs, plan.checked, strict=True):
             if extra_check is not None:
-                extra_check(cfg)
+                extra_check(cfg, job)
     except ConfigError as err:
         _refuse(err)
     _announce_left_out(plan.left_out)

@@ -32,15 +32,15 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from wsgiref.simple_server import make_server
 
+        import optuna_dashboard
         from optuna.storages import RDBStorage
-        from optuna_dashboard._app import create_app
 
         from pipeline.search.study_pages import FeasibleBest
     except ImportError as err:
         print(f"error: {err.name} is not installed: pip install -e '.[dev]' (make install)", file=sys.stderr)
         sys.exit(exits.FAILED)
     storage = RDBStorage(args.storage)
-    app = FeasibleBest(create_app(storage), storage)
+    app = FeasibleBest(optuna_dashboard.wsgi(storage), storage)
     with make_server(args.host, args.port, app) as server:
         print(f"optuna-dashboard: http://{args.host}:{args.port}/dashboard/ (Ctrl-C stops it)", flush=True)
         try:

@@ -14,17 +14,19 @@ from omegaconf import DictConfig
 from pipeline import exits
 from pipeline.cli import run_entry
 from pipeline.config.errors import ConfigError
+from pipeline.config.job import JobConfig
 from pipeline.config.store_checks import check_store
-from pipeline.config.validate import resolve_cap
+from pipeline.jobs.context import checked_job
 from pipeline.search.opening import check_binding
 from pipeline.search.space import check_values
 
 CONFIG = "optimize"  # conf/optimize.yaml: the training config, with a base split every effective batch has
 
 
-def check_study(cfg: DictConfig) -> None:
-    """What a study needs beyond a valid job: a cap, a space it can search, and a study name that is this config's."""
-    cap = resolve_cap(cfg)[0]
+def check_study(cfg: DictConfig, job: JobConfig) -> None:
+    """What a study needs beyond a valid job (`job`: `cfg` as its check parsed it): a cap, a space it can search,
+    and a study name that is this config's."""
+    cap = job.cap_bytes
     if cap is None:
         raise ConfigError(
             "mem_cap", "required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4"
@@ -37,7 +39,8 @@ def check_study(cfg: DictConfig) -> None:
 def optimize(cfg: DictConfig) -> float | None:
     from pipeline.search.study import StudyDriver  # after the precheck: bad input never pays for this import
 
-    answer = StudyDriver(cfg, list(HydraConfig.get().overrides.task)).run()
+    cap = checked_job(cfg).cap_bytes  # as the precheck parsed it
+    answer = StudyDriver(cfg, list(HydraConfig.get().overrides.task), cap).run()
     exits.ExitCode.set(answer.exit_code)
     return answer.best.median if answer.best else None
 

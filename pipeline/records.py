@@ -67,7 +67,6 @@ class Compile(StrEnum):
 
 
 COMPILE_ALIASES = {"true": Compile.REGIONAL.value, "false": Compile.OFF.value}
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")  # the compile modes that record CUDA graphs
 
 
 class Fit(StrEnum):

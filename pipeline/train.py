@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from pipeline import exits
 from pipeline.cli import run_entry
-from pipeline.config.validate import layout_mismatch
+from pipeline.jobs.context import checked_job
 
 CONFIG = "config"  # conf/config.yaml: one group per experiment axis
 
@@ -20,9 +20,10 @@ CONFIG = "config"  # conf/config.yaml: one group per experiment axis
 def train(cfg: DictConfig) -> float | None:
     from pipeline.jobs import task  # after the precheck: bad input never pays for this import
 
-    if layout_mismatch(cfg):  # a combination of a world-size sweep that the precheck left out, and said so
+    job = checked_job(cfg)  # as the precheck checked it
+    if job is None:  # a combination of a world-size sweep that the precheck left out, and said so
         return None
-    outcome = task.run(cfg)
+    outcome = task.run(job)
     exits.ExitCode.set(*exits.jobs_exit_code([(outcome.status, outcome.summary.fit)]))
     return outcome.summary.median
 

@@ -39,7 +39,7 @@ def clean_state(tmp_path, monkeypatch):
     # device locks of this test only: tests run one at a time, but other sessions on the machine must not queue them
     monkeypatch.setenv("BATCH_SPLIT_LOCK_DIR", str(tmp_path.parent / f"{tmp_path.name}-locks"))
     GlobalHydra.instance().clear()
-    context.COMMAND.sweep, context.COMMAND.left_out = None, 0  # a command run in this process: its sweep ended
+    context.COMMAND.sweep, context.COMMAND.left_out, context.COMMAND.plan = None, 0, None  # a command: its sweep ended
     before = {child.pid for child in psutil.Process().children()}
     yield
     GlobalHydra.instance().clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib.util
 import shlex
 import traceback
 
@@ -15,14 +16,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import TrainerCallback
 
 from pipeline.builders.sft_args import sft_kwargs
-from pipeline.builders.step import compile_optimizer_step
-from pipeline.config import knobs
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
-from pipeline.config.knobs import check_capture
+from pipeline.config.knobs import check_knobs
 from pipeline.config.schema import typed
 from pipeline.config.validate import validate
-from pipeline.records import Compile, Status
+from pipeline.knobs.optimizer_step import compile_optimizer_step
+from pipeline.records import Status
 from pipeline.search.answer import reproduce
 from pipeline.search.space import candidates
 from pipeline.search.trials import TrialRecord
@@ -30,6 +30,12 @@ from tests.helpers.spaces import assert_every_value_runs, runnable_combinations
 from tests.test_training import make_job
 
 GRAPHS = ["experiment=seed-t4-graphs", "gpu=auto", "batch.split=4x1"]
+
+
+def check_capture(train, cuda: bool) -> None:
+    """The rules of the LM head and loss and of the optimizer step, on a device with CUDA or without."""
+    check_knobs(train, None, None, 1, cuda, keys=("train.loss", "train.optimizer_step"))
+
 
 # (overrides on the graphs answer, the device has CUDA, the start of the refusal; None: accepted)
 RULES = [
@@ -81,22 +87,21 @@ def test_a_capture_knob_outside_the_schemas_choices_is_refused_with_them(overrid
 
 @pytest.mark.parametrize(("overrides", "cuda", "refused"), RULES, ids=[" ".join(o) + f" cuda={c}" for o, c, _ in RULES])
 def test_capture_rules(monkeypatch, overrides, cuda, refused, compose):
-    monkeypatch.setattr(knobs.importlib.util, "find_spec", lambda name: object())  # every package installed
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())  # every package installed
     train = compose(*GRAPHS, *overrides).train
-    compiled = Compile.of(train.torch_compile)
     if refused is None:
-        check_capture(train, cuda, compiled)
+        check_capture(train, cuda)
         return
     with pytest.raises(ConfigError) as error:
-        check_capture(train, cuda, compiled)
+        check_capture(train, cuda)
     assert str(error.value).startswith(refused), str(error.value)
     assert "\n" not in str(error.value)
 
 
 def test_liger_needs_its_package(monkeypatch, compose):
-    monkeypatch.setattr(knobs.importlib.util, "find_spec", lambda name: None if name == "liger_kernel" else object())
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "liger_kernel" else object())
     with pytest.raises(ConfigError, match=r"^train.loss: liger needs the liger-kernel package \(pip install"):
-        check_capture(compose("train.loss=liger").train, True, Compile.OFF)
+        check_capture(compose("train.loss=liger").train, True)
 
 
 def test_each_knob_is_part_of_the_identity_the_name_and_the_reproduce_line(cfg, compose):
@@ -239,11 +244,9 @@ def test_a_compiled_step_and_loss_train_the_eager_losses(tmp_path):
 def test_every_value_of_the_capture_study_runs_on_a_cuda_device(monkeypatch, compose):
     """conf/optimize/capture.yaml on the graphs answer: the fused optimizer's compiled step is left out, and every
     value is in a combination that runs (3 losses x (AdamW eager or in a graph, fused AdamW eager))."""
-    monkeypatch.setattr(knobs.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
     cfg = compose(*GRAPHS, "optimize=capture")
     space = dict(cfg.optimize.space)
-    valid = runnable_combinations(
-        space, cfg.train, lambda train, _: check_capture(train, True, Compile.of(train.torch_compile))
-    )
+    valid = runnable_combinations(space, cfg.train, lambda train, _: check_capture(train, True))
     assert len(valid) == 9
     assert_every_value_runs(space, valid)

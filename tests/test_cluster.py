@@ -45,12 +45,13 @@ pipeline.optimize.main()
 OPEN = """
 import pathlib, sys, time
 from pipeline.config.compose import compose_job
+from pipeline.config.validate import validate
 from pipeline.search.study import StudyDriver
 cfg = compose_job("config", sys.argv[2:])
 print("ready", flush=True)
 while not pathlib.Path(sys.argv[1]).exists():
     time.sleep(0.005)
-driver = StudyDriver(cfg, [])
+driver = StudyDriver(cfg, [], validate(cfg).cap_bytes)
 print(driver.tracker.experiment_id, driver.study.study_name, flush=True)
 """
 

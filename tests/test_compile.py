@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.config.validate import validate
 from pipeline.jobs import runner
 from pipeline.jobs.task import job_spec
 from pipeline.measure.summary import steady_steps, summarize_job
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def _run(tmp_path, name: str, *overrides: str) -> JobResult:
     cfg = composed(*overrides, f"paths.root={tmp_path / 'mlruns'}")
-    result = runner.run_job("forkserver", job_spec(cfg), tmp_path / name)
+    result = runner.run_job("forkserver", job_spec(validate(cfg)), tmp_path / name)
     assert result.status is Status.OK, result.error
     return result
 
@@ -30,7 +31,7 @@ def test_a_compiled_job_is_measured_like_any_other(tmp_path, compose):
         "measure.warmup_steps=2",
         f"paths.root={tmp_path / 'mlruns'}",
     )
-    spec = job_spec(cfg)
+    spec = job_spec(validate(cfg))
     assert spec.env["TORCHINDUCTOR_CACHE_DIR"] == str((tmp_path / "mlruns" / "compile-cache").resolve())
     result = runner.run_job("forkserver", spec, tmp_path / "job")
     assert result.status is Status.OK, result.error

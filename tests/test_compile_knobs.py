@@ -10,15 +10,15 @@ import shlex
 import pytest
 from optuna.trial import TrialState
 
-from pipeline.builders.compile import compile_layers, decoder_layers
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
-from pipeline.config.knobs import check_compile
+from pipeline.config.knobs import check_knobs, check_values
 from pipeline.config.schema import typed
 from pipeline.config.validate import validate
 from pipeline.jobs.task import job_spec
+from pipeline.knobs.torch_compile import compile_layers, decoder_layers
 from pipeline.measure.compiled import CompileWatch
 from pipeline.records import Compile
 from pipeline.search.answer import reproduce
@@ -38,13 +38,20 @@ def test_true_is_regional_and_false_is_off_in_every_record(cfg, compose):
     ids = {v: config_id(compose(f"train.torch_compile={v}")) for v in ("true", "regional", "whole")}
     assert ids["true"] == ids["regional"] != ids["whole"]
     # the spec the job gets, its MLflow params and config.yaml carry one spelling
-    spec = job_spec(compose("train.torch_compile=true"))
+    spec = job_spec(validate(compose("train.torch_compile=true")))
     assert spec.config.train.torch_compile == "regional" and spec.config_id == ids["regional"]
-    assert job_spec(cfg).config.train.torch_compile == "off"
+    assert job_spec(validate(cfg)).config.train.torch_compile == "off"
 
 
 def _train(*overrides: str):
     return composed(*SEED, *overrides).train
+
+
+def check_compile(train, accumulation: int, cuda: bool) -> Compile:
+    """The compile knobs' values and rules (`train.torch_compile`, `train.compile_mode`); the compile choice."""
+    check_values("train", train)
+    check_knobs(train, None, None, accumulation, cuda, keys=("train.torch_compile", "train.compile_mode"))
+    return Compile.of(train.torch_compile)
 
 
 # (overrides on the seed's setting, the start of the refusal's message or the accepted choice), with a CUDA device

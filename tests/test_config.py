@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from pipeline.cli import _with_repeats
-from pipeline.config.compose import CONF_DIR, precheck
+from pipeline.config.compose import CONF_DIR
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
-from pipeline.config.validate import parse_size, parse_split, validate
+from pipeline.config.job import parse_size, parse_split
+from pipeline.config.plan import plan_sweep
+from pipeline.config.validate import validate
 
 GROUP_OPTIONS = [
     (group, path.stem)
@@ -96,8 +98,8 @@ def test_lora_default_matches_the_seed(cfg):
 
 
 def test_multirun_expands_in_sweep_order():
-    cfgs = precheck("config", ["batch.split=1x4,2x2,4x1"], multirun=True)
-    assert [c.batch.split for c in cfgs] == ["1x4", "2x2", "4x1"]
+    plan = plan_sweep("config", ["batch.split=1x4,2x2,4x1"], multirun=True)
+    assert [plan.configs[i].batch.split for i, _ in plan.jobs] == ["1x4", "2x2", "4x1"]
 
 
 def test_a_glob_of_a_group_is_its_options_for_the_precheck_and_hydra_alike():
@@ -114,8 +116,8 @@ def test_a_glob_of_a_group_is_its_options_for_the_precheck_and_hydra_alike():
 def test_repeats_interleave_configs():
     overrides, multirun = _with_repeats(["batch.split=1x4,4x1", "repeats=2"], multirun=False)
     assert multirun
-    cfgs = precheck("config", overrides, multirun)
-    assert [(c.repeat, c.batch.split) for c in cfgs] == [(0, "1x4"), (0, "4x1"), (1, "1x4"), (1, "4x1")]
+    plan = plan_sweep("config", overrides, multirun)
+    assert [(r, plan.configs[i].batch.split) for i, r in plan.jobs] == [(0, "1x4"), (0, "4x1"), (1, "1x4"), (1, "4x1")]
 
 
 def test_tracking_uri_follows_the_environment(monkeypatch, compose):
@@ -182,8 +184,8 @@ def test_identity_ignores_bookkeeping_and_sees_every_real_change(cfg, compose):
 
 
 def test_names_say_what_varies_across_a_sweep():
-    from pipeline.config.compose import expand_jobs
     from pipeline.config.identity import display_name, parse_override, varying_keys
+    from pipeline.config.plan import expand_jobs
 
     jobs = expand_jobs(
         [
@@ -203,3 +205,44 @@ def test_names_say_what_varies_across_a_sweep():
     }
     # `true` is regional compilation: the name says which (`false` is off)
     assert names == {f"qwen3-1.7b 4x1 ckpt={c} compile={p}" for c in ("on", "off") for p in ("regional", "off")}
+
+
+def test_the_plan_checks_each_config_once_and_hands_each_job_that_check(monkeypatch):
+    """A world-size sweep with repeats: each config is checked once, whatever its repeats; a Hydra job's overrides
+    find its config as that check parsed it (its repeat set), a left-out combination finds none."""
+    from pipeline.config import plan as planning
+
+    checked = []
+    real = planning.validate
+    monkeypatch.setattr(planning, "validate", lambda cfg: checked.append(cfg.batch.split) or real(cfg))
+    overrides = ["repeat=0,1", "launcher.kind=torchrun", "gpu=cpu", "world_size=1,2", "batch.split=4x1,2x1"]
+    plan = plan_sweep("config", [*overrides, "hydra.job.chdir=false"], multirun=True)
+    assert checked == ["4x1", "2x1", "4x1", "2x1"]  # four configs, each once (two repeats each)
+    job = plan.job(["repeat=1", "launcher.kind=torchrun", "gpu=cpu", "world_size=2", "batch.split=2x1"])
+    assert (job.split.micro, job.split.accumulation, job.config.world_size, job.config.repeat) == (2, 1, 2, 1)
+    assert job is not plan.job(["repeat=0", "launcher.kind=torchrun", "gpu=cpu", "world_size=2", "batch.split=2x1"])
+    assert plan.job(["repeat=0", "launcher.kind=torchrun", "gpu=cpu", "world_size=2", "batch.split=4x1"]) is None
+    with pytest.raises(KeyError):
+        plan.job(["batch.split=1x4"])
+
+
+@pytest.mark.slow
+def test_each_config_of_a_sweep_is_checked_once_and_its_jobs_get_that_check(tmp_path, monkeypatch):
+    """Two configs, two repeats each: the precheck checks each config once, and every job's task receives the config
+    as that check parsed it (nothing after the precheck checks, composes or parses a config again)."""
+    import pipeline
+    from pipeline.config import plan as planning
+    from pipeline.jobs import context
+
+    checked = []
+    real = planning.validate
+    monkeypatch.setattr(planning, "validate", lambda cfg: checked.append(cfg.batch.split) or real(cfg))
+
+    def again(*args):
+        raise AssertionError("a job's config was checked again")
+
+    monkeypatch.setattr(context, "validate", again)
+    fast = ["train.steps=2", "measure.warmup_steps=1", "train.progress_bar=false"]
+    result = pipeline.sweep(["batch.split=1x4,4x1", "repeats=2", *fast])
+    assert checked == ["1x4", "4x1"]
+    assert result.exit_code == 0 and len(result.table) == 2, result.line

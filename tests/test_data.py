@@ -11,6 +11,7 @@ import pytest
 from pipeline.builders.dataset import take_records, token_count
 from pipeline.config.data import check_data
 from pipeline.config.errors import ConfigError
+from pipeline.config.validate import validate
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
 from pipeline.records import Status
@@ -39,7 +40,7 @@ def test_a_large_jsonl_starts_training_within_10_s(tmp_path, large_jsonl, compos
     cfg = compose("data=jsonl", f"data.path={large_jsonl}", "train.steps=3", *QUIET)
     workdir = tmp_path / "job"
     workdir.mkdir()
-    job = Job(job_spec(cfg), workdir)
+    job = Job(job_spec(validate(cfg)), workdir)
     result = job.run()
     assert result.status is Status.OK, result.traceback
     assert len(job.dataset) == 12
@@ -54,7 +55,7 @@ def test_packing_reads_the_records_that_fill_its_sequences(tmp_path, large_jsonl
     cfg = compose("data=jsonl", f"data.path={large_jsonl}", *overrides, *QUIET)
     workdir = tmp_path / "job"
     workdir.mkdir()
-    job = Job(job_spec(cfg), workdir)
+    job = Job(job_spec(validate(cfg)), workdir)
     result = job.run()
     assert result.status is Status.OK, result.traceback
     count = functools.partial(token_count, job.tokenizer, job.cfg.train.max_length)
@@ -93,7 +94,7 @@ def test_a_hub_dataset_is_cut_to_the_records_used(tmp_path, monkeypatch, compose
     hub = ["data=capybara", f"data.name={folder}", "data.subset=null", "data.split=train", "train.steps=2"]
     workdir = tmp_path / "job"
     workdir.mkdir()
-    job = Job(job_spec(compose(*hub, *QUIET)), workdir)
+    job = Job(job_spec(validate(compose(*hub, *QUIET))), workdir)
     result = job.run()
     assert result.status is Status.OK, result.traceback
     assert job.dataset["text"] == [f"record {i}" for i in range(8)]

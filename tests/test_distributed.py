@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.config.validate import validate
 from pipeline.jobs import runner
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
@@ -24,12 +25,12 @@ ENDLESS_TWO_RANKS = [
 
 @pytest.mark.slow
 def test_two_process_ddp_matches_one_process(tmp_path, compose):
-    spec = job_spec(compose(*COMMON, "world_size=2", "launcher.kind=torchrun", "batch.split=2x1"))
+    spec = job_spec(validate(compose(*COMMON, "world_size=2", "launcher.kind=torchrun", "batch.split=2x1")))
     record = runner.run_job("torchrun", spec, tmp_path / "ddp")
     assert record.status == "ok", record.error or record.traceback
     assert record.world_size == 2 and record.exitcode == 0
 
-    single = Job(job_spec(compose(*COMMON, "batch.split=2x2")), tmp_path).run()
+    single = Job(job_spec(validate(compose(*COMMON, "batch.split=2x2"))), tmp_path).run()
     assert single.status == "ok"
     ddp_losses = [s.loss for s in record.steps]
     one_losses = [s.loss for s in single.steps]

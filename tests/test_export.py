@@ -12,6 +12,7 @@ import pytest
 from pipeline.builders.script import script_text
 from pipeline.compare.paired import Judgement
 from pipeline.config.errors import ConfigError
+from pipeline.config.validate import validate
 from pipeline.jobs.answer_code import export, export_answer, sweep_answer
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
@@ -32,7 +33,7 @@ def job_losses(tmp_path, overrides: list[str]) -> list[float]:
     """The job of `overrides`, run by the job process's own code (in this process)."""
     workdir = tmp_path / "job"
     workdir.mkdir(parents=True, exist_ok=True)
-    result = Job(job_spec(composed(*overrides)), workdir).run()
+    result = Job(job_spec(validate(composed(*overrides))), workdir).run()
     assert result.status is Status.OK, result.traceback
     return [s.loss for s in result.steps]
 
@@ -102,7 +103,7 @@ def test_a_script_holds_the_knobs_of_its_config_and_nothing_of_the_package(tmp_p
     assert "logging_nan_inf_filter=True," in plain
     # regional CUDA graphs name their mode; the architecture is the job's (jobs.child passes the same fields)
     graphs = compose("train.torch_compile=regional", "train.compile_mode=max-autotune-no-cudagraphs")
-    spec = job_spec(graphs)
+    spec = job_spec(validate(graphs))
     sft = {"use_cpu": True, "max_steps": 3}
     assert "compile_layers(trainer.model, 'max-autotune-no-cudagraphs')" in script_text(
         spec.config, sft, spec.name, spec.config_id, "python -m pipeline.train ..."

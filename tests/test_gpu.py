@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 
+from pipeline.config.validate import validate
 from pipeline.jobs import runner
 from pipeline.jobs.task import job_spec
 from pipeline.measure.summary import summarize_job
@@ -28,7 +29,7 @@ SETUP = [
 
 def run_job(tmp_path, *overrides: str):
     """One job in its own process, as the tool runs it: a cap set in a process stays for the process's life."""
-    spec = job_spec(composed(*SETUP, *overrides))
+    spec = job_spec(validate(composed(*SETUP, *overrides)))
     return spec, runner.run_job("subprocess", spec, tmp_path / "job")
 
 

@@ -1,4 +1,5 @@
-"""The package's structure, checked by reading its source: no import cycle, short functions and modules, statuses,
+"""The package's structure, checked by reading its source: no import cycle between modules or folders, imports
+only down the layers, short functions and modules, statuses,
 run kinds, trial roles and the config's choices only through their enums (which validation, --help and the YAML
 comments read), and the typed config read by attribute outside the config package."""
 
@@ -14,6 +15,11 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.schema import choices_of, field_choices
 from pipeline.config.validate import validate
+from pipeline.knobs.adapter_dtype import AdapterDtype
+from pipeline.knobs.compile_mode import CompileMode
+from pipeline.knobs.loss import Loss
+from pipeline.knobs.optimizer_step import OptimizerStep
+from pipeline.knobs.padding import Padding
 from pipeline.records import RunKind, RunState, Status
 from pipeline.search.trials import Role
 
@@ -140,7 +146,8 @@ LAYERS = [
     {"render", "results"},
     {"compare", "measure", "tracking", "builders"},
     {"config"},
-    {"records", "summaries", "exits", "liveness", "progress", "__init__"},
+    {"knobs"},
+    {"records", "summaries", "exits", "liveness", "progress", "adapters", "__init__"},
 ]
 
 
@@ -154,6 +161,74 @@ def test_every_import_goes_down_the_layers_of_the_readme():
         f"{a} -> {b}" for a, targets in _graph().items() for b in targets if _layer(b) < _layer(a) and a != "pipeline"
     ]
     assert not upward, upward
+
+
+def _part(module: str) -> str:
+    """A module's top-level part of the package: its folder, or itself at the top."""
+    return module.split(".")[1] if "." in module else "__init__"
+
+
+def _folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between the package's top-level parts (`search`, `jobs`, `records`, ...)."""
+    found: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module != "pipeline":
+            found.setdefault(_part(module), set()).update(_part(t) for t in targets if t != "pipeline")
+    return {part: targets - {part} for part, targets in found.items()}
+
+
+KNOWN_FOLDER_CYCLES = {("render", "results")}  # render/cards reads a recorded result; results formats with render
+
+
+def test_no_folder_imports_upward_or_in_a_circle():
+    """Folder by folder: each imports only from its own layer or below, and no two folders import each other, even
+    through others (a module-level check misses a circle between two folders of one layer)."""
+    folders = _folder_graph(_graph())
+    upward = [f"{a} -> {b}" for a, targets in folders.items() for b in targets if _layer(b) < _layer(a)]
+    assert not upward, upward
+    for a, b in KNOWN_FOLDER_CYCLES:
+        assert b in folders[a] and a in folders[b], f"{a} <-> {b} is gone: drop it from KNOWN_FOLDER_CYCLES"
+        folders[a].discard(b)
+    assert _cycle(folders) is None, " -> ".join(_cycle(folders))
+
+
+def test_the_folder_graph_sees_a_circle_between_folders():
+    graph = {"pipeline.a.x": {"pipeline.b.y"}, "pipeline.b.y": {"pipeline.c"}, "pipeline.c": {"pipeline.a.z"}}
+    assert _cycle(_folder_graph(graph)) == ["a", "b", "c", "a"]
+
+
+def _private_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """Imports of another package's private name: a module or a name below it that starts with `_`."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] not in ("pipeline", "__future__") and any(p.startswith("_") for p in name.split(".")):
+                found.append((node.lineno, name))
+                break
+    return found
+
+
+def test_a_librarys_private_api_is_reached_only_through_an_adapter():
+    """An upgrade that moves a private name breaks one module of pipeline/adapters and its test
+    (tests/test_adapters.py), not a job somewhere."""
+    found = [
+        f"{module}:{line}: {name}"
+        for module, path in MODULES.items()
+        if not module.startswith("pipeline.adapters.")
+        for line, name in _private_imports(ast.parse(path.read_text()))
+    ]
+    assert not found, found
+    assert _private_imports(ast.parse("from a._b import c\nfrom d import _e\nimport f._g\nfrom h import i")) == [
+        (1, "a._b"),
+        (2, "d._e"),
+        (3, "f._g"),
+    ]
 
 
 CONFIG_READERS = {"cfg", "config", "model", "lora", "gpu", "batch", "train", "measure", "optimize", "launcher"}
@@ -197,19 +272,29 @@ def test_the_subscript_finder_finds_one():
 
 
 CHOICE_ENUMS = {  # the config's enums whose values are words of their own: spelled only through the enum
-    name: {m.value for m in getattr(choices, name)}
-    for name in ("Padding", "CompileMode", "AdapterDtype", "ModelSource", "DataKind", "LauncherKind", "Loss")
+    enum.__name__: ({m.value for m in enum}, enum.__module__)
+    for enum in (
+        Padding,
+        CompileMode,
+        AdapterDtype,
+        choices.ModelSource,
+        choices.DataKind,
+        choices.LauncherKind,
+        Loss,
+        OptimizerStep,
+    )
 }
 
 
 @pytest.mark.parametrize("name", list(CHOICE_ENUMS))
 def test_a_fields_choices_are_compared_only_through_its_enum(name):
+    values, owner = CHOICE_ENUMS[name]
     found = [
         f"{module}:{line}: {value!r}"
         for module, path in MODULES.items()
-        if module != "pipeline.config.choices"
+        if module != owner
         for line, value in _literal_uses(ast.parse(path.read_text()))
-        if value in CHOICE_ENUMS[name]
+        if value in values
     ]
     assert not found, found
 

@@ -16,6 +16,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline.config.identity import config_id
+from pipeline.config.validate import validate
 from tests.helpers.cli import run_cli, run_python, start_cli
 from tests.helpers.env import child_env
 from tests.helpers.net import free_port
@@ -214,7 +215,7 @@ def test_subprocess_launcher_runs_a_job_in_a_fresh_interpreter(tmp_path, compose
     from pipeline.jobs import runner
     from pipeline.jobs.task import job_spec
 
-    spec = job_spec(compose("train.steps=4", "measure.warmup_steps=1", "train.progress_bar=false"))
+    spec = job_spec(validate(compose("train.steps=4", "measure.warmup_steps=1", "train.progress_bar=false")))
     pids = []
     record = runner.run_job("subprocess", spec, tmp_path / "job", on_start=pids.append)
     assert record.status == "ok", record.error

@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+from pipeline.config.validate import validate
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
 from pipeline.measure.callback import IN_STEP_FACTOR
@@ -21,7 +22,7 @@ QUIET = ["train.progress_bar=false", "train.steps=8", "measure.warmup_steps=2"]
 
 
 def make_job(tmp_path, *overrides: str, stop: StopRule | None = None) -> Job:
-    spec = job_spec(composed(*QUIET, *overrides), stop=stop)
+    spec = job_spec(validate(composed(*QUIET, *overrides)), stop=stop)
     workdir = tmp_path / "job"
     workdir.mkdir(parents=True, exist_ok=True)
     return Job(spec, workdir)
@@ -216,7 +217,7 @@ def test_one_stalled_step_does_not_prune_a_fast_config_but_a_slower_config_is_pr
     step (2.4 s) is pruned at the end of the window, step 4 of 5. The work is made of known delays, seconds from the
     threshold and from 2x it on either side, so the outcomes hold on a busy machine (at a 1 s threshold, a step of
     the fast config once took over 2 s on a 2-core machine running a browser and two studies beside the tests)."""
-    spec = job_spec(compose(*QUIET, "batch.split=4x1", "train.steps=5"))
+    spec = job_spec(validate(compose(*QUIET, "batch.split=4x1", "train.steps=5")))
     spec = dataclasses.replace(spec, stop=StopRule(prune_after=3, prune_threshold_s=2.0))
     for name in ("stalled", "slow"):
         (tmp_path / name).mkdir()

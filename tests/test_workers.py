@@ -12,6 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from pipeline.config.validate import validate
 from pipeline.jobs import task
 from pipeline.liveness import Owner
 from pipeline.records import RunKind
@@ -57,7 +58,7 @@ def tiny_study(tmp_path, compose):
         "measure.warmup_steps=1",
         "optimize.probe_steps=2",
     ]
-    driver = StudyDriver(compose(*overrides), overrides)
+    driver = StudyDriver(cfg := compose(*overrides), overrides, validate(cfg).cap_bytes)
     other = optuna.load_study(study_name=driver.name, storage=driver.storage)
     return driver, other
 

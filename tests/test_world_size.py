@@ -10,9 +10,9 @@ import pytest
 from optuna.trial import TrialState
 
 from pipeline.compare.sequential import ConfirmationRound
-from pipeline.config.compose import plan_sweep
 from pipeline.config.devices import cpu_cores
 from pipeline.config.errors import ConfigError
+from pipeline.config.plan import plan_sweep
 from pipeline.jobs import ranks
 from pipeline.records import Status
 from pipeline.search import confirmation

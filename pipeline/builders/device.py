@@ -6,6 +6,7 @@ import torch
 
 from pipeline.config.choices import CPU
 from pipeline.config.schema import GpuConfig
+from pipeline.knobs.dtype import resolve
 from pipeline.records import GIB, Placement
 
 
@@ -24,7 +25,7 @@ def match_profile(device_name: str, memory_gib: float, profiles: dict[str, dict]
     """The gpu profile of a real device: its family ('h200', 'a100', 't4') named in the device's name, the closest
     memory breaking ties (a100-40gb vs a100-80gb)."""
     words = device_name.lower().replace("-", " ").split()
-    found = [n for n in profiles if n.split("-")[0] in words and profiles[n].get("memory_gib")]
+    found = [n for n in profiles if n.split("-")[0] in words]
     if not found:
         return None
     return min(found, key=lambda n: abs(profiles[n]["memory_gib"] - memory_gib))
@@ -42,14 +43,12 @@ def resolve_placement(gpu: GpuConfig, dtype: str, profiles: dict[str, dict] | No
         emulated = None
         if gpu_name != "auto" and memory_gib is not None and memory_gib < real_gib:
             emulated = gpu_name
-        if dtype == "auto":
-            dtype = "bf16" if supported else "fp16"
+        dtype = resolve(dtype, True, supported)
         if emulated or gpu_name == "auto":  # speed is the real device's: so is the peak MFU is measured against
             real = match_profile(props.name, real_gib, profiles or {})
-            peak_tflops = (profiles or {}).get(real, {}).get("peak_tflops") if real else None
+            peak_tflops = profiles[real]["peak_tflops"] if real else None
         return Placement("cuda", props.name, round(real_gib, 2), emulated, dtype, peak_tflops, supported)
-    if dtype == "auto":
-        dtype = "fp32"
+    dtype = resolve(dtype, False, None)
     emulated = gpu_name if gpu_name not in ("auto", CPU) else None
     return Placement("cpu", _cpu_name(), None, emulated, dtype, None, True)
 

@@ -1,10 +1,9 @@
-"""The one place a LoRA config becomes a `peft.LoraConfig`, and the one place a model gets its adapters when the
-job builds the PeftModel itself (adapters kept in the compute dtype)."""
+"""The one place a LoRA config becomes a `peft.LoraConfig` (the trainer builds the PeftModel, or the adapter-dtype
+knob does: `pipeline.knobs.adapter_dtype`)."""
 
 from __future__ import annotations
 
-from peft import LoraConfig, PeftModel, TaskType, get_peft_model
-from transformers import PreTrainedModel
+from peft import LoraConfig, TaskType
 
 from pipeline.config import schema
 
@@ -20,9 +19,3 @@ def build_lora_config(lora: schema.LoraConfig) -> LoraConfig:
         bias=lora.bias,
         task_type=TaskType.CAUSAL_LM,
     )
-
-
-def build_peft_model(model: PreTrainedModel, lora: LoraConfig) -> PeftModel:
-    """The model with adapters in its own dtype: PEFT otherwise keeps them in fp32 (`autocast_adapter_dtype`), which
-    costs a cast of every adapter's input and output at every step."""
-    return get_peft_model(model, lora, autocast_adapter_dtype=False)

@@ -3,36 +3,29 @@ same config trains (the same model, data, adapters, `SFTConfig` and knobs, so th
 package imported.
 
 The script's `main` spells out what a user would change: the model's architecture or checkpoint, the `LoraConfig`,
-the `SFTConfig` arguments the job trained with, and the few lines each speed knob needs (regional compilation and its
-mode, the LM head and loss, the optimizer step). The helpers it calls are this package's own builders, copied from
-their source as they are (read as text: the parent process never imports torch), so a script cannot drift from
+the `SFTConfig` arguments the job trained with, and the few lines each speed knob adds (`pipeline.knobs`: regional
+compilation and its mode, the LM head and loss, the optimizer step). The helpers it calls are this package's own
+builders and knobs' functions, copied from their source as they are (read as text: the parent process never imports torch), so a script cannot drift from
 what the job runs. `--log` writes each step's loss and end time as JSON lines; `--save` saves the adapter at the end.
 """
 
 from __future__ import annotations
 
-import ast
 import re
 import textwrap
 from pathlib import Path
 
-from pipeline.config.choices import (
-    AdapterDtype,
-    DataKind,
-    Distribution,
-    Dtype,
-    Loss,
-    ModelSource,
-    OptimizerStep,
-    Padding,
-)
+from pipeline import knobs
+from pipeline.config.choices import DataKind, Distribution, ModelSource
 from pipeline.config.schema import ARCH_KEYS, Config
-from pipeline.records import Compile
+from pipeline.knobs import base
+from pipeline.knobs.padding import Padding
 
 BUILDERS = Path(__file__).resolve().parent
 DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 IMPORTS = (  # (import line, the name the code uses): a script imports what its code uses
     ("import argparse", "argparse"),
+    ("import inspect", "inspect"),
     ("import json", "json"),
     ("import os", "os"),
     ("import time", "time"),
@@ -75,20 +68,9 @@ class StepLog(TrainerCallback):
 
 
 def source(module: str, *names: str) -> str:
-    """The source of top-level functions, classes and constants of `pipeline.builders.<module>` (or of
-    `pipeline.config.choices`, the enums the builders compare with: `module="choices"`), in the order named."""
-    folder = BUILDERS.parent / "config" if module == "choices" else BUILDERS
-    text = (folder / f"{module}.py").read_text(encoding="utf-8")
-    found: dict[str, str] = {}
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.FunctionDef | ast.ClassDef):
-            found[node.name] = ast.get_source_segment(text, node)
-        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            found[node.targets[0].id] = ast.get_source_segment(text, node)
-    missing = [n for n in names if n not in found]
-    if missing:
-        raise KeyError(f"{folder / module}.py has no {', '.join(missing)}")
-    return "\n\n\n".join(found[n] for n in names)
+    """The source of top-level functions, classes and constants of `pipeline.builders.<module>`, in the order
+    named."""
+    return base.source(BUILDERS / f"{module}.py", *names)
 
 
 def literal(value: object, indent: int = 0) -> str:
@@ -107,8 +89,8 @@ def imports(code: str) -> list[str]:
 
 
 def helpers(config: Config) -> list[str]:
-    """The builders' code the script needs for this config."""
-    m, d, t = config.model, config.data, config.train
+    """The builders' and the speed knobs' code the script needs for this config."""
+    m, d = config.model, config.data
     parts = []
     if m.source == ModelSource.CONFIG:
         parts.append(source("tokenizer", "SPECIALS", "CHATML", "byte_level_tokenizer"))
@@ -117,15 +99,7 @@ def helpers(config: Config) -> list[str]:
     else:
         reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"
         parts.append(source("dataset", "FIELDS", "take_records", "_field", reader))
-    if Compile.of(t.torch_compile) is Compile.REGIONAL:
-        parts.append(
-            source("choices", "CompileMode") + "\n\n\n" + source("compile", "decoder_layers", "compile_layers")
-        )
-    if t.loss != Loss.TRL:
-        parts.append(source("choices", "Loss") + "\n\n\n" + source("step", "model_loss", "capture_loss"))
-    if t.optimizer_step != OptimizerStep.EAGER:
-        parts.append(source("step", "compile_optimizer_step"))
-    return parts
+    return parts + [part for knob in knobs.registry() for part in knob.helpers(config.train)]
 
 
 def placement(sft: dict) -> tuple[str, str]:
@@ -189,25 +163,21 @@ def data_lines(config: Config) -> list[str]:
 
 
 def lora_lines(config: Config, sft: dict) -> list[str]:
-    """The PEFT config; with adapters in the compute dtype the PeftModel is built here, as the job builds it."""
-    lora, t = config.lora, config.train
+    """The PEFT config, then each speed knob's lines (adapters in the compute dtype: the PeftModel is built here, as
+    the job builds it)."""
+    lora = config.lora
     targets = "all-linear" if list(lora.target_modules) == ["all-linear"] else list(lora.target_modules)
     lines = [
         f"    lora = LoraConfig(r={lora.r}, lora_alpha={lora.alpha}, lora_dropout={lora.dropout}, "
         f"target_modules={targets!r}, bias={lora.bias!r},",
         "                      task_type='CAUSAL_LM')",
     ]
-    if t.adapter_dtype == AdapterDtype.COMPUTE and placement(sft)[1] != Dtype.FP32:
-        lines += [
-            "    # adapters in the compute dtype (PEFT keeps them in fp32 otherwise, and casts at every step)",
-            "    model, lora = get_peft_model(model, lora, autocast_adapter_dtype=False), None",
-        ]
-    return lines
+    dtype = placement(sft)[1]
+    return lines + [line for knob in knobs.registry() for line in knob.adapter_lines(config.train, dtype)]
 
 
 def trainer_lines(config: Config, sft: dict) -> list[str]:
     """SFTConfig with the job's arguments, the trainer, and each speed knob's lines, in the job's order."""
-    t = config.train
     lines = ["    log = StepLog(args.log)", "    sft_config = SFTConfig("]
     lines += ["        output_dir=args.output_dir,"]
     lines += [f"        {key}={literal(value, 8)}," for key, value in sft.items() if key != "output_dir"]
@@ -220,13 +190,7 @@ def trainer_lines(config: Config, sft: dict) -> list[str]:
     ]
     if sft.get("disable_tqdm"):
         lines.append("    trainer.remove_callback(PrinterCallback)  # quiet: no log line per step")
-    if t.loss != Loss.TRL:
-        lines.append(f"    capture_loss(trainer, {t.loss!r})  # the LM head and loss")
-    if t.optimizer_step != OptimizerStep.EAGER:
-        lines.append(f"    compile_optimizer_step(trainer, {t.optimizer_step!r})")
-    if Compile.of(t.torch_compile) is Compile.REGIONAL:
-        lines.append(f"    compile_layers(trainer.model, {t.compile_mode!r})  # regional: each decoder layer")
-    return lines
+    return lines + [line for knob in knobs.registry() for line in knob.trainer_lines(config.train)]
 
 
 MAIN_START = """
@@ -259,10 +223,8 @@ if __name__ == "__main__":
 
 
 def header(name: str, config_id: str, command: str, config: Config) -> str:
-    t = config.train
-    needs = "torch, transformers, trl, peft, datasets, numpy, tokenizers"
-    if t.liger_kernel or t.loss == Loss.LIGER:
-        needs += ", liger-kernel"
+    extra = dict.fromkeys(package for knob in knobs.registry() for package in knob.needs(config.train))
+    needs = ", ".join(["torch, transformers, trl, peft, datasets, numpy, tokenizers", *extra])
     ranks = config.world_size
     launch = f"torchrun --nproc-per-node {ranks} SCRIPT" if ranks > 1 else "python SCRIPT"
     note = textwrap.fill(

@@ -1,28 +1,23 @@
-"""Compose and validate every job of a command line before Hydra runs anything.
+"""Compose one job's config with Hydra's compose API, as `hydra.main` would, and turn any failure of Hydra's or
+OmegaConf's into one `ConfigError` naming the field and the accepted form.
 
-Hydra reports a bad override with several lines and exit code 1, after it has created its output folders. The entry
-points call `precheck` first: it expands a multirun into its jobs, composes each with Hydra's compose API, applies
-`validate`, and turns any failure into one `ConfigError` naming the field and the accepted form.
+Hydra reports a bad override with several lines and exit code 1, after it has created its output folders: the entry
+points compose and check every job of the command line first (`config.plan`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import math
 import re
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.global_hydra import GlobalHydra
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import (
     ConfigAttributeError,
     ConfigKeyError,
-    InterpolationResolutionError,
     MissingMandatoryValue,
     OmegaConfBaseException,
     ValidationError,
@@ -31,7 +26,6 @@ from omegaconf.errors import (
 from pipeline.config.errors import ConfigError
 from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, register_configs
 from pipeline.config.store_checks import check_writable_dir
-from pipeline.config.validate import layout_mismatch, validate
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 _TYPE_WORDS = {
@@ -49,47 +43,6 @@ def group_options(group: str) -> list[str]:
 
 
 OUTPUT_DIRS = ("hydra.run.dir", "hydra.sweep.dir")  # where Hydra writes a run's or a sweep's own files
-MAX_SWEEP_JOBS = 1000  # configs x repeats: at a few seconds a job at the least, a sweep of hours
-MAX_REPEATS = MAX_SWEEP_JOBS
-
-
-def expand_jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """The override list of every job Hydra's basic sweeper would run, in its order (at most MAX_SWEEP_JOBS: its
-    count is checked first, without building the list)."""
-    if not multirun:
-        return [list(overrides)]
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    _check_count(parsed)
-    return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
-
-
-def _check_count(parsed: list) -> None:
-    """Refuse a sweep of more than MAX_SWEEP_JOBS jobs, counted by its swept values (a count stops past the bound:
-    `range(0,1000000000)` is never walked)."""
-    counts = {
-        "repeats" if o.get_key_element() == "repeat" else o.get_key_element(): sum(
-            1 for _ in itertools.islice(o.sweep_string_iterator(), MAX_SWEEP_JOBS + 1)
-        )
-        for o in parsed
-        if o.is_sweep_override() and o.is_discrete_sweep()
-    }
-    capped = any(n > MAX_SWEEP_JOBS for n in counts.values())  # counted up to one past the bound
-    if capped or math.prod(counts.values()) > MAX_SWEEP_JOBS:
-        shown = " x ".join(f"{_count(n)} {key}" for key, n in counts.items())
-        total = _count(MAX_SWEEP_JOBS + 1) if capped else f"{math.prod(counts.values()):,}"
-        raise ConfigError(
-            "-m", f"the sweep has {total} jobs ({shown}); accepted: at most {MAX_SWEEP_JOBS:,} jobs in one sweep"
-        )
-
-
-def _count(n: int) -> str:
-    return f"over {MAX_SWEEP_JOBS:,}" if n > MAX_SWEEP_JOBS else f"{n:,}"
-
-
-def check_repeats(value: str) -> None:
-    """`repeats=N` before it becomes N jobs per config: a whole number up to MAX_REPEATS."""
-    if value.isdigit() and int(value) > MAX_REPEATS:
-        raise ConfigError("repeats", f"got {value}; accepted: a whole number from 1 to {MAX_REPEATS:,}")
 
 
 def compose_job(config_name: str, overrides: list[str]) -> DictConfig:
@@ -101,7 +54,7 @@ def compose_job(config_name: str, overrides: list[str]) -> DictConfig:
             cfg = compose(config_name=config_name, overrides=overrides, return_hydra_config=True)
         # Hydra's output folders where the command line moves them (by default they lie under paths.root, which is
         # checked with the stores): Hydra would fail to make one with a traceback, after the checks
-        moved = {_key_value(o)[0] for o in overrides} & set(OUTPUT_DIRS)
+        moved = {o.partition("=")[0].lstrip("+~") for o in overrides} & set(OUTPUT_DIRS)
         output_dirs = {key: str(OmegaConf.select(cfg, key)) for key in OUTPUT_DIRS if key in moved}
         with open_dict(cfg):
             del cfg["hydra"]
@@ -130,82 +83,6 @@ def _check_known_keys(cfg: DictConfig) -> None:
         for key in cfg[group]:
             if key not in fields:
                 raise ConfigError(f"{group}.{key}", f"unknown key; accepted keys here: {', '.join(sorted(fields))}")
-
-
-@dataclasses.dataclass(frozen=True)
-class SweepPlan:
-    """The configs a command line runs (each once, whatever its repeats), composed and validated, and the jobs a
-    world-size sweep leaves out (`2x2 x world_size 2`: micro x accumulation x world_size is not the effective
-    batch)."""
-
-    configs: list[DictConfig]
-    left_out: list[str]
-    jobs: list[tuple[int, int]]  # every job that runs, in the sweep's order: (its config in `configs`, its repeat)
-
-
-def precheck(config_name: str, overrides: list[str], multirun: bool) -> list[DictConfig]:
-    """Compose and validate all jobs; return every job's config, in the sweep's order. Raises ConfigError on the
-    first bad input."""
-    plan = plan_sweep(config_name, overrides, multirun)
-    jobs = []
-    for index, repeat in plan.jobs:
-        cfg = plan.configs[index].copy()
-        cfg.repeat = repeat
-        jobs.append(cfg)
-    return jobs
-
-
-def plan_sweep(config_name: str, overrides: list[str], multirun: bool) -> SweepPlan:
-    """Compose and validate all jobs: each config once, however many repeats it runs (a job's `repeat` changes no
-    check). A multirun that sweeps world_size keeps only the combinations whose split times world size is the
-    effective batch (`world_size=1,2 batch.split=1x4,2x2,4x1,1x2,2x1` runs five); every world size must keep one.
-    `configs`: one per config, in the sweep's order. Raises ConfigError on the first bad input."""
-    try:
-        job_overrides = expand_jobs(overrides, multirun)
-    except (HydraException, OmegaConfBaseException) as err:
-        raise translate(err) from None
-    sweeps_world = len({dict(map(_key_value, job)).get("world_size") for job in job_overrides}) > 1
-    repeats: dict[tuple[str, ...], list[list[str]]] = {}  # a config's overrides without `repeat` -> its jobs
-    for job in job_overrides:
-        repeats.setdefault(_sans_repeat(job), []).append(job)
-    configs, left_out, kept_sizes, first_mismatch, index = [], [], set(), {}, {}
-    for key, jobs in repeats.items():
-        cfg = compose_job(config_name, jobs[0])
-        try:
-            validate(cfg)
-        except (MissingMandatoryValue, InterpolationResolutionError, ValidationError) as err:
-            raise translate(err) from None
-        except ConfigError as err:
-            mismatch = layout_mismatch(cfg) if sweeps_world and err.field == "batch.split" else None
-            if mismatch is None:
-                raise
-            left_out += [f"{cfg.batch.split} x world_size {cfg.world_size}"] * len(jobs)
-            first_mismatch.setdefault(cfg.world_size, mismatch)
-            continue
-        index[key] = len(configs)
-        configs.append(cfg)
-        kept_sizes.add(cfg.world_size)
-    for size, mismatch in first_mismatch.items():
-        if size not in kept_sizes:
-            raise ConfigError("world_size", f"{size} has no split in this sweep: {mismatch}")
-    order = [
-        (index[key], _repeat(job, configs[index[key]])) for job in job_overrides if (key := _sans_repeat(job)) in index
-    ]
-    return SweepPlan(configs, left_out, order)
-
-
-def _sans_repeat(job: list[str]) -> tuple[str, ...]:
-    return tuple(o for o in job if _key_value(o)[0] != "repeat")
-
-
-def _repeat(job: list[str], cfg: DictConfig) -> int:
-    value = dict(map(_key_value, job)).get("repeat")
-    return int(value) if value is not None else cfg.repeat
-
-
-def _key_value(override: str) -> tuple[str, str]:
-    key, _, value = override.partition("=")
-    return key.lstrip("+~"), value
 
 
 def translate(err: BaseException) -> ConfigError:

@@ -1,10 +1,12 @@
 """`--help` of the entry points: what the command does, the config groups with their real options, the top-level
-keys and examples, all read from conf/ and the schema (nothing copied by hand)."""
+keys, the speed knobs and examples, all read from conf/, the schema and the knobs' modules (nothing copied by
+hand)."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from pipeline import knobs
 from pipeline.config.compose import group_options
 from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, choices_of, field_choices
 
@@ -30,7 +32,10 @@ def help_text(prog: str, doc: str, sweeps: bool = True) -> str:
     ]
     lines += ["", "Top-level keys: " + ", ".join(f.name for f in top if f not in nested)]
     lines += ["", "Keys with a fixed set of values (key=value):"]
-    lines += [f"  {key:<27} {' | '.join(choices_of(key))}" for key in field_choices()]
+    lines += [f"  {key:<27} {' | '.join(choices_of(key))}" for key in field_choices() if key not in knobs.by_key()]
+    lines += ["", "Speed knobs (key=value; each is one module of pipeline/knobs/):"]
+    for knob in knobs.registry():
+        lines += [f"  {knob.key:<27} {' | '.join(choices_of(knob.key))}", f"  {'':<27} {knob.help}"]
     lines += ["", "Examples:"]
     lines += [f"  {line.strip()}" for line in examples.strip().splitlines() if line.strip()]
     lines += [

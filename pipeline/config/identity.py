@@ -15,32 +15,26 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.records import Compile
+from pipeline import knobs
 
 BOOKKEEPING = ("repeat", "repeats", "sweep_id", "paths", "tracking", "launcher", "optimize")
 VOLATILE = (("train", "progress_bar"),)  # how much is printed, not what is trained
-SHORT_KEYS = {
-    "train.gradient_checkpointing": "ckpt",
-    "train.torch_compile": "compile",
-    "train.compile_mode": "mode",
-    "train.liger_kernel": "liger",
+SHORT_KEYS = {  # beside each speed knob's own (`pipeline.knobs`)
     "train.learning_rate": "lr",
-    "train.adapter_dtype": "adapters",
-    "train.optimizer": "optim",
-    "train.optimizer_step": "optim_step",
-    "model.attn_implementation": "attn",
     "lora.target_modules": "targets",
     "world_size": "ws",
 }
 NAMED_KEYS = ("batch.split", "model", "repeat", "repeats")  # in every name already, or bookkeeping
-COMPILE_KEY = "train.torch_compile"
 
 
-def canonical_compile(value: Any) -> Any:
-    """`train.torch_compile` as the choice it names (`true` -> `regional`, `false` -> `off`), so a config written
-    either way is one config; a value that names none is left as it is (validation refuses it)."""
+def canonical(key: str, value: Any) -> Any:
+    """A speed knob's value as the choice it names (`train.torch_compile=true` -> `regional`), so a config written
+    either way is one config; any other value, or one that names no choice (validation refuses it), as it is."""
+    knob = knobs.by_key().get(key)
+    if knob is None or not knob.aliases:
+        return value
     try:
-        return Compile.of(value).value
+        return knob.canonical(value)
     except ValueError:
         return value
 
@@ -52,9 +46,10 @@ def identity_tree(cfg: DictConfig | dict[str, Any]) -> dict[str, Any]:
         tree.pop(key, None)
     for group, key in VOLATILE:
         tree.get(group, {}).pop(key, None)
-    train = tree.get("train")
-    if isinstance(train, dict) and "torch_compile" in train:
-        train["torch_compile"] = canonical_compile(train["torch_compile"])
+    for knob in knobs.registry():
+        section = tree.get(knob.section)
+        if isinstance(section, dict) and knob.name in section:
+            section[knob.name] = canonical(knob.key, section[knob.name])
     return tree
 
 
@@ -86,11 +81,10 @@ def varying_keys(jobs: list[list[str]]) -> list[str]:
 
 
 def short(key: str, value: Any) -> str:
-    """`train.gradient_checkpointing=false` -> `ckpt=off`, `train.torch_compile=true` -> `compile=regional`; other
-    keys by their last part."""
-    name = SHORT_KEYS.get(key, key.rsplit(".", 1)[-1])
-    if key == COMPILE_KEY:
-        return f"{name}={canonical_compile(value)}"
+    """`train.gradient_checkpointing=false` -> `ckpt=off`, `train.torch_compile=true` -> `compile=regional`: a speed
+    knob by its short name, other keys by their last part."""
+    name = {**SHORT_KEYS, **knobs.short_names()}.get(key, key.rsplit(".", 1)[-1])
+    value = canonical(key, value)
     text = str(value)
     if isinstance(value, bool) or text.lower() in ("true", "false"):
         text = "on" if text.lower() == "true" else "off"

@@ -3,7 +3,8 @@ has a fixed set of values.
 
 Each YAML option in conf/<group>/ starts its defaults list with `<group>_schema`, so OmegaConf checks its keys and
 types against the dataclass here. A field with a fixed set of values keeps them on the field, as an enum with its
-help (`chosen(...)`, in the manner of TRL's `SFTConfig` metadata; the enums are in `config.choices`): validation
+help (`chosen(...)`, in the manner of TRL's `SFTConfig` metadata; the enums are in `config.choices`, and a speed
+knob's field, with its enum, comes from its module in `pipeline.knobs`): validation
 (`field_choices`), `--help` and the test of the YAML comments read them from there. The fields stay strings for
 OmegaConf, so a value is written as the user types it (`reduce-overhead`). Rules that
 span fields (split against effective batch, cap format, ranges) live in `pipeline.config.validate`, checked once
@@ -20,29 +21,35 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from pipeline import knobs
 from pipeline.config.choices import (
-    AdapterDtype,
-    Attention,
-    CompileMode,
     ConfirmMode,
     DataKind,
     Distribution,
-    Dtype,
     LauncherKind,
     LoraBias,
-    Loss,
     ModelSource,
-    Optimizer,
-    OptimizerStep,
-    Padding,
     Sampler,
     Scheduler,
     chosen,
 )
-from pipeline.records import Compile
+
+
+def knob_fields(section: str):
+    """A class decorator, under `@dataclass`: the section's speed knobs (`pipeline.knobs`) as fields after the
+    class's own, each with its default, help and choices."""
+
+    def add(cls: type) -> type:
+        for knob in knobs.in_section(section):
+            cls.__annotations__[knob.name] = "bool" if knob.choices is None else "str"
+            setattr(cls, knob.name, knob.field())
+        return cls
+
+    return add
 
 
 @dataclass
+@knob_fields("model")
 class ModelConfig:
     """An architecture and where its weights come from.
 
@@ -67,7 +74,6 @@ class ModelConfig:
     rope_theta: float = 1_000_000.0
     rms_norm_eps: float = 1e-6
     tie_word_embeddings: bool = True
-    attn_implementation: str = chosen(Attention.SDPA, "the attention kernels (flash_attention_*: their package, a GPU)")
 
 
 ARCH_FIELDS = (  # a model built from its config needs each (>= 1)
@@ -127,27 +133,19 @@ class DataConfig:
 
 
 @dataclass
+@knob_fields("train")
 class TrainConfig:
+    """The training run; its speed knobs (dtype, checkpointing, optimizer, padding, compilation, ...) are added as
+    fields from `pipeline.knobs`."""
+
     steps: int = 30
     max_length: int = 128
-    dtype: str = chosen(Dtype.AUTO, "auto: bf16 where supported, fp16 on other GPUs, fp32 on the CPU")
-    gradient_checkpointing: bool = False
-    optimizer: str = chosen(Optimizer.ADAMW_TORCH, "the Trainer's `optim`")
     learning_rate: float = 2e-4
     lr_scheduler: str = chosen(Scheduler.LINEAR, "the Trainer's `lr_scheduler_type`")
     warmup_steps: int = 5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     seed: int = 42
-    padding: str = chosen(Padding.LONGEST, "longest: to the batch's longest; max_length: every batch one shape")
-    liger_kernel: bool = False
-    torch_compile: str = chosen(
-        Compile.OFF, "regional: each decoder layer; whole: the model (true: regional, false: off)", ("true", "false")
-    )
-    compile_mode: str = chosen(CompileMode.DEFAULT, "CUDA graphs: reduce-overhead, max-autotune")
-    adapter_dtype: str = chosen(AdapterDtype.FP32, "compute: LoRA weights in the compute dtype, no casts")
-    loss: str = chosen(Loss.TRL, "the LM head and loss: trl, the model's own, compiled, or Liger's fused kernel")
-    optimizer_step: str = chosen(OptimizerStep.EAGER, "the optimizer step: eager, compiled, or a CUDA graph")
     progress_bar: bool = False
 
 
@@ -274,14 +272,19 @@ def choices_of(key: str) -> tuple[str, ...] | None:
 def typed(cfg: Any) -> Config:
     """The config (a composed DictConfig, or the plain data a job's spec file holds) as the schema's dataclasses,
     every interpolation resolved: what a job receives, and what its builders read section by section."""
-    register_configs()
+    register_resolvers()
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), cfg))
 
 
-def register_configs() -> None:
-    """Store the primary schema and one `<group>_schema` node per group (idempotent), and the `div` resolver."""
+def register_resolvers() -> None:
+    """The `div` resolver the configs interpolate with (idempotent)."""
     if not OmegaConf.has_resolver("div"):
         OmegaConf.register_new_resolver("div", lambda a, b: int(a) // max(1, int(b)))
+
+
+def register_configs() -> None:
+    """Store the primary schema and one `<group>_schema` node per group (idempotent), and the resolvers."""
+    register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="config_schema", node=Config)
     for group, schema in GROUPS.items():

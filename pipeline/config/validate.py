@@ -8,71 +8,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.config.choices import CPU, Dtype, LauncherKind, ModelSource
+from pipeline import knobs
+from pipeline.config.choices import CPU, LauncherKind, ModelSource
 from pipeline.config.data import check_data
 from pipeline.config.devices import cpu_cores, cuda_device_count
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
-from pipeline.config.knobs import check_knobs, compile_choice, on_cuda
+from pipeline.config.job import JobConfig, Split, parse, parse_split
+from pipeline.config.knobs import check_knobs, check_values, on_cuda
 from pipeline.config.schema import ARCH_FIELDS, field_choices
 from pipeline.config.study_checks import MAX_EXPERIMENT_NAME, check_name, check_optimize
-from pipeline.records import GIB, Compile
-
-_SPLIT = re.compile(r"^([0-9]+)x([0-9]+)$")
-_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(TiB|GiB|MiB|KiB|TB|GB|MB|KB)$")
-_UNIT = {
-    "KiB": 2**10,
-    "MiB": 2**20,
-    "GiB": 2**30,
-    "TiB": 2**40,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-}
-SIZE_FORM = "a size like 14GiB, 14.5GB or 15000MiB"
-
-
-@dataclass(frozen=True)
-class Split:
-    micro: int
-    accumulation: int
-
-    def __str__(self) -> str:
-        return f"{self.micro}x{self.accumulation}"
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """What `validate` parsed out of a config, for every later step to use as is."""
-
-    split: Split
-    cap_bytes: int | None  # the memory cap: mem_cap, else the memory of a named gpu profile
-    cap_source: str | None  # "mem_cap" or "gpu=<profile>"
-    compile: Compile = Compile.OFF  # what train.torch_compile compiles (its aliases resolved)
-
-
-def parse_split(text: str, field: str = "batch.split") -> Split:
-    match = _SPLIT.match(str(text))
-    if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
-        raise ConfigError(
-            field,
-            f"got '{text}'; accepted: 'MxA' with whole numbers M, A >= 1 (micro-batch x accumulation), e.g. 2x2",
-        )
-    return Split(int(match.group(1)), int(match.group(2)))
-
-
-def parse_size(text: str, field: str = "mem_cap") -> int:
-    """'14GiB' -> bytes. Binary (KiB..TiB) and decimal (KB..TB) units; no spaces."""
-    match = _SIZE.match(str(text))
-    if not match or float(match.group(1)) <= 0:
-        raise ConfigError(field, f"got '{text}'; accepted: {SIZE_FORM}")
-    return int(float(match.group(1)) * _UNIT[match.group(2)])
 
 
 def check_split(cfg: DictConfig) -> Split:
@@ -90,7 +38,7 @@ def check_split(cfg: DictConfig) -> Split:
 
 def layout_mismatch(cfg: DictConfig) -> str | None:
     """Why micro x accumulation x world_size is not the effective batch (with the splits that are), or None when it
-    is. A multirun that sweeps world_size leaves such a combination out (`compose.precheck`); anywhere else it is bad
+    is. A multirun that sweeps world_size leaves such a combination out (`plan.plan_sweep`); anywhere else it is bad
     input."""
     split = parse_split(cfg.batch.split)
     product = split.micro * split.accumulation * cfg.world_size
@@ -112,11 +60,14 @@ def layout_mismatch(cfg: DictConfig) -> str | None:
 
 
 def check_choices(cfg: DictConfig) -> None:
-    """Every field with a fixed set of values (the schema's enums) holds one of them."""
-    for key, (enum, aliases) in field_choices().items():
-        if aliases:
-            continue  # a field with aliases is read by its own parser, which names them (train.torch_compile)
-        choice(key, OmegaConf.select(cfg, key), tuple(m.value for m in enum))
+    """Every field with a fixed set of values (the schema's enums) holds one of them; a speed knob's are its own
+    (`check_values`: its aliases too)."""
+    knob_keys = knobs.by_key()
+    for key, (enum, _) in field_choices().items():
+        if key not in knob_keys:
+            choice(key, OmegaConf.select(cfg, key), tuple(m.value for m in enum))
+    for section in ("model", "train"):
+        check_values(section, cfg[section])
 
 
 def check_world_size(cfg: DictConfig) -> None:
@@ -177,7 +128,7 @@ def check_gpu(gpu: DictConfig) -> None:
         raise ConfigError("gpu.peak_tflops", f"got {gpu.peak_tflops}; accepted: a number > 0")
 
 
-def check_device(gpu: DictConfig, t: DictConfig) -> None:
+def check_device(gpu: DictConfig) -> None:
     """A card profile emulates that card's memory on a CUDA device: without one it would measure nothing real."""
     if gpu.name not in ("auto", CPU) and cuda_device_count() == 0:
         raise ConfigError(
@@ -185,19 +136,6 @@ def check_device(gpu: DictConfig, t: DictConfig) -> None:
             f"gpu={gpu.name} emulates a {gpu.name.upper()}'s memory on a CUDA device, and this machine has none; "
             "accepted here: gpu=auto or gpu=cpu",
         )
-    if t.dtype == Dtype.FP16 and not on_cuda(gpu):
-        raise ConfigError(
-            "train.dtype", f"fp16 needs a CUDA device; accepted with gpu={gpu.name} here: auto, fp32, bf16"
-        )
-
-
-def resolve_cap(cfg: DictConfig) -> tuple[int | None, str | None]:
-    """The memory cap in bytes and where it came from: mem_cap, else a named gpu profile's memory."""
-    if cfg.mem_cap is not None:
-        return parse_size(cfg.mem_cap), "mem_cap"
-    if cfg.gpu.name not in ("auto", CPU) and cfg.gpu.memory_gib:
-        return int(cfg.gpu.memory_gib * GIB), f"gpu={cfg.gpu.name}"
-    return None, None
 
 
 MAX_STEPS = 10**8  # a hundred million optimizer steps: far beyond a measurement, far below any overflow
@@ -213,7 +151,7 @@ def max_positions(m: DictConfig) -> int | None:
     return None
 
 
-def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig, m: DictConfig) -> None:
+def check_train(t: DictConfig, measure: DictConfig, m: DictConfig) -> None:
     at_least("train.steps", t.steps, 1)
     at_most("train.steps", t.steps, MAX_STEPS)
     at_least("train.max_length", t.max_length, 2)
@@ -223,8 +161,6 @@ def check_train(t: DictConfig, measure: DictConfig, gpu: DictConfig, m: DictConf
             "train.max_length",
             f"{t.max_length} exceeds the model's max_position_embeddings {positions}; accepted: 2 to {positions}",
         )
-    if t.dtype == Dtype.BF16 and gpu.bf16 is False and gpu.name != CPU:
-        raise ConfigError("train.dtype", f"bf16 is not supported by gpu={gpu.name}; accepted: auto, fp16, fp32")
     if t.learning_rate <= 0:
         raise ConfigError("train.learning_rate", f"got {t.learning_rate}; accepted: a number > 0")
     at_least("train.warmup_steps", t.warmup_steps, 0)
@@ -253,29 +189,21 @@ def check_profile(measure: DictConfig, t: DictConfig) -> None:
             )
 
 
-def resolved(cfg: DictConfig) -> Resolved:
-    """What a config resolves to (its split, its cap, what it compiles), read without checking it again: for a
-    config that `validate` passed (the precheck of a command line, the candidates of a study), so that every config
-    is checked once."""
-    cap_bytes, cap_source = resolve_cap(cfg)
-    return Resolved(parse_split(cfg.batch.split), cap_bytes, cap_source, compile_choice(cfg.train.torch_compile))
-
-
-def validate(cfg: DictConfig) -> Resolved:
-    """Check every rule; return the values parsed on the way. Raises ConfigError on the first bad field."""
+def validate(cfg: DictConfig) -> JobConfig:
+    """Check every rule; return the config parsed (`config.job`). Raises ConfigError on the first bad field."""
     check_choices(cfg)
     check_model(cfg.model)
     check_lora(cfg.lora)
     check_gpu(cfg.gpu)
     split = check_split(cfg)
-    check_train(cfg.train, cfg.measure, cfg.gpu, cfg.model)
-    check_device(cfg.gpu, cfg.train)
+    check_train(cfg.train, cfg.measure, cfg.model)
+    check_knobs(cfg.train, cfg.model, cfg.gpu, split.accumulation)
+    check_device(cfg.gpu)
     check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
-    compiled = check_knobs(cfg.train, cfg.gpu, cfg.model, split.accumulation)
     check_profile(cfg.measure, cfg.train)
     if "optimize" in cfg:
         check_optimize(cfg.optimize, cfg)
-    cap_bytes, cap_source = resolve_cap(cfg)
+    job = parse(cfg)  # its memory cap is checked here
     at_least("repeats", cfg.repeats, 1)
     check_world_size(cfg)
     if cfg.launcher.timeout_s is not None and cfg.launcher.timeout_s <= 0:
@@ -293,4 +221,4 @@ def validate(cfg: DictConfig) -> Resolved:
             "tracking.uri",
             "empty; accepted: a tracking URI like sqlite:///mlruns/mlflow.db or http://host:port",
         )
-    return Resolved(split, cap_bytes, cap_source, compiled)
+    return job

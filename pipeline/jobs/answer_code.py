@@ -10,16 +10,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
-
 from pipeline.builders.script import script_text
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.compare.paired import Judgement
 from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import display_name, parse_override
-from pipeline.config.knobs import compute_dtype, on_cuda
-from pipeline.config.schema import typed
+from pipeline.config.job import JobConfig
 from pipeline.config.validate import validate
 from pipeline.jobs.task import job_spec
 from pipeline.render.rows import Row
@@ -37,20 +34,22 @@ class Exported:
     text: str
 
 
-def placement_of(cfg: DictConfig) -> tuple[str, str]:
-    """The device and dtype a job of `cfg` would train on here (auto on an unknown card: what the device says)."""
-    device = "cuda" if on_cuda(cfg.gpu) else "cpu"
-    dtype = compute_dtype(cfg.train, cfg.gpu)
+def placement_of(job: JobConfig) -> tuple[str, str]:
+    """The device and dtype a job of `job` would train on here (auto on an unknown card: what the device says)."""
+    dtype = job.dtype
     if dtype is None:  # gpu=auto on a CUDA device: bf16 where it has it
         import torch
 
         dtype = "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return device, dtype
+    return job.device, dtype
 
 
-def sft_of(cfg: DictConfig, micro: int, accumulation: int, placement: tuple[str, str] | None) -> dict:
-    device, dtype = placement or placement_of(cfg)
-    return sft_kwargs(micro, accumulation, typed(cfg).train, dtype, device, cfg.world_size, cfg.launcher.timeout_s)
+def sft_of(job: JobConfig, placement: tuple[str, str] | None) -> dict:
+    device, dtype = placement or placement_of(job)
+    config = job.config
+    return sft_kwargs(
+        *vars(job.split).values(), config.train, dtype, device, config.world_size, config.launcher.timeout_s
+    )
 
 
 def export(overrides: list[str], sft: dict | None = None, placement: tuple[str, str] | None = None) -> Exported:
@@ -58,10 +57,10 @@ def export(overrides: list[str], sft: dict | None = None, placement: tuple[str, 
     trained with (else those it would train with here, on `placement`: device and dtype). Raises ConfigError."""
     kept = [o for o in overrides if parse_override(o)[0] not in BOOKKEEPING]
     cfg = compose_job("config", kept)
-    validate(cfg)  # the command's one check (a job's spec reads a checked config)
-    spec = job_spec(cfg, name=display_name(cfg.model.name, cfg.batch.split, []))
+    job = validate(cfg)  # the command's one check
+    spec = job_spec(job, name=display_name(cfg.model.name, cfg.batch.split, []))
     command = "python -m pipeline.train " + shlex.join(kept)
-    sft = sft or sft_of(cfg, spec.micro, spec.accumulation, placement)
+    sft = sft or sft_of(job, placement)
     text = script_text(spec.config, sft, spec.name, spec.config_id, command)
     path = Path(cfg.paths.root) / SCRIPTS / f"train_{spec.config_id}.py"
     write_text(path, text)

@@ -20,28 +20,28 @@ from pathlib import Path
 
 import torch
 
-from pipeline.builders.compile import compile_layers
+from pipeline import knobs
 from pipeline.builders.dataset import build_dataset, token_count, truncated
 from pipeline.builders.device import resolve_placement, torch_dtype
 from pipeline.builders.distributed import init_process_group, leave_process_group, local_rank, world_size
-from pipeline.builders.lora import build_lora_config, build_peft_model
+from pipeline.builders.lora import build_lora_config
 from pipeline.builders.model import build_model
 from pipeline.builders.sft_args import sft_kwargs
-from pipeline.builders.step import capture_step
 from pipeline.builders.tokenizer import build_tokenizer
 from pipeline.builders.trainer import build_trainer
-from pipeline.config.choices import CPU, AdapterDtype, Dtype, Loss, Padding
+from pipeline.config.choices import CPU
 from pipeline.config.schema import typed
 from pipeline.jobs import ranks, watchdog
 from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
 from pipeline.jobs.process import flops_fields, ignore_ctrl_c, no_process_locks, quiet, versions, write_json
+from pipeline.knobs.padding import Padding
 from pipeline.measure import memory
 from pipeline.measure.busy import BusyWindow
 from pipeline.measure.callback import StepMeter, StopTraining
 from pipeline.measure.collective import AllReduceClock
 from pipeline.measure.compiled import CompileWatch
 from pipeline.measure.profile import ProfileWindow
-from pipeline.records import Compile, JobResult, JobSpec, Status, Step
+from pipeline.records import JobResult, JobSpec, Status, Step
 
 watchdog.quiet_orphans()  # the fork server imports this module: a job whose command is gone before it began
 ignore_ctrl_c()
@@ -151,10 +151,7 @@ class Job:
                 cuda=cuda,
             )
             callbacks.append(self.profiler)
-        lora_config = build_lora_config(self.cfg.lora)
-        model, peft_config = self.model, lora_config
-        if self.cfg.train.adapter_dtype == AdapterDtype.COMPUTE and self.placement.dtype != Dtype.FP32:
-            model, peft_config = self._timed("peft_model", build_peft_model, self.model, lora_config), None
+        model, peft_config = self._timed("adapters", self._adapters)
         self.trainer = self._timed(
             "trainer_build",
             build_trainer,
@@ -169,17 +166,18 @@ class Job:
         if clock:
             clock.bind(self.trainer)  # it hooks the model the Trainer wraps in DDP once training begins
 
+    def _adapters(self) -> tuple:
+        """The model and LoRA config the trainer gets, as the speed knobs leave them (adapters in the compute dtype:
+        a PeftModel built here, then no config)."""
+        model, lora = self.model, build_lora_config(self.cfg.lora)
+        for knob in knobs.registry():
+            model, lora = knob.adapters(model, lora, self.cfg.train, self.placement.dtype)
+        return model, lora
+
     def _setup_compile(self) -> None:
-        """Regional compilation on the built trainer's model (the Trainer itself compiles only the whole model), and
-        what else of the step is captured: the LM head and loss, the optimizer step (`builders.step`)."""
-        train = self.cfg.train
-        choice = Compile.of(train.torch_compile)
-        capture_step(self.trainer, train.loss, train.optimizer_step)
-        what = [] if choice is Compile.OFF else [choice.value]
-        if choice is Compile.REGIONAL:
-            what = [f"regional ({compile_layers(self.trainer.model, train.compile_mode)} layers)"]
-        what += ["loss compiled"] if train.loss == Loss.COMPILED else []
-        what += [f"optimizer step {train.optimizer_step}"] if train.optimizer_step != "eager" else []
+        """Each speed knob's change to the built trainer (regional compilation: the Trainer itself compiles only the
+        whole model; the LM head and loss; the optimizer step), watched for compilation where one compiles."""
+        what = [note for knob in knobs.registry() if (note := knob.trainer(self.trainer, self.cfg.train))]
         if what:
             self.compiled, self.compile_watch = ", ".join(what), CompileWatch()
 

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import psutil
 
+from pipeline.adapters.forkserver import forget_server, server_pid
 from pipeline.config.choices import LauncherKind
 from pipeline.jobs import ranks, watchdog
 from pipeline.jobs.files import PROCESS_FILE, RESULT_FILE, SPEC_FILE, STEPS_FILE
@@ -104,7 +105,7 @@ def _ctrl_c_left_to_this_process():
 def start_server(kind: str) -> None:
     """Start the fork server without waiting for it: it imports the training stack (seconds) while this process
     goes on with its own imports and checks. Nothing happens for the other launchers."""
-    if kind != LauncherKind.FORKSERVER or watchdog.alive(forkserver._forkserver._forkserver_pid):
+    if kind != LauncherKind.FORKSERVER or watchdog.alive(server_pid()):
         return  # (a server that died is started again here, by the next job)
     _forkserver()
     resource_tracker.ensure_running()  # it blocks and unblocks SIGINT itself: not inside the window below
@@ -117,14 +118,13 @@ def stop_server() -> None:
     only once its imports are done and then tear down torch (1.5 s or more), holding the output it shares with this
     process: `... | tee` would wait for it. Its jobs are over by now (`run_job` ends them); one still running would
     notice its parent gone (`jobs.watchdog`)."""
-    server = forkserver._forkserver  # multiprocessing keeps no public handle on its server
-    pid = server._forkserver_pid
+    pid = server_pid()
     if pid is None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     with contextlib.suppress(OSError):
-        server._stop()  # closes its pipe, reaps it (dead already) and removes its socket
+        forget_server()  # closes its pipe, reaps it (dead already) and removes its socket
 
 
 def warm_up(kind: str) -> None:

@@ -19,12 +19,11 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import exits, results
-from pipeline.config.compose import expand_jobs
 from pipeline.config.identity import parse_override, varying_keys
-from pipeline.config.validate import layout_mismatch
+from pipeline.config.plan import expand_jobs
 from pipeline.jobs import runner, task
 from pipeline.jobs.answer_code import sweep_answer
-from pipeline.jobs.context import COMMAND, SweepContext
+from pipeline.jobs.context import COMMAND, SweepContext, checked_job
 from pipeline.records import RunKind, RunState, Status
 from pipeline.render import runs_table
 from pipeline.render.rows import Criteria, Row, comparison_rows
@@ -83,7 +82,7 @@ class SweepCallback(Callback):
             runner.warm_up(config.launcher.kind)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        if self.context is None or layout_mismatch(config):  # left out of a world-size sweep: no job ran
+        if self.context is None or checked_job(config) is None:  # left out of a world-size sweep: no job ran
             return
         self.done += 1
         elapsed = time.time() - self.started

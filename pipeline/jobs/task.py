@@ -17,19 +17,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from pipeline.config.choices import CPU, Loss, OptimizerStep
+from pipeline import knobs
+from pipeline.config.choices import CPU
 from pipeline.config.compose import CONF_DIR
-from pipeline.config.devices import cuda_device_count
-from pipeline.config.identity import config_id, display_name
-from pipeline.config.schema import typed
-from pipeline.config.validate import resolved
+from pipeline.config.identity import display_name
+from pipeline.config.job import JobConfig
+from pipeline.config.schema import Config
 from pipeline.jobs import devicelock, preflight, ranks, runner, stall
 from pipeline.jobs.context import SweepContext, job_command, job_overrides
 from pipeline.jobs.files import PROFILE_DIR
 from pipeline.measure.summary import steady_steps, summarize_job
-from pipeline.records import Compile, JobResult, JobSpec, RunKind, Status, StopRule
+from pipeline.records import JobResult, JobSpec, RunKind, Status, StopRule
 from pipeline.summaries import JobSummary
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
@@ -67,28 +67,25 @@ def gpu_profiles() -> dict[str, dict]:
     return profiles
 
 
-def job_spec(cfg: DictConfig, name: str | None = None, stop: StopRule | None = None, uncapped: bool = False) -> JobSpec:
-    """What the child needs, parsed once: the resolved config, its identity, the split, the cap. `uncapped` lifts
-    the cap from the device (a study's probes and its baseline measure what a config needs and how fast it runs);
-    the peak is still judged against it."""
-    found = resolved(cfg)  # checked before: by the command line's precheck, or as a candidate of the study
-    config = typed(cfg)
-    config.train.torch_compile = found.compile.value  # `true` is `regional`: one spelling on record
+def job_spec(job: JobConfig, name: str | None = None, stop: StopRule | None = None, uncapped: bool = False) -> JobSpec:
+    """What the child needs, from the config as its check parsed it: the typed config, its identity, the split, the
+    cap. `uncapped` lifts the cap from the device (a study's probes and its baseline measure what a config needs
+    and how fast it runs); the peak is still judged against it."""
+    config = job.config
     if name is None:
         context = SweepContext.current()
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
-        name = display_name(cfg.model.name, cfg.batch.split, varying)
-    t = cfg.train
-    compiled = found.compile is not Compile.OFF or t.loss == Loss.COMPILED or t.optimizer_step != OptimizerStep.EAGER
-    env = compile_cache_env(Path(cfg.paths.root) / "compile-cache") if compiled else {}
+        name = display_name(config.model.name, config.batch.split, varying)
+    compiled = any(knob.compiles(config.train) for knob in knobs.registry())
+    env = compile_cache_env(Path(config.paths.root) / "compile-cache") if compiled else {}
     return JobSpec(
         config=config,
-        config_id=config_id(dataclasses.asdict(config)),
+        config_id=job.config_id,
         name=name,
-        micro=found.split.micro,
-        accumulation=found.split.accumulation,
-        cap_bytes=found.cap_bytes,
-        cap_source=found.cap_source,
+        micro=job.split.micro,
+        accumulation=job.split.accumulation,
+        cap_bytes=job.cap_bytes,
+        cap_source=job.cap_source,
         gpu_profiles=gpu_profiles(),
         stop=stop or StopRule(),
         env=env,
@@ -104,7 +101,7 @@ def compile_cache_env(folder: Path) -> dict[str, str]:
 
 
 def run(
-    cfg: DictConfig,
+    job: JobConfig,
     *,
     spec: JobSpec | None = None,
     kind: RunKind = RunKind.JOB,
@@ -116,13 +113,14 @@ def run(
     """Run one job in its own process and record it as one MLflow run (nested under `parent_id`, or the sweep's);
     `keep` records it elsewhere too, before the line that says how it ended. The job's device is held for it alone
     from before its run opens until after it ends (`jobs.devicelock`). Interrupted, it raises JobInterrupted."""
-    spec = spec or job_spec(cfg)
+    spec = spec or job_spec(job)
+    cfg = job.config
     context = SweepContext.current()
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
     if context is None and parent_id is None:
         clean_up(tracker)  # a lone job: what earlier commands left behind (a sweep or study does this itself)
     label = run_name or (f"{spec.name} #{cfg.repeat}" if cfg.repeats > 1 else spec.name)
-    devices = devicelock.device_keys(_on_cuda(spec), cfg.world_size)
+    devices = devicelock.device_keys(job.device != CPU, cfg.world_size)
 
     def waiting(key: str, holder: str) -> None:
         print(f"[job] {label}: waiting for {key}, in use by {holder}", flush=True)
@@ -145,11 +143,7 @@ def run(
         return outcome
 
 
-def _on_cuda(spec: JobSpec) -> bool:
-    return spec.config.gpu.name != CPU and cuda_device_count() > 0
-
-
-def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: DictConfig, watch: stall.JobWatch) -> JobOutcome:
+def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: Config, watch: stall.JobWatch) -> JobOutcome:
     error, env = preflight.check_hub(spec.config)
     if error:
         return _finish(tracker, run_id, spec, JobResult(status=Status.FAILED, error=error), cfg)
@@ -211,7 +205,7 @@ def _finish(
     run_id: str,
     spec: JobSpec,
     result: JobResult,
-    cfg: DictConfig,
+    cfg: Config,
     files: dict[str, list[Path]] | None = None,
 ) -> JobOutcome:
     summary = summarize_job(result, cfg.measure.warmup_steps, cfg.measure.confidence)

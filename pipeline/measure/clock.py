@@ -8,10 +8,7 @@ from typing import Any
 
 import torch
 
-try:
-    from torch._dynamo.utils import calculate_time_spent
-except ImportError:  # a torch without it: compilation time is then not told apart
-    calculate_time_spent = None
+from pipeline.adapters import dynamo
 
 
 class Clock:
@@ -50,11 +47,8 @@ def compile_seconds() -> float:
     """Seconds this process has spent compiling so far: Dynamo frames (their graphs' backend compile included),
     lazily compiled backward graphs, and recording CUDA graphs (under reduce-overhead the step after the first records
     the graphs later steps replay: a one-off cost like compiling, seconds for a model's layers, which would otherwise
-    look like a slow step to the pruning clock). Private Dynamo timers (present from torch 2.5 to 2.13); 0.0 without
-    them."""
-    if calculate_time_spent is None:
-        return 0.0
-    spent = calculate_time_spent()
+    look like a slow step to the pruning clock). Dynamo's own timers (`adapters.dynamo`); 0.0 without them."""
+    spent = dynamo.seconds_spent()
     return float(spent.get("total_wall_time", 0.0) + spent.get(CUDAGRAPH_RECORDING, 0.0))
 
 

@@ -7,17 +7,10 @@ from __future__ import annotations
 
 import logging
 
-try:
-    from torch._dynamo.utils import counters
-except ImportError:  # a torch without Dynamo's counters: nothing is counted
-    counters = None
+from pipeline.adapters import dynamo
 
 CUDAGRAPH_LOGGER = "torch._inductor.cudagraph_utils.__cudagraphs"  # Inductor's "cudagraphs" log artifact
 KEPT_REASONS = 3
-
-
-def _count(group: str, name: str) -> int:
-    return int(counters[group][name]) if counters is not None else 0
 
 
 class CompileWatch(logging.Handler):
@@ -31,7 +24,7 @@ class CompileWatch(logging.Handler):
 
     @staticmethod
     def _counts() -> tuple[int, int]:
-        return _count("stats", "unique_graphs"), _count("inductor", "cudagraph_skips")
+        return dynamo.count("stats", "unique_graphs"), dynamo.count("inductor", "cudagraph_skips")
 
     def __enter__(self) -> CompileWatch:
         self._start, self._end = self._counts(), None

@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.config.job import parse, parse_split
 from pipeline.jobs import task
 from pipeline.records import GIB, Compile, RunKind, Status
 from pipeline.search.predictor import Knobs
@@ -26,7 +27,7 @@ FORMULA_KNOBS = ("batch.split", "train.dtype", "train.gradient_checkpointing", "
 def knobs_of(cfg: DictConfig, space_keys: list[str], placement_dtype: str | None = None) -> Knobs:
     """The memory knobs of a config: the formula's own (the compile choice among them, searched or not), and the
     other searched keys as the line's fixed setting."""
-    micro = int(cfg.batch.split.split("x")[0])
+    micro = parse_split(cfg.batch.split).micro
     dtype = cfg.train.dtype if cfg.train.dtype != "auto" else (placement_dtype or "fp32")
     other = tuple((k, str(OmegaConf.select(cfg, k))) for k in space_keys if k not in FORMULA_KNOBS)
     compiled = Compile.of(cfg.train.torch_compile).value
@@ -161,7 +162,7 @@ class Prober:
 
     def probe(self, found: Calibration, kept: _Kept, split: str, checkpointing: bool, is_base: bool) -> None:
         # Memory depends on the micro-batch, not on accumulation: a probe runs its micro-batch once per step.
-        micro = int(split.split("x")[0])
+        micro = parse_split(split).micro
         name = f"probe {micro}x1" + ("" if is_base else f" ckpt={'on' if checkpointing else 'off'}")
         if name in kept.measured:
             print(f"[study] {name}: measured before the study stopped; not run again", flush=True)
@@ -190,7 +191,8 @@ class Prober:
         cfg.batch.effective = micro * cfg.world_size
         cfg.train.steps = self.steps
         cfg.measure.warmup_steps = 1
-        spec = task.job_spec(cfg, name=name, uncapped=True)
+        job = parse(cfg)  # the base config, checked, at another micro-batch
+        spec = task.job_spec(job, name=name, uncapped=True)
 
         def keep(outcome: task.JobOutcome) -> None:
             kept.measured[name] = _finding(outcome)
@@ -198,7 +200,7 @@ class Prober:
 
         try:
             task.run(
-                cfg, spec=spec, kind=RunKind.PROBE, parent_id=self.parent, tags={runs.STUDY: self.study}, keep=keep
+                job, spec=spec, kind=RunKind.PROBE, parent_id=self.parent, tags={runs.STUDY: self.study}, keep=keep
             )
         except task.JobInterrupted as stop:
             kept.killed_s += stop.seconds  # device time the study spent, though it measured nothing

@@ -4,10 +4,6 @@ first, and stored on the study after every round."""
 
 from __future__ import annotations
 
-import dataclasses
-
-from omegaconf import OmegaConf
-
 from pipeline.jobs import task
 from pipeline.records import RunKind, Status
 from pipeline.search import confirmation, gains, workers
@@ -56,15 +52,10 @@ class FinalRound:
         for a baseline that did not fit (it is measured for its speed, not judged against the cap). Its figure is
         the trimmed mean of its steady steps (`compare.sequential` says why)."""
         ctx = self.ctx
-        config = OmegaConf.create(OmegaConf.to_container(ctx.candidate(record.config_id).config))
-        config.measure.warmup_steps = warmup
-        config.train.steps = warmup + steps
-        # the finalist's own identity: the same config, trained for fewer steps, so its runs pool with its trial
-        spec = dataclasses.replace(
-            task.job_spec(config, name=record.label, uncapped=not record.feasible), config_id=record.config_id
-        )
+        job = ctx.candidate(record.config_id).job.with_length(warmup, steps)  # its identity, so its runs pool
+        spec = task.job_spec(job, name=record.label, uncapped=not record.feasible)
         outcome = task.run(
-            config,
+            job,
             spec=spec,
             kind=RunKind.CONFIRM,
             parent_id=ctx.parent,

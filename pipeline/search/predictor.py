@@ -7,12 +7,9 @@ Terms, in bytes (b = bytes per element of the compute dtype, T = tokens per micr
                        with checkpointing each layer keeps its input (b x h) and one layer is recomputed in full
 - loss buffers / token: 8 bytes (TRL's fused LM head computes log-probabilities in chunks and never holds the full
                        logits; the chunk's workspace is a constant, left to the offset)
-- compilation:         compiled layers keep a share of eager's activations (Inductor fuses the element-wise work
-                       and recomputes what is cheap instead of saving it): 0.69 for the whole model (the H200 knob
-                       study of 2026-11-30: 1.12 against 1.62 GiB per 512-token sequence, Qwen3-1.7B shape, bf16 and
-                       fp16, without checkpointing), 0.67 regional (plain TRL at 4x1: 7.9 against 10.1 GiB reserved,
-                       3.5 GiB of it static). Under checkpointing the layers keep only their inputs, which compiling
-                       does not change (whole, 4x1: 4.97 against 4.77 GiB), so the share applies without it only.
+- the speed knobs:     each knob's memory term (`pipeline.knobs`): checkpointing keeps each layer's input and
+                       recomputes one layer; compiled layers keep a share of eager's activations (`torch_compile`),
+                       which applies without checkpointing only; a knob without a term changes nothing.
 The analytic sum is the shape of the answer; the probes fix its two free numbers: `scale` multiplies the per-token
 terms (activations and loss buffers), `offset` is what the formula does not see (CUDA context and allocator slack
 on a GPU; the interpreter and libraries on CPU). Two probes at the smallest and largest micro-batch give both; one
@@ -32,12 +29,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from pipeline.knobs import Memory
+from pipeline.knobs import memory as knob_memory
 from pipeline.measure.flops import Shape
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 LORA_STATE_BYTES = 16
 LOSS_BYTES_PER_TOKEN = 8
-COMPILED_ACTIVATIONS = {"off": 1.0, "regional": 0.67, "whole": 0.69}  # share of eager's, without checkpointing
 
 
 @dataclass(frozen=True)
@@ -71,21 +69,28 @@ class Knobs:
         return (self.compile, self.other)
 
 
+def memory_term(knobs: Knobs) -> Memory:
+    """The speed knobs' term: checkpointing and the compile choice as the formula holds them, and every other knob
+    the setting holds."""
+    own = {"train.gradient_checkpointing": knobs.checkpointing, "train.torch_compile": knobs.compile}
+    return knob_memory([*own.items(), *((k, v) for k, v in knobs.other if k not in own)])
+
+
 def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) -> float:
     b = DTYPE_BYTES[knobs.dtype]
     per_layer = sum(i * o for i, o in shape.projections().values()) + 2 * shape.hidden
     weights = shape.vocab * shape.hidden * (1 if shape.tied else 2) + shape.layers * per_layer
     lora = shape.lora_params(lora_r, targets)
-    return b * weights + LORA_STATE_BYTES * lora
+    return b * weights + LORA_STATE_BYTES * lora + memory_term(knobs).static_bytes
 
 
 def per_token_bytes(shape: Shape, knobs: Knobs) -> float:
     b = DTYPE_BYTES[knobs.dtype]
     h, i, q = shape.hidden, shape.intermediate, shape.heads * shape.head_dim
     layer = b * (6 * h + 4 * q + 4 * i) + 8 * h
-    if knobs.checkpointing:
-        return shape.layers * b * h + layer + LOSS_BYTES_PER_TOKEN
-    return COMPILED_ACTIVATIONS[knobs.compile] * shape.layers * layer + LOSS_BYTES_PER_TOKEN
+    term = memory_term(knobs)
+    kept = shape.layers * b * h + layer if term.checkpointed else term.activations * shape.layers * layer
+    return kept + LOSS_BYTES_PER_TOKEN + term.token_bytes
 
 
 @dataclass

@@ -16,9 +16,9 @@ from typing import Any
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
-from pipeline.config.choices import Dtype
 from pipeline.config.errors import ConfigError
 from pipeline.config.knobs import compute_dtype
+from pipeline.knobs.dtype import Dtype
 from pipeline.search import trials
 from pipeline.search.opening import StudyContext
 from pipeline.search.space import Candidate, make_candidate

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id, display_name
+from pipeline.config.job import JobConfig, parse_split
 from pipeline.config.schema import choices_of
 from pipeline.config.validate import validate
 
@@ -47,12 +48,14 @@ def choice_of(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One point of the space: (config key, value) pairs, batch.split first, with the config they make."""
+    """One point of the space: (config key, value) pairs, batch.split first, with the config they make (and `job`:
+    as its check parsed it, what its jobs run)."""
 
     values: tuple[tuple[str, Any], ...]
     config: DictConfig
     config_id: str
     label: str  # display name: the model, the split and every other searched value
+    job: JobConfig
 
     @property
     def params(self) -> dict[str, Any]:
@@ -81,9 +84,9 @@ def apply(cfg: DictConfig, values: tuple[tuple[str, Any], ...]) -> DictConfig:
 def make_candidate(cfg: DictConfig, values: tuple[tuple[str, Any], ...]) -> Candidate:
     """A candidate with its config; raises ConfigError when the values make an invalid config."""
     config = apply(cfg, values)
-    validate(config)
+    job = validate(config)
     shown = [(k, v) for k, v in values if k != SPLIT_KEY]
-    return Candidate(values, config, config_id(config), display_name(config.model.name, config.batch.split, shown))
+    return Candidate(values, config, config_id(config), display_name(config.model.name, config.batch.split, shown), job)
 
 
 def world_sizes(cfg: DictConfig) -> list[int]:
@@ -95,7 +98,7 @@ def world_sizes(cfg: DictConfig) -> list[int]:
 def all_splits(effective: int, sizes: list[int]) -> list[str]:
     """The splits of every world size in `sizes`, each once, by micro-batch then accumulation."""
     found = {s for w in sizes if w >= 1 for s in splits(effective, w)}
-    return sorted(found, key=lambda s: tuple(int(x) for x in s.split("x")))
+    return sorted(found, key=lambda s: (parse_split(s).micro, parse_split(s).accumulation))
 
 
 def knob_space(cfg: DictConfig) -> dict[str, list[Any]]:

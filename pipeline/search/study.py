@@ -31,7 +31,6 @@ from tqdm import tqdm
 
 from pipeline import progress
 from pipeline.config.choices import ConfirmMode
-from pipeline.config.validate import resolve_cap
 from pipeline.jobs import runner, task
 from pipeline.liveness import HEARTBEAT_S
 from pipeline.records import GIB
@@ -51,9 +50,10 @@ from pipeline.search.telling import TrialTeller
 
 
 class StudyDriver:
-    def __init__(self, cfg: DictConfig, command: list[str]) -> None:
-        """`command`: the overrides the study was started with, the start of every reproduce line it prints."""
-        self.ctx = StudyContext.open(cfg, command, resolve_cap(cfg)[0])
+    def __init__(self, cfg: DictConfig, command: list[str], cap_bytes: int) -> None:
+        """`command`: the overrides the study was started with, the start of every reproduce line it prints;
+        `cap_bytes`: its memory cap, as the check parsed it."""
+        self.ctx = StudyContext.open(cfg, command, cap_bytes)
         self.teller = TrialTeller(self.ctx)
         self.final = FinalRound(self.ctx)
         self.base: Candidate | None = None

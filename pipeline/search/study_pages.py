@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable
 
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
-from optuna_dashboard._serializer import serialize_frozen_trial
 
+from pipeline.adapters.dashboard import serialize_trial as serialize_frozen_trial
 from pipeline.search.trials import ANSWER, REPEAT_OF
 
 STUDY_DETAIL = re.compile(r"/api/studies/(\d+)")

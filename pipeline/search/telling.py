@@ -67,7 +67,7 @@ class TrialTeller:
     def _skip(self, trial, candidate: Candidate, run_name: str, tags: dict, predicted: float) -> None:
         """Decided without a job: an infeasible trial, its value the step time the probes predict."""
         reason = f"predicted {predicted / GIB:.2f} GiB > cap {self.ctx.cap / GIB:.2f} GiB"
-        spec = task.job_spec(candidate.config, name=candidate.label)
+        spec = task.job_spec(candidate.job, name=candidate.label)
         run_id = runs.log_skip(self.ctx.tracker, self.ctx.parent, run_name, spec, reason, predicted, tags)
         trials.write(trial, {trials.STATUS: Status.SKIPPED, trials.NOTE: reason, trials.RUN_ID: run_id})
         trials.write(trial, {trials.FEASIBLE: False})
@@ -75,10 +75,9 @@ class TrialTeller:
         self._tell_infeasible(trial, _shown(self._predicted_step(candidate), 4))
 
     def _predicted_step(self, candidate: Candidate) -> float | None:
-        split = candidate.config.batch.split
-        micro, accumulation = (int(x) for x in split.split("x"))
+        split = candidate.job.split
         checkpointing = bool(candidate.config.train.gradient_checkpointing)
-        return self.ctx.calibration.step_estimate(micro, accumulation, checkpointing)
+        return self.ctx.calibration.step_estimate(split.micro, split.accumulation, checkpointing)
 
     def _tell_infeasible(self, trial: optuna.Trial, value: float | None) -> None:
         """Over the cap, measured or predicted: COMPLETE with its step time and a positive constraint, so that
@@ -101,10 +100,10 @@ class TrialTeller:
 
     def _measure(self, trial, candidate: Candidate, run_name: str, tags: dict, baseline: bool) -> None:
         ctx = self.ctx
-        spec = task.job_spec(candidate.config, name=candidate.label, stop=self._stop_rule(baseline), uncapped=baseline)
+        spec = task.job_spec(candidate.job, name=candidate.label, stop=self._stop_rule(baseline), uncapped=baseline)
         try:
             outcome = task.run(
-                candidate.config, spec=spec, kind=RunKind.TRIAL, parent_id=ctx.parent, tags=tags, run_name=run_name
+                candidate.job, spec=spec, kind=RunKind.TRIAL, parent_id=ctx.parent, tags=tags, run_name=run_name
             )
         except task.JobInterrupted as stop:
             trials.write(trial, {trials.GPU_SECONDS: stop.seconds})  # not decided (no status), but it ran

@@ -1,0 +1,55 @@
+"""The speed knobs, one module each in this folder (`base` says what a knob is): every module but `base` defines
+`KNOB`, and the registry is what the folder holds, in the order of the modules' names. Adding a knob is adding its
+module (and its default to its group's YAML): the schema, validation, `--help`, identity, the job's builders, the
+exported script and the search read it from here.
+
+The registry is read on first use, not at import: a module put on the folder's path (`__path__`) before then is a
+knob like any other.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Any
+
+from pipeline.knobs.base import Knob, Memory
+
+
+@functools.cache
+def registry() -> tuple[Knob, ...]:
+    """Every knob of the folder, by module name."""
+    names = sorted({m.name for m in pkgutil.iter_modules(__path__) if m.name != "base"})
+    return tuple(importlib.import_module(f"{__name__}.{name}").KNOB for name in names)
+
+
+def in_section(section: str) -> list[Knob]:
+    """The knobs of one config section (`train`, `model`)."""
+    return [k for k in registry() if k.section == section]
+
+
+def by_key() -> dict[str, Knob]:
+    return {k.key: k for k in registry()}
+
+
+def short_names() -> dict[str, str]:
+    """Each knob's name in a config's display name (`train.gradient_checkpointing` -> `ckpt`)."""
+    return {k.key: k.short or k.name for k in registry()}
+
+
+def searched() -> dict[str, list[Any]]:
+    """What a study over everything this setting can run tries: each knob's searched values, by key."""
+    return {k.key: [v.value if isinstance(v, StrEnum) else v for v in k.searched] for k in registry() if k.searched}
+
+
+def memory(values: Iterable[tuple[str, Any]]) -> Memory:
+    """The memory term of knob values (key, value as a config or a record writes it); other keys add nothing."""
+    knobs = by_key()
+    term = Memory()
+    for key, value in values:
+        if key in knobs:
+            term += knobs[key].memory(knobs[key].canonical(value))
+    return term

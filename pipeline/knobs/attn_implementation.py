@@ -1,0 +1,43 @@
+"""model.attn_implementation: the attention kernels the model is built with (transformers' `attn_implementation`);
+the flash-attention ones need their package and a CUDA device."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pipeline.knobs.base import Knob, Setting, installed
+
+
+class Attention(StrEnum):
+    EAGER = "eager"
+    SDPA = "sdpa"
+    FLEX_ATTENTION = "flex_attention"
+    FLASH_ATTENTION_2 = "flash_attention_2"
+    FLASH_ATTENTION_3 = "flash_attention_3"
+
+
+PACKAGES = {  # the implementations that need a package beyond torch and transformers
+    Attention.FLASH_ATTENTION_2: "flash_attn",
+    Attention.FLASH_ATTENTION_3: "flash_attn_interface",
+}
+
+
+class AttentionKnob(Knob):
+    key = "model.attn_implementation"
+    default = Attention.SDPA
+    help = "the attention kernels (flash_attention_*: their package, a GPU)"
+    short = "attn"
+    searched = tuple(a for a in Attention if a != Attention.EAGER)  # eager attention is sdpa unfused
+
+    def refuses(self, s: Setting) -> str | None:
+        attention = s.model.attn_implementation
+        package = PACKAGES.get(attention)
+        if package and not installed(package):
+            here = [a for a in Attention if a not in PACKAGES or installed(PACKAGES[a])]
+            return f"{attention} needs the {package} package, which is not installed; accepted here: {', '.join(here)}"
+        if package and not s.cuda:
+            return f"{attention} needs a CUDA device"
+        return None
+
+
+KNOB = AttentionKnob()

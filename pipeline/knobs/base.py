@@ -1,0 +1,196 @@
+"""What a speed knob is: one setting that changes how a job trains fast (or how much memory it takes), not what it
+learns, held in one module of `pipeline.knobs` with everything that reads it.
+
+A knob module defines `KNOB`, an instance of a `Knob` subclass: its config key, default, help and choices (an enum,
+or a bool), its rule against the stack, the device and the other knobs, its short name in a config's display name,
+the values a study over everything tries, its term in the memory prediction, its SFTConfig keywords, what it does to
+the job's adapters and built trainer, and the lines and helpers it adds to the exported script. Every method does
+nothing by default, so a knob says only what it changes.
+
+No module of the folder imports torch at its top: the parent process reads them. The job-side functions import what
+they use inside, and an exported script copies them as they are (`source`).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+CPU = "cpu"  # the gpu profile (and device) of a job measured on the CPU
+
+
+def chosen(default: StrEnum, help: str, aliases: tuple[str, ...] = ()) -> Any:
+    """A schema field whose value is one of `type(default)`'s members (or one of `aliases`, which its reader
+    resolves)."""
+    return field(default=default.value, metadata={"choices": type(default), "help": help, "aliases": aliases})
+
+
+def installed(package: str) -> bool:
+    """Whether the Python package `package` can be imported here (found without importing it)."""
+    return importlib.util.find_spec(package) is not None
+
+
+def source(path: Path, *names: str) -> str:
+    """The source of top-level functions, classes and constants of the module at `path`, in the order named: what an
+    exported script copies, so that it runs what the job runs."""
+    text = path.read_text(encoding="utf-8")
+    found: dict[str, str] = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            found[node.name] = ast.get_source_segment(text, node)
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            found[node.targets[0].id] = ast.get_source_segment(text, node)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise KeyError(f"{path} has no {', '.join(missing)}")
+    return "\n\n\n".join(found[n] for n in names)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A knob's term in the peak-memory prediction (`search.predictor`). `activations` multiplies what the layers
+    keep per token without checkpointing; `checkpointed`: the layers keep only their inputs and one layer is
+    recomputed in full (the share then applies to nothing); `token_bytes` and `static_bytes` add to the bytes per
+    token and the fixed bytes. The default term changes nothing."""
+
+    activations: float = 1.0
+    checkpointed: bool = False
+    token_bytes: float = 0.0
+    static_bytes: float = 0.0
+
+    def __add__(self, other: Memory) -> Memory:
+        return Memory(
+            self.activations * other.activations,
+            self.checkpointed or other.checkpointed,
+            self.token_bytes + other.token_bytes,
+            self.static_bytes + other.static_bytes,
+        )
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a knob's rule is checked against: the config's train and model sections, its gpu profile, whether the
+    job is meant for a CUDA device (a named card always is: the gpu check refuses one where there is none), and its
+    gradient accumulation."""
+
+    train: Any
+    model: Any
+    gpu: Any
+    cuda: bool
+    accumulation: int = 1
+
+
+class Knob:
+    """One speed knob. A subclass sets the class attributes and overrides the methods of what it changes."""
+
+    key: str  # its config key, `section.name`
+    default: StrEnum | bool  # an enum member (its enum is the choices) or a bool
+    help: str
+    aliases: Mapping[str, str] = MappingProxyType({})  # other spellings of a choice, e.g. `true` for `regional`
+    short: str | None = None  # its name in a config's display name; None: its name
+    searched: tuple[Any, ...] = ()  # the values a study over everything this setting can run tries
+
+    @property
+    def section(self) -> str:
+        return self.key.partition(".")[0]
+
+    @property
+    def name(self) -> str:
+        return self.key.partition(".")[2]
+
+    @property
+    def choices(self) -> type[StrEnum] | None:
+        """Its enum; None for a bool."""
+        return None if isinstance(self.default, bool) else type(self.default)
+
+    @property
+    def path(self) -> Path:
+        """Its module's file (what an exported script copies helpers from)."""
+        return Path(sys.modules[type(self).__module__].__file__)
+
+    def field(self) -> dataclasses.Field:
+        """Its field in the schema's dataclass of its section, with the choices and help on it."""
+        if self.choices is None:
+            return field(default=self.default, metadata={"help": self.help})
+        return chosen(self.default, self.help, tuple(self.aliases))
+
+    def value(self, section: Any) -> Any:
+        """Its value in a config section (the schema's dataclass or a DictConfig)."""
+        return getattr(section, self.name)
+
+    def canonical(self, value: Any) -> Any:
+        """The choice `value` names (an alias resolved); ValueError when it names none."""
+        text = str(value)
+        if self.choices is None:
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if text in {m.value for m in self.choices}:
+            return text
+        if text.lower() in self.aliases:
+            return self.aliases[text.lower()]
+        raise ValueError(text)
+
+    def accepted(self) -> str:
+        """Its accepted values as a refusal names them, aliases in brackets."""
+        if self.choices is None:
+            return "true or false"
+        names = ", ".join(m.value for m in self.choices)
+        said = ", ".join(f"{alias} is {choice}" for alias, choice in self.aliases.items())
+        return f"{names} ({said})" if said else names
+
+    def source(self, *names: str) -> str:
+        """Functions, classes and constants of its module, as an exported script copies them."""
+        return source(self.path, *names)
+
+    # ---- the check, before anything runs --------------------------------------------------------------------------
+    def refuses(self, s: Setting) -> str | None:
+        """Why its value cannot run in `s`, then what is accepted (the text after `key: `); None when it can."""
+        return None
+
+    # ---- the parent's view of a job ----------------------------------------------------------------------------------
+    def memory(self, value: Any) -> Memory:
+        """Its term in the memory prediction at `value` (a choice, canonical)."""
+        return Memory()
+
+    def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
+        """The SFTConfig arguments it sets; `dtype` and `device` are the job's, resolved."""
+        return {}
+
+    def compiles(self, train: Any) -> bool:
+        """Whether its value compiles code (the job then shares the sweep's compile cache)."""
+        return False
+
+    # ---- the job (torch is imported inside) -----------------------------------------------------------------------
+    def adapters(self, model: Any, lora: Any, train: Any, dtype: str) -> tuple[Any, Any]:
+        """The model and the LoRA config the trainer gets (a PeftModel built here, then no config)."""
+        return model, lora
+
+    def trainer(self, trainer: Any, train: Any) -> str | None:
+        """Change the built SFTTrainer; what it compiled, for the job's compile note (None: nothing)."""
+        return None
+
+    # ---- the exported script --------------------------------------------------------------------------------------
+    def helpers(self, train: Any) -> list[str]:
+        """The source of the functions the script's lines call (`source`)."""
+        return []
+
+    def adapter_lines(self, train: Any, dtype: str) -> list[str]:
+        """The script's lines after its LoraConfig, as `adapters` does in the job."""
+        return []
+
+    def trainer_lines(self, train: Any) -> list[str]:
+        """The script's lines after its trainer is built, as `trainer` does in the job."""
+        return []
+
+    def needs(self, train: Any) -> tuple[str, ...]:
+        """The packages the script needs for it beyond the training stack."""
+        return ()

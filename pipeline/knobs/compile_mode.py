@@ -1,0 +1,70 @@
+"""train.compile_mode: torch.compile's mode for what `train.torch_compile` compiles. reduce-overhead and max-autotune
+record CUDA graphs, which replay a step's kernels in one launch but need one batch shape and no accumulation."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pipeline.knobs.base import Knob, Setting
+from pipeline.knobs.padding import Padding
+from pipeline.records import Compile
+
+
+class CompileMode(StrEnum):
+    DEFAULT = "default"
+    REDUCE_OVERHEAD = "reduce-overhead"
+    MAX_AUTOTUNE_NO_CUDAGRAPHS = "max-autotune-no-cudagraphs"
+    MAX_AUTOTUNE = "max-autotune"
+
+
+CUDA_GRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)  # the modes that record CUDA graphs
+
+
+class CompileModeKnob(Knob):
+    key = "train.compile_mode"
+    default = CompileMode.DEFAULT
+    help = "CUDA graphs: reduce-overhead, max-autotune"
+    short = "mode"
+    searched = (CompileMode.DEFAULT, CompileMode.REDUCE_OVERHEAD)  # max-autotune tunes for minutes per shape
+
+    def refuses(self, s: Setting) -> str | None:
+        """CUDA graphs need static shapes: one batch shape (padding to max_length, full micro-batches) and no
+        accumulation (a replay would overwrite the gradients being accumulated, which live in the graph's memory);
+        regional graphs also fail inside gradient checkpointing's recomputation (pytorch/pytorch#154306: the
+        recorded layer sees its input freed, the replay does not)."""
+        t, mode = s.train, s.train.compile_mode
+        compiled = Compile.of(t.torch_compile)
+        if compiled is Compile.OFF and mode != CompileMode.DEFAULT:
+            return (
+                f"{mode} applies to compiled code and train.torch_compile is off; accepted with it: default "
+                "(or train.torch_compile=regional or whole)"
+            )
+        if mode not in CUDA_GRAPH_MODES:
+            return None
+        if not s.cuda:
+            return f"{mode} records CUDA graphs; accepted on the CPU: default, max-autotune-no-cudagraphs"
+        if s.accumulation > 1:
+            return (
+                f"{mode} with gradient accumulation replays over the accumulated gradients (CUDA graphs own their "
+                "outputs); accepted: a split Mx1, or default, max-autotune-no-cudagraphs"
+            )
+        if t.padding != Padding.MAX_LENGTH:
+            return f"{mode} records one CUDA graph per batch shape; accepted with it: train.padding=max_length"
+        if compiled is Compile.REGIONAL and t.gradient_checkpointing:
+            return (
+                f"{mode} graphs of checkpointed layers fail when the layer is recomputed (pytorch/pytorch#154306); "
+                "accepted with train.gradient_checkpointing=true and regional: default, max-autotune-no-cudagraphs"
+            )
+        return None
+
+    def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
+        mode = train.compile_mode
+        whole = Compile.of(train.torch_compile) is Compile.WHOLE
+        return {
+            "torch_compile_mode": mode if whole and mode != CompileMode.DEFAULT else None,
+            "dataloader_drop_last": mode in CUDA_GRAPH_MODES,  # CUDA graphs: every micro-batch full, one shape
+        }
+
+
+KNOB = CompileModeKnob()

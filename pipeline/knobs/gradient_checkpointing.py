@@ -1,0 +1,29 @@
+"""train.gradient_checkpointing: each layer keeps only its input and recomputes the rest in the backward pass, which
+trades compute for activation memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline.knobs.base import Knob, Memory
+
+
+class GradientCheckpointingKnob(Knob):
+    key = "train.gradient_checkpointing"
+    default = False
+    help = "recompute each layer's activations in the backward pass: less memory, more compute"
+    short = "ckpt"
+    searched = (True, False)
+
+    def memory(self, value: bool) -> Memory:
+        return Memory(checkpointed=value)
+
+    def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
+        on = train.gradient_checkpointing
+        return {
+            "gradient_checkpointing": on,
+            "gradient_checkpointing_kwargs": {"use_reentrant": False} if on else None,
+        }
+
+
+KNOB = GradientCheckpointingKnob()

@@ -1,0 +1,98 @@
+"""Each adapter of a library's private API (pipeline/adapters) against the library installed here: an upgrade that
+moves one fails here, by name. And where a public equivalent replaced one (Hydra's sweep of a multirun, Liger's
+loss kernels, optuna-dashboard's app), that the public way does what the private one did."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+from multiprocessing import forkserver
+from wsgiref.util import setup_testing_defaults
+
+import optuna
+import psutil
+import pytest
+
+from pipeline.adapters import dynamo
+from pipeline.adapters.dashboard import serialize_trial
+from pipeline.adapters.forkserver import forget_server, server_pid
+from pipeline.adapters.hydra_args import args_parser
+from pipeline.config.plan import expand_jobs
+
+
+def test_hydras_parser_reads_the_command_line_as_hydra_main_does():
+    args, rest = args_parser().parse_known_args(["-m", "--cfg", "job", "batch.split=1x4,4x1", "repeats=2"])
+    assert (args.multirun, args.cfg, args.help, args.overrides, rest) == (
+        True,
+        "job",
+        False,
+        ["batch.split=1x4,4x1", "repeats=2"],
+        [],
+    )
+    assert args_parser().parse_known_args(["--help"])[0].help is True
+
+
+def test_the_fork_servers_pid_and_its_stop():
+    forkserver.ensure_running()  # spawns it (or finds it running); its imports go on without us
+    pid = server_pid()
+    assert isinstance(pid, int) and psutil.pid_exists(pid)
+    os.kill(pid, signal.SIGKILL)
+    forget_server()  # reaps it
+    assert server_pid() is None and not psutil.pid_exists(pid)
+
+
+def test_dynamos_counters_and_timers_see_a_compilation():
+    import torch
+
+    assert dynamo.counters is not None and dynamo.calculate_time_spent is not None, "torch moved them"
+    graphs, seconds = dynamo.count("stats", "unique_graphs"), dynamo.seconds_spent().get("total_wall_time", 0.0)
+    compiled = torch.compile(lambda x: x * 2 + 1, backend="eager")  # Dynamo's tracing, no compiler needed
+    compiled(torch.ones(3))
+    assert dynamo.count("stats", "unique_graphs") == graphs + 1
+    assert dynamo.seconds_spent()["total_wall_time"] > seconds
+
+
+def test_a_trial_serialises_as_the_dashboards_api_answers_it():
+    study = optuna.create_study()
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+    trial = study.trials[0]
+    data = serialize_trial(study._study_id, trial, {})
+    assert (data["number"], data["state"], data["values"]) == (0, "Complete", [trial.value])
+    assert data["params"][0]["name"] == "x"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["batch.split=1x4,2x2,4x1"],
+        ["repeat=0,1,2", "batch.split=1x4,4x1", "train.steps=5"],
+        ["train.dtype=fp16,bf16", "batch.split=range(1,3)", "train.dtype=fp32", "+x=[1,2]"],
+        ["model=tiny", "data.path='a b,c'", "world_size=1,2"],
+    ],
+)
+def test_a_multirun_expands_as_hydras_basic_sweeper_runs_it(overrides):
+    """Hydra's own sweeper (private, imported by this test only) and the public override grammar agree."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    hydras = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), max_batch_size=None)
+    assert expand_jobs(overrides, multirun=True) == hydras[0]
+
+
+def test_liger_loss_kernels_are_set_through_its_public_functions():
+    transformers = pytest.importorskip("liger_kernel.transformers")
+    apply = transformers.apply_liger_kernel_to_qwen3
+    assert {"fused_linear_cross_entropy", "model"} <= set(inspect.signature(apply).parameters)
+
+
+def test_the_dashboards_app_is_its_public_wsgi_app(tmp_path):
+    import optuna_dashboard
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    optuna.create_study(storage=storage, study_name="one")
+    environ = {"PATH_INFO": "/api/studies"}
+    setup_testing_defaults(environ)
+    statuses = []
+    body = b"".join(optuna_dashboard.wsgi(storage)(environ, lambda status, *rest: statuses.append(status)))
+    assert statuses == ["200 OK"] and b'"study_name": "one"' in body
