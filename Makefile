@@ -43,8 +43,8 @@ screenshots: install ## Redraw docs/mlflow-ui.png, docs/report.png, docs/optuna-
 notebook: install ## Run docs/quickstart.ipynb on the CPU (tiny model) and keep its outputs there (tests/test_notebook.py)
 	BATCH_SPLIT_NOTEBOOK=docs $(BIN)/python -m pytest -m slow tests/test_notebook.py $(PYTEST_ARGS)
 
-optimize: install ## Optuna study: fastest config under MEM_CAP (e.g. MEM_CAP=14GiB TRIALS=20 ARGS="optimize=knobs")
-	$(BIN)/python -m pipeline.optimize $(if $(MEM_CAP),mem_cap=$(MEM_CAP),) $(if $(TRIALS),optimize.trials=$(TRIALS),) $(ARGS)
+optimize: install ## Optuna study: fastest config under MEM_CAP (e.g. MEM_CAP=14GiB PRESET=fastest TRIALS=20)
+	$(BIN)/python -m pipeline.optimize $(if $(MEM_CAP),mem_cap=$(MEM_CAP),) $(if $(PRESET),optimize=$(PRESET),) $(if $(TRIALS),optimize.trials=$(TRIALS),) $(ARGS)
 
 report: install ## Markdown + HTML report with plots for the latest sweep or study (SWEEP=<id> or STUDY=<name>)
 	$(BIN)/python -m pipeline.report $(if $(SWEEP),--sweep $(SWEEP),) $(if $(STUDY),--study $(STUDY),)

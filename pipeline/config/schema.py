@@ -174,6 +174,7 @@ class OptimizeConfig:
     storage: str = MISSING
     study_name: str | None = None
     space: dict[str, list[Any]] = field(default_factory=dict)
+    every_knob: bool = False  # the space holds every speed knob's values too (the knobs' `searched`); `space` wins
     probe_steps: int = 4
     prune_steps: int = 3
     prune_factor: float = 1.3

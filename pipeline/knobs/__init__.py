@@ -40,9 +40,11 @@ def short_names() -> dict[str, str]:
     return {k.key: k.short or k.name for k in registry()}
 
 
-def searched() -> dict[str, list[Any]]:
-    """What a study over everything this setting can run tries: each knob's searched values, by key."""
-    return {k.key: [v.value if isinstance(v, StrEnum) else v for v in k.searched] for k in registry() if k.searched}
+def searched(lengths_vary: bool | None = None, cuda: bool = True) -> dict[str, list[Any]]:
+    """What a study over everything this setting can run tries: each knob's searched values, by key (where the
+    records' lengths vary or not, on a CUDA device or not, where given: `Knob.searched_in`)."""
+    found = {k.key: k.searched if lengths_vary is None else k.searched_in(lengths_vary, cuda) for k in registry()}
+    return {key: [v.value if isinstance(v, StrEnum) else v for v in values] for key, values in found.items() if values}
 
 
 def memory(values: Iterable[tuple[str, Any]]) -> Memory:

@@ -4,6 +4,7 @@ the flash-attention ones need their package and a CUDA device."""
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from pipeline.knobs.base import Knob, Setting, installed
 
@@ -28,6 +29,10 @@ class AttentionKnob(Knob):
     help = "the attention kernels (flash_attention_*: their package, a GPU)"
     short = "attn"
     searched = tuple(a for a in Attention if a != Attention.EAGER)  # eager attention is sdpa unfused
+
+    def searched_in(self, lengths_vary: bool, cuda: bool) -> tuple[Any, ...]:
+        """sdpa alone on the CPU: its fused kernel is the CPU's, flex attention compiles a slower one there."""
+        return self.searched if cuda else (Attention.SDPA,)
 
     def refuses(self, s: Setting) -> str | None:
         attention = s.model.attn_implementation

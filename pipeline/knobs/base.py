@@ -151,6 +151,11 @@ class Knob:
         """Functions, classes and constants of its module, as an exported script copies them."""
         return source(self.path, *names)
 
+    def searched_in(self, lengths_vary: bool, cuda: bool) -> tuple[Any, ...]:
+        """The values a study over everything tries where the records' lengths vary or not, on a CUDA device or not:
+        its `searched` values unless some cannot matter there (padding, where every record has one length)."""
+        return self.searched
+
     # ---- the check, before anything runs --------------------------------------------------------------------------
     def refuses(self, s: Setting) -> str | None:
         """Why its value cannot run in `s`, then what is accepted (the text after `key: `); None when it can."""

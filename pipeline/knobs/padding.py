@@ -23,6 +23,10 @@ class PaddingKnob(Knob):
     help = "longest: to the batch's longest; max_length: every batch one shape"
     searched = (Padding.LONGEST, Padding.MAX_LENGTH, Padding.PADDING_FREE)  # packing trains on other sequences
 
+    def searched_in(self, lengths_vary: bool, cuda: bool) -> tuple[Any, ...]:
+        """Nothing where every record has one length: each layout is then the same batch."""
+        return self.searched if lengths_vary else ()
+
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
         padding = train.padding
         return {

@@ -24,12 +24,19 @@ from pipeline.tracking import runs
 FORMULA_KNOBS = ("batch.split", "train.dtype", "train.gradient_checkpointing", "train.torch_compile")
 
 
-def knobs_of(cfg: DictConfig, space_keys: list[str], placement_dtype: str | None = None) -> Knobs:
-    """The memory knobs of a config: the formula's own (the compile choice among them, searched or not), and the
-    other searched keys as the line's fixed setting."""
+def value_at(cfg: Any, key: str) -> Any:
+    """A dotted key's value in a config, composed (DictConfig) or typed (the schema's dataclasses)."""
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def knobs_of(cfg: Any, space_keys: list[str], placement_dtype: str | None = None) -> Knobs:
+    """The memory knobs of a config (composed or typed): the formula's own (the compile choice among them, searched
+    or not), and the other searched keys as the line's fixed setting."""
     micro = parse_split(cfg.batch.split).micro
     dtype = cfg.train.dtype if cfg.train.dtype != "auto" else (placement_dtype or "fp32")
-    other = tuple((k, str(OmegaConf.select(cfg, k))) for k in space_keys if k not in FORMULA_KNOBS)
+    other = tuple((k, str(value_at(cfg, k))) for k in space_keys if k not in FORMULA_KNOBS)
     compiled = Compile.of(cfg.train.torch_compile).value
     return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing), other, compiled)
 

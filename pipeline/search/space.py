@@ -8,18 +8,24 @@ against the devices present (`validate.check_world_size`)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from pipeline import knobs
+from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.job import JobConfig, parse_split
-from pipeline.config.schema import choices_of
-from pipeline.config.validate import validate
+from pipeline.config.knobs import check_knobs, on_cuda
+from pipeline.config.schema import Config, choices_of
+from pipeline.config.validate import check_world_size, layout_mismatch, validate
 
 SPLIT_KEY = "batch.split"
 WORLD_KEY = "world_size"
@@ -48,14 +54,19 @@ def choice_of(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Candidate:
-    """One point of the space: (config key, value) pairs, batch.split first, with the config they make (and `job`:
-    as its check parsed it, what its jobs run)."""
+    """One point of the space: (config key, value) pairs, batch.split first, with the config they make (`config`:
+    the schema's dataclasses, every knob's alias resolved) and the job it runs (`job`: the config as its check parsed
+    it, made when it is first asked for: a space may hold thousands of points and a study runs a few)."""
 
     values: tuple[tuple[str, Any], ...]
-    config: DictConfig
+    config: Config
     config_id: str
     label: str  # display name: the model, the split and every other searched value
-    job: JobConfig
+    base: DictConfig = field(repr=False, compare=False)
+
+    @cached_property
+    def job(self) -> JobConfig:
+        return validate(apply(self.base, self.values))
 
     @property
     def params(self) -> dict[str, Any]:
@@ -82,11 +93,64 @@ def apply(cfg: DictConfig, values: tuple[tuple[str, Any], ...]) -> DictConfig:
 
 
 def make_candidate(cfg: DictConfig, values: tuple[tuple[str, Any], ...]) -> Candidate:
-    """A candidate with its config; raises ConfigError when the values make an invalid config."""
-    config = apply(cfg, values)
-    job = validate(config)
-    shown = [(k, v) for k, v in values if k != SPLIT_KEY]
-    return Candidate(values, config, config_id(config), display_name(config.model.name, config.batch.split, shown), job)
+    """A candidate with its config, checked by the whole validation; raises ConfigError when the values make an
+    invalid config."""
+    job = validate(apply(cfg, values))
+    made = Candidate(values, job.config, job.config_id, "", cfg)
+    made = dataclasses.replace(made, label=_label(made))
+    made.__dict__["job"] = job
+    return made
+
+
+class Points:
+    """Candidates of one base config that differ only in speed knobs, the split and the world size: the base is
+    checked once, and each point by the rules its values meet (each knob's choices and rule, the split against the
+    effective batch, the world size against the devices), on the schema's dataclasses: a space of every knob holds
+    tens of thousands of combinations, which a whole validation each would take minutes to check."""
+
+    def __init__(self, cfg: DictConfig) -> None:
+        self.cfg = cfg
+        self.job: JobConfig | None = None  # the first point the whole validation passed: the others differ from it
+        self.knobs = knobs.by_key()
+
+    def covers(self, keys: list[str]) -> bool:
+        return all(k in self.knobs or k in (SPLIT_KEY, WORLD_KEY) for k in keys)
+
+    def candidate(self, values: tuple[tuple[str, Any], ...]) -> Candidate:
+        """The point `values` makes; raises ConfigError naming what cannot run, as the whole validation would. Until
+        one point has passed the whole validation (the base's own split may not make its effective batch), each is
+        checked by it."""
+        if self.job is None:
+            made = make_candidate(self.cfg, values)
+            self.job = made.job
+            return made
+        base = self.job.config
+        sections = {"train": base.train, "model": base.model, "batch": base.batch}
+        changed: dict[str, dict[str, Any]] = {}
+        top: dict[str, Any] = {}
+        for key, value in values:
+            if key == WORLD_KEY:
+                top["world_size"] = int(value)
+                continue
+            if key in self.knobs:
+                knob = self.knobs[key]
+                try:
+                    value = knob.canonical(value)
+                except ValueError:
+                    raise ConfigError(key, f"got '{value}'; accepted: {knob.accepted()}") from None
+            section, _, name = key.partition(".")
+            changed.setdefault(section, {})[name] = value
+        made = {name: dataclasses.replace(sections[name], **fields) for name, fields in changed.items()}
+        config = dataclasses.replace(base, **made, **top)
+        split = parse_split(config.batch.split)
+        mismatch = layout_mismatch(config)
+        if mismatch:
+            raise ConfigError(SPLIT_KEY, mismatch)
+        check_knobs(config.train, config.model, config.gpu, split.accumulation)
+        if WORLD_KEY in top:
+            check_world_size(config)
+        made = Candidate(values, config, config_id(dataclasses.asdict(config)), "", self.cfg)
+        return dataclasses.replace(made, label=_label(made))
 
 
 def world_sizes(cfg: DictConfig) -> list[int]:
@@ -102,7 +166,12 @@ def all_splits(effective: int, sizes: list[int]) -> list[str]:
 
 
 def knob_space(cfg: DictConfig) -> dict[str, list[Any]]:
+    """The splits, then every knob's values where `optimize.every_knob` asks for them, then `optimize.space` (whose
+    values for a knob replace the knob's own)."""
     space = {SPLIT_KEY: all_splits(cfg.batch.effective, world_sizes(cfg))}
+    if cfg.optimize.every_knob:
+        fixed = cfg.data.kind == DataKind.SYNTHETIC and cfg.data.distribution == Distribution.FIXED
+        space.update(knobs.searched(lengths_vary=not fixed, cuda=on_cuda(cfg.gpu)))
     for key, values in cfg.optimize.space.items():
         if len(values):
             space[key] = [OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in values]
@@ -126,14 +195,34 @@ def combinations(cfg: DictConfig) -> tuple[list[Candidate], dict[str, str]]:
     (bf16 on a card without it, CUDA graphs with accumulation)."""
     space = knob_space(cfg)
     keys = list(space)
+    points = Points(cfg)
+    make = points.candidate if points.covers(keys) else functools.partial(make_candidate, cfg)
     valid, invalid = [], {}
     for combo in itertools.product(*(space[k] for k in keys)):
         values = tuple(zip(keys, combo, strict=True))
         try:
-            valid.append(make_candidate(cfg, values))
+            valid.append(make(values))
         except ConfigError as err:
             invalid[" ".join(f"{k}={override_text(v)}" for k, v in values)] = str(err)
-    return valid, invalid
+    return _named_by_what_varies(valid), invalid
+
+
+def _named_by_what_varies(valid: list[Candidate]) -> list[Candidate]:
+    """The candidates with a display name of the keys that vary among them: a knob every valid config holds at one
+    value (the only compile mode the CPU runs) says nothing of a config."""
+    seen: dict[str, set[str]] = {}
+    for c in valid:
+        for key, value in c.values:
+            seen.setdefault(key, set()).add(override_text(value))
+    constant = {key for key, values in seen.items() if len(values) == 1}
+    if not constant:
+        return valid
+    return [dataclasses.replace(c, label=_label(c, constant)) for c in valid]
+
+
+def _label(c: Candidate, leave_out: set[str] = frozenset()) -> str:
+    shown = [(k, v) for k, v in c.values if k != SPLIT_KEY and k not in leave_out]
+    return display_name(c.config.model.name, c.config.batch.split, shown)
 
 
 _KEY = re.compile(r"\b(?:model|lora|gpu|batch|data|train|optimize|measure|launcher)\.\w+")

@@ -1,0 +1,89 @@
+"""`optimize=fastest`: every speed knob the setting can run, in a space checked fast enough to hold thousands of
+combinations, and a study over it that ends with its answer and what each knob bought."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pipeline.config.compose import compose_job
+from pipeline.search import space
+from tests.helpers.cli import run_cli
+
+KNOBS = (
+    "++optimize.space={train.gradient_checkpointing:[true,false],train.torch_compile:[off,regional,true],"
+    "train.compile_mode:[default,max-autotune-no-cudagraphs,reduce-overhead],train.loss:[trl,model,compiled],"
+    "train.optimizer_step:[eager,compiled],train.dtype:[fp32,fp16]}"
+)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [["batch.effective=4"], pytest.param(["batch.effective=6", "train.max_length=64"], marks=pytest.mark.slow)],
+)
+def test_the_fast_check_of_a_knob_space_is_the_whole_validation(monkeypatch, setting):
+    """Each point of a space of knobs, checked by the knobs' rules and the split's alone, is valid exactly when the
+    whole validation of its config says so, with the same reason, and has the same identity; also from a base whose
+    own split does not make its effective batch."""
+    cfg = compose_job("optimize", [KNOBS, *setting, "mem_cap=1GiB"])
+    fast, fast_invalid = space.combinations(cfg)
+    points = space.Points(cfg)
+    monkeypatch.setattr(points, "covers", lambda keys: False)
+    monkeypatch.setattr(space, "Points", lambda _: points)
+    whole, whole_invalid = space.combinations(cfg)
+    assert len(fast) > 20 and len(fast_invalid) > 20
+    assert [(c.config_id, c.label) for c in fast] == [(c.config_id, c.label) for c in whole]
+    assert fast_invalid == whole_invalid
+    assert fast[7].job.config_id == fast[7].config_id  # the job its trial runs is the point's
+
+
+def _fastest(*overrides: str):
+    return compose_job("optimize", ["optimize=fastest", "mem_cap=1GiB", *overrides])
+
+
+def test_the_fastest_preset_holds_every_knob_this_setting_can_run_and_names_what_it_cannot():
+    cfg = _fastest()
+    keys = space.knob_space(cfg)
+    valid, left_out = space.candidates(cfg)
+    on_cpu = {f"{x.key}={x.value}" for x in left_out}
+    assert {"train.dtype=fp16", "train.compile_mode=reduce-overhead", "train.optimizer_step=graph"} <= on_cpu
+    assert all(space.droppable(x) for x in left_out)
+    for key in ("train.gradient_checkpointing", "train.torch_compile", "train.loss", "train.optimizer"):
+        assert len({dict(c.values)[key] for c in valid}) > 1, key
+    assert "train.padding" not in keys  # every record one length: each layout is the same batch
+    assert "train.padding" in space.knob_space(_fastest("data.distribution=uniform", "data.min_length=16"))
+    narrowed = space.knob_space(_fastest("++optimize.space={train.loss:[trl]}"))
+    assert narrowed["train.loss"] == ["trl"]  # optimize.space names a knob's values
+    label = valid[0].label
+    assert "attn=" not in label and "mode=" not in label  # one value on this setting: it names no config
+
+
+@pytest.mark.slow
+def test_a_study_of_everything_ends_with_its_answer_and_what_each_knob_bought(tmp_path):
+    """The README's CPU study with optimize=fastest, compilation left out of its space (minutes on two cores)."""
+    proc = run_cli(
+        "optimize=fastest",
+        "mem_cap=1GiB",
+        "batch.effective=8",
+        "model.vocab_size=2048",
+        "train.max_length=256",
+        "train.steps=8",
+        "measure.warmup_steps=2",
+        "optimize.probe_steps=3",
+        "optimize.trials=8",
+        "++optimize.space={train.torch_compile:[off],train.loss:[trl,model],train.optimizer_step:[eager]}",
+        cwd=tmp_path,
+        module="pipeline.optimize",
+        timeout=900,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, proc.stderr[-3000:] + out[-3000:]
+    assert re.search(r"^best feasible: tiny \S+ ", out, re.MULTILINE), out[-3000:]
+    factors = re.findall(
+        r"^    (\S+)=(\S+) \(from (\S+)\): (\d+\.\d\d)x \[(\d+\.\d\d), (\d+\.\d\d)\]$", out, re.MULTILINE
+    )
+    assert factors, out[-3000:]
+    for key, after, before, ratio, low, high in factors:
+        assert after != before and float(low) <= float(ratio) <= float(high), (key, after, before)
+    assert re.search(r"^decided 8 of the space's \d+ configs", out, re.MULTILINE), out[-2000:]
