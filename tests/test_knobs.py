@@ -47,7 +47,8 @@ def test_what_a_study_over_everything_tries_is_among_the_choices_and_holds_every
 def test_a_knobs_memory_term_is_what_the_predictor_adds():
     assert knobs.memory([("train.torch_compile", "true"), ("train.gradient_checkpointing", "False")]) == Memory(0.67)
     assert knobs.memory([("train.gradient_checkpointing", True), ("lora.r", 8)]) == Memory(checkpointed=True)
-    assert knobs.memory([("train.liger_kernel", "True"), ("train.loss", "compiled")]) == Memory()
+    assert knobs.memory([("train.liger_kernel", "True"), ("train.loss", "trl")]) == Memory()
+    assert knobs.memory([("train.loss", "compiled")]) == Memory(logit_bytes=9.4)  # the logits, upcast to fp32
 
 
 def test_the_parent_reads_the_knobs_without_importing_torch(tmp_path):

@@ -4,6 +4,8 @@ with the micro-batch than the eager line the probes measure."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pipeline.measure.flops import Shape
@@ -72,3 +74,17 @@ def test_knobs_of_a_config_carry_its_compile_choice(cfg, compose):
     assert knobs.compile == "regional"
     assert knobs.other == (("train.compile_mode", "default"),)  # the compile choice is the formula's, not a line's
     assert knobs_of(cfg, ["batch.split"]).compile == "off"
+
+
+def test_a_loss_never_measured_adds_the_logits_it_keeps_to_the_nearest_line():
+    """The H200 grid of the seed's setting: with checkpointing, TRL's loss measured at 1x1 and 4x1 (4.33, 4.77 GiB);
+    the compiled loss at 4x1, never measured, is that line plus its fp32 logits (9.4 bytes a token and vocabulary
+    entry, 2,048 tokens): 7.50 GiB, measured 7.43-7.49 there. The optimizer, with no memory term, is not what sets
+    the nearest line apart."""
+    predictor = _predictor()
+    trl = [("train.loss", "trl"), ("train.optimizer", "adamw_torch_fused")]
+    compiled = [("train.loss", "compiled"), ("train.optimizer", "adamw_torch")]
+    predictor.measured = [(dataclasses.replace(k, other=tuple(trl)), peak * GIB) for k, peak in EAGER]
+    found = predictor.predict(Knobs(4, 512, "fp16", True, tuple(compiled))) / GIB
+    assert found == pytest.approx(4.771 + 9.4 * SHAPE.vocab * 4 * 512 / GIB, rel=1e-3)
+    assert found == pytest.approx(7.46, rel=0.01)

@@ -59,12 +59,14 @@ class Memory:
     """A knob's term in the peak-memory prediction (`search.predictor`). `activations` multiplies what the layers
     keep per token without checkpointing; `checkpointed`: the layers keep only their inputs and one layer is
     recomputed in full (the share then applies to nothing); `token_bytes` and `static_bytes` add to the bytes per
-    token and the fixed bytes. The default term changes nothing."""
+    token and the fixed bytes; `logit_bytes` to the bytes per token and vocabulary entry (what a loss keeps of the
+    logits). The default term changes nothing."""
 
     activations: float = 1.0
     checkpointed: bool = False
     token_bytes: float = 0.0
     static_bytes: float = 0.0
+    logit_bytes: float = 0.0
 
     def __add__(self, other: Memory) -> Memory:
         return Memory(
@@ -72,6 +74,7 @@ class Memory:
             self.checkpointed or other.checkpointed,
             self.token_bytes + other.token_bytes,
             self.static_bytes + other.static_bytes,
+            self.logit_bytes + other.logit_bytes,
         )
 
 

@@ -11,7 +11,7 @@ import types
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Setting, installed
+from pipeline.knobs.base import Knob, Memory, Setting, installed
 from pipeline.records import Compile
 
 
@@ -59,11 +59,20 @@ def capture_loss(trainer, mode: str) -> None:
         apply(model=base, fused_linear_cross_entropy=True, **off)
 
 
+# What a loss keeps of the logits, in bytes per token and vocabulary entry, beyond TRL's fused head (which computes
+# log-probabilities in chunks and keeps none whole): the model's own cross-entropy keeps them upcast to fp32 for its
+# backward. Measured for `compiled` on one H200 (BENCHMARKS.md, the seed's grid); `model` is taken to keep the same.
+LOGIT_BYTES = {Loss.TRL: 0.0, Loss.MODEL: 9.4, Loss.COMPILED: 9.4, Loss.LIGER: 0.0}
+
+
 class LossKnob(Knob):
     key = "train.loss"
     default = Loss.TRL
     help = "the LM head and loss: trl, the model's own, compiled, or Liger's fused kernel"
     searched = tuple(Loss)
+
+    def memory(self, value: str) -> Memory:
+        return Memory(logit_bytes=LOGIT_BYTES[Loss(value)])
 
     def refuses(self, s: Setting) -> str | None:
         loss = s.train.loss

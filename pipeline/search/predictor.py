@@ -90,7 +90,13 @@ def per_token_bytes(shape: Shape, knobs: Knobs) -> float:
     layer = b * (6 * h + 4 * q + 4 * i) + 8 * h
     term = memory_term(knobs)
     kept = shape.layers * b * h + layer if term.checkpointed else term.activations * shape.layers * layer
-    return kept + LOSS_BYTES_PER_TOKEN + term.token_bytes
+    return kept + LOSS_BYTES_PER_TOKEN + term.token_bytes + logit_token_bytes(shape, knobs)
+
+
+def logit_token_bytes(shape: Shape, knobs: Knobs) -> float:
+    """What the loss keeps of the logits per token: a measured figure, not the formula's, so a line of another
+    setting carries it as it is (not scaled with the activations)."""
+    return memory_term(knobs).logit_bytes * shape.vocab
 
 
 @dataclass
@@ -144,16 +150,32 @@ class Predictor:
         for k, peak in measured:
             if k.setting != knobs.setting:
                 settings.setdefault(k.setting, []).append((k, peak))
-        alike = dict(knobs.other)
 
-        def nearness(found: list[tuple[Knobs, float]]) -> tuple[bool, bool, int]:
+        def distance(found: list[tuple[Knobs, float]]) -> tuple[int, bool, bool, int]:
+            """Keys set apart by a memory term first (its own knob's term differs), then the compile choice
+            (compiled or not before which), then any other key."""
             k = found[0][0]
-            compiled_alike = (k.compile == "off") == (knobs.compile == "off")
-            return (k.compile == knobs.compile, compiled_alike, sum(alike.get(key) == value for key, value in k.other))
+            mine, theirs = dict(knobs.other), dict(k.other)
+            apart = [key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)]
+            by_memory = sum(
+                knob_memory([(key, mine[key])]) != knob_memory([(key, theirs[key])])
+                for key in apart
+                if key in mine and key in theirs
+            )
+            compiled_apart = (k.compile == "off") != (knobs.compile == "off")
+            return (by_memory, k.compile != knobs.compile, compiled_apart, len(apart))
 
-        lines = sorted((f for f in settings.values() if len({k.micro for k, _ in f}) >= 2), key=nearness, reverse=True)
-        target = per_token_bytes(self.shape, knobs)
-        return [_Line([(k.micro, p) for k, p in f], target / per_token_bytes(self.shape, f[0][0])) for f in lines]
+        lines = sorted((f for f in settings.values() if len({k.micro for k, _ in f}) >= 2), key=distance)
+        return [self._carried(f, knobs) for f in lines]
+
+    def _carried(self, found: list[tuple[Knobs, float]], knobs: Knobs) -> _Line:
+        """A line of another setting carried to `knobs`: its growth per sequence scaled by the formula's activations,
+        the loss's measured bytes per sequence added as they are."""
+        other = found[0][0]
+        activations = per_token_bytes(self.shape, knobs) - logit_token_bytes(self.shape, knobs)
+        ratio = activations / (per_token_bytes(self.shape, other) - logit_token_bytes(self.shape, other))
+        logits = (logit_token_bytes(self.shape, knobs) - logit_token_bytes(self.shape, other)) * knobs.max_length
+        return _Line([(k.micro, p) for k, p in found], ratio, logits)
 
     def _formula_slope(self, knobs: Knobs) -> float:
         """The calibrated formula's bytes per extra sequence at this setting."""
@@ -185,10 +207,11 @@ class _Line:
 
     points: list[tuple[int, float]]
     ratio: float = 1.0
+    extra: float = 0.0  # bytes per sequence another setting's loss keeps beyond the points' own
 
     @property
     def slope(self) -> float:
-        return _slope(self.points) * self.ratio
+        return _slope(self.points) * self.ratio + self.extra
 
     def at(self, micro: int) -> float:
         mean_m = statistics.fmean(m for m, _ in self.points)
