@@ -169,7 +169,7 @@ class OptimizeConfig:
     size among them (`world_size: [1, 2]`: the splits of each world size, every one checked against the devices)."""
 
     trials: int = 12
-    sampler: str = chosen(Sampler.TPE, "Optuna's sampler of the configs after the first")
+    sampler: str = chosen(Sampler.MODEL, "model: each knob screened, then what each gains combined; or Optuna's")
     seed: int = 0
     storage: str = MISSING
     study_name: str | None = None
