@@ -204,17 +204,18 @@ def combinations(cfg: DictConfig) -> tuple[list[Candidate], dict[str, str]]:
             valid.append(make(values))
         except ConfigError as err:
             invalid[" ".join(f"{k}={override_text(v)}" for k, v in values)] = str(err)
-    return _named_by_what_varies(valid), invalid
+    return _named_by_what_varies(valid, set(cfg.optimize.space)), invalid
 
 
-def _named_by_what_varies(valid: list[Candidate]) -> list[Candidate]:
-    """The candidates with a display name of the keys that vary among them: a knob every valid config holds at one
-    value (the only compile mode the CPU runs) says nothing of a config."""
+def _named_by_what_varies(valid: list[Candidate], named: set[str]) -> list[Candidate]:
+    """The candidates with a display name of the keys that vary among them or that `optimize.space` names: a knob
+    `optimize.every_knob` added that every valid config holds at one value (the only compile mode the CPU runs)
+    says nothing of a config."""
     seen: dict[str, set[str]] = {}
     for c in valid:
         for key, value in c.values:
             seen.setdefault(key, set()).add(override_text(value))
-    constant = {key for key, values in seen.items() if len(values) == 1}
+    constant = {key for key, values in seen.items() if len(values) == 1 and key not in named}
     if not constant:
         return valid
     return [dataclasses.replace(c, label=_label(c, constant)) for c in valid]
