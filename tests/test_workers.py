@@ -16,7 +16,7 @@ from pipeline.config.validate import validate
 from pipeline.jobs import task
 from pipeline.liveness import Owner
 from pipeline.records import RunKind
-from pipeline.search import reference, workers
+from pipeline.search import baseline, workers
 from pipeline.search.study import StudyDriver
 
 
@@ -177,8 +177,8 @@ def test_a_baseline_a_dead_worker_was_measuring_is_queued_again_with_its_role(ti
     study answered with no baseline to claim a speed-up over)."""
     driver, other = tiny_study
     driver.ctx.placement_dtype = "fp32"  # what the calibration finds on the CPU: its probes are not what is tested
-    driver.base = reference.candidate(driver.ctx)
-    reference.queue(driver.ctx, driver.base)
+    driver.base = baseline.candidate(driver.ctx)
+    baseline.queue(driver.ctx, driver.base)
     lost = other.ask()  # the other worker takes the queued baseline...
     lost.set_user_attr("owner", f"{Owner.current().host}:{2**22 + 7}:1.00")  # ...and dies (no such process here)
     lost.set_user_attr("config_id", driver.base.config_id)

@@ -1,7 +1,7 @@
 """The Optuna study: the fastest configuration whose peak memory fits under the cap, as a loop over its parts.
 
 1. Calibrate (once per study, by whichever worker gets there first): short probe jobs fit the memory predictor and
-   time a micro-batch (`search.calibration`); then the baseline (`search.reference`: the command line's config as it
+   time a micro-batch (`search.calibration`); then the baseline (`search.baseline`: the command line's config as it
    runs, in the space or beside it) and the prior's first candidates (`search.prior`) are queued as the first
    trials, so the others are judged against measured configs and a budget smaller than the space decides the
    likeliest first.
@@ -36,7 +36,7 @@ from pipeline.liveness import HEARTBEAT_S
 from pipeline.records import GIB
 from pipeline.render import runs_table
 from pipeline.render.rows import Criteria
-from pipeline.search import prior, reference, trials, workers
+from pipeline.search import baseline, prior, trials, workers
 from pipeline.search.answer import Answer, Setting, decide, log_answer
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration, Prober
@@ -97,11 +97,11 @@ class StudyDriver:
         saved = ctx.calibration
         ctx.predictor.scale, ctx.predictor.offset = saved.scale, saved.offset
         ctx.placement_dtype, ctx.device = saved.dtype, saved.device
-        self.base = reference.candidate(ctx)
+        self.base = baseline.candidate(ctx)
 
     def _queue_first_trials(self, found: Calibration) -> None:
-        base = reference.candidate(self.ctx)
-        reference.queue(self.ctx, base)  # the baseline first: never pruned, every other trial judged against it
+        base = baseline.candidate(self.ctx)
+        baseline.queue(self.ctx, base)  # the baseline first: never pruned, every other trial judged against it
         if isinstance(self.study.sampler, KnobModelSampler):
             return  # its screening design comes first, from the same prior
         for c in prior.first_trials(self.ctx, found, {base.config_id} if base else set()):
@@ -118,7 +118,7 @@ class StudyDriver:
             self._say_what_runs(dead)
             runner.warm_up(ctx.cfg.launcher.kind)
             self.calibrate()
-            reference.requeue(ctx, self.base)
+            baseline.requeue(ctx, self.base)
             self._loop()
             self.final.confirm()
             finished = True
@@ -129,8 +129,8 @@ class StudyDriver:
                 ctx.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
             print(answer.text, flush=True)
             if finished:  # the runs table's rank and time ratio of every run, against the answer
-                best, baseline = (r.config_id if r else None for r in (answer.best, answer.baseline))
-                runs_table.tag_study(ctx.tracker, ctx.parent, Criteria.of(ctx.cfg), best, baseline)
+                best, base = (r.config_id if r else None for r in (answer.best, answer.baseline))
+                runs_table.tag_study(ctx.tracker, ctx.parent, Criteria.of(ctx.cfg), best, base)
             log_answer(ctx.tracker, ctx.parent, answer, finished)
         return answer
 
@@ -172,7 +172,7 @@ class StudyDriver:
         decided = set(workers.decided(self.ctx.study))
         budget = min(self.ctx.cfg.optimize.trials, len(self.ctx.valid))
         found = set(self.ctx.by_id) - decided if len(decided & set(self.ctx.by_id)) < budget else set()
-        if self.base is not None and not reference.in_space(self.ctx, self.base):
+        if self.base is not None and not baseline.in_space(self.ctx, self.base):
             found |= {self.base.config_id} - decided
         return found
 
@@ -212,7 +212,7 @@ class StudyDriver:
 
     def _proposal(self, trial: optuna.Trial) -> tuple[Candidate | None, tuple]:
         """The config an asked trial stands for: the baseline beside the space, or the sampler's proposal."""
-        if reference.is_outside(trial) and self.base is not None:
+        if baseline.is_outside(trial) and self.base is not None:
             return self.base, self.base.values
         values = suggest(trial, self.ctx.space)
         return next((c for c in self.ctx.valid if c.values == values), None), values
@@ -252,4 +252,4 @@ class StudyDriver:
         if dead:
             print(f"[study] {len(dead)} trial(s) of a dead worker marked FAIL", flush=True)
             task.clean_up(self.ctx.tracker, dead)
-            reference.requeue(self.ctx, self.base)
+            baseline.requeue(self.ctx, self.base)
