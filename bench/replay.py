@@ -255,7 +255,7 @@ def _confirm(study, grid: Grid, box: Machine, spent: float, decided: int) -> Out
     eligible = [r for r in records if r.status is Status.OK and r.feasible]
     base = next((r for r in records if r.role is Role.BASELINE and r.status is Status.OK), None)
     by_label = {c.label: c for c in grid.configs}
-    settings = confirmation.Settings("auto", 3, 0.3, 0.25, None, 30, 20, 0.05, 0.95)
+    settings = confirmation.RoundSettings("auto", 3, 0.3, 0.25, None, 30, 20, 0.05, 0.95)
 
     def run(record, number, warm, steps):
         config = by_label[record.label]

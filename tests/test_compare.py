@@ -41,7 +41,7 @@ BASELINE = "4x1 ckpt=on fp16"  # the seed's setting
 
 
 def simulated_study(
-    rng: random.Random, chosen: confirmation.Settings, space=SPACE, trial_steps=15, warmup=5, **machine
+    rng: random.Random, chosen: confirmation.RoundSettings, space=SPACE, trial_steps=15, warmup=5, **machine
 ):
     """A study as `pipeline.optimize` runs it, on a simulated machine: two probes, the baseline first and the other
     configs in a random order, each trial pruned (from its second step on) when the median of three steps passes 1.3x

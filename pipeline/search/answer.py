@@ -29,7 +29,7 @@ from pipeline.tracking.store import Tracker
 
 
 @dataclass(frozen=True)
-class Setting:
+class StudyFacts:
     """What the study knows beside its trials, for its answer: who it is, how it was run, what it left out."""
 
     name: str
@@ -44,7 +44,7 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class Answer:
+class StudyAnswer:
     study: str
     text: str  # what the console shows, and answer.md holds
     exit_code: int
@@ -77,7 +77,7 @@ def sft_call(kwargs: dict) -> str:
     return "SFTConfig(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
 
 
-def claim_of(decided: Decided, best: TrialRecord, setting: Setting) -> Claim:
+def claim_of(decided: Decided, best: TrialRecord, setting: StudyFacts) -> Claim:
     return speedup.claim(
         best,
         decided.baseline,
@@ -90,7 +90,7 @@ def claim_of(decided: Decided, best: TrialRecord, setting: Setting) -> Claim:
     )
 
 
-def _best_lines(decided: Decided, best: TrialRecord, setting: Setting, claim: Claim, script: str) -> list[str]:
+def _best_lines(decided: Decided, best: TrialRecord, setting: StudyFacts, claim: Claim, script: str) -> list[str]:
     return [
         f"best feasible: {best.label}  ({best.median:.4f} s/step in the search, peak {best.peak_gib:.2f} GiB of "
         f"{setting.cap_bytes / GIB:.2f} GiB)",
@@ -101,7 +101,7 @@ def _best_lines(decided: Decided, best: TrialRecord, setting: Setting, claim: Cl
     ]
 
 
-def _space_lines(setting: Setting) -> list[str]:
+def _space_lines(setting: StudyFacts) -> list[str]:
     lines = [setting.coverage.line()] if setting.coverage else []
     if setting.left_out:
         lines.append(
@@ -136,7 +136,7 @@ def _failure_line(decided: Decided) -> list[str]:
     ]
 
 
-def decide(decided: Decided, setting: Setting) -> Answer:
+def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
     """Everything the study has decided, by any worker, turned into its answer."""
     shown = [r for r in decided.records if r.state != TrialState.FAIL or r.status is not None]
     errors = tuple(abs(r.predictor_error) for r in decided.records if r.predictor_error is not None)
@@ -166,7 +166,7 @@ def decide(decided: Decided, setting: Setting) -> Answer:
             f"{len(errors)} trials"
         )
     lines.append(f"device time used by jobs (probes and confirmation included): {seconds:.0f} s")
-    return Answer(
+    return StudyAnswer(
         study=setting.name,
         text="\n".join(lines),
         exit_code=code,
@@ -185,7 +185,7 @@ def decide(decided: Decided, setting: Setting) -> Answer:
     )
 
 
-def log_answer(tracker: Tracker, parent: str, answer: Answer, finished: bool) -> None:
+def log_answer(tracker: Tracker, parent: str, answer: StudyAnswer, finished: bool) -> None:
     """The answer on the study's MLflow run: answer.md, summary metrics, the reproduce command as a tag."""
     tracker.artifact_text(parent, "answer.md", answer.text + "\n")
     metrics = {"trials_decided": answer.decided, "gpu_seconds": answer.gpu_seconds}

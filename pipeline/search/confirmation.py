@@ -29,7 +29,7 @@ PARTIAL = "confirmation_partial"  # the record so far, after every round: what a
 
 
 @dataclass(frozen=True)
-class Settings:
+class RoundSettings:
     """`optimize.confirm*` and what the round judges by."""
 
     mode: str  # auto | always | never
@@ -43,7 +43,7 @@ class Settings:
     confidence: float
 
     @classmethod
-    def of(cls, cfg) -> Settings:
+    def of(cls, cfg) -> RoundSettings:
         o = cfg.optimize
         return cls(
             o.confirm,
@@ -130,7 +130,7 @@ class ConfirmationRecord:
 def choose(
     eligible: list[TrialRecord],
     baseline: TrialRecord | None,
-    settings: Settings,
+    settings: RoundSettings,
     estimates: Mapping[str, float] | None = None,
 ) -> list[TrialRecord]:
     """The finalists in priority order (best, baseline, the best of every other world size, closest challengers);
@@ -201,7 +201,7 @@ def minimum_claim_s(pair: list[Finalist], warmup: int) -> float:
 def run_round(
     chosen: list[TrialRecord],
     baseline: str | None,
-    settings: Settings,
+    settings: RoundSettings,
     spent_s: float,
     run: Run,
     save: Callable[[ConfirmationRecord], None] = lambda record: None,

@@ -21,7 +21,7 @@ class FinalRound:
         """The finalists in paired rounds, unless the round is off, there is nothing to compare, or another worker
         ran it already."""
         ctx = self.ctx
-        settings = confirmation.Settings.of(ctx.cfg)
+        settings = confirmation.RoundSettings.of(ctx.cfg)
         decided = Decided.of(ctx.study, ctx.cfg.optimize.max_loss_dev)
         model = gains.estimates(decided.records, decided.baseline)
         chosen = confirmation.choose(decided.eligible, decided.baseline, settings, model)

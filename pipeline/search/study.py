@@ -37,7 +37,7 @@ from pipeline.records import GIB
 from pipeline.render import runs_table
 from pipeline.render.rows import Criteria
 from pipeline.search import baseline, prior, trials, workers
-from pipeline.search.answer import Answer, Setting, decide, log_answer
+from pipeline.search.answer import StudyAnswer, StudyFacts, decide, log_answer
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration, Prober
 from pipeline.search.decided import Decided
@@ -108,7 +108,7 @@ class StudyDriver:
             self.ctx.study.enqueue_trial(c.params, skip_if_exists=True)
 
     # ---- the loop ---------------------------------------------------------------------------------------------
-    def run(self) -> Answer:
+    def run(self) -> StudyAnswer:
         ctx = self.ctx
         dead = workers.fail_stale(ctx.study)
         task.clean_up(ctx.tracker, dead)
@@ -146,14 +146,14 @@ class StudyDriver:
             print("[study] left out of the space (this setting cannot run them): ", end="")
             print("; ".join(x.text() for x in ctx.left_out), flush=True)
 
-    def _answer(self, finished: bool) -> Answer:
+    def _answer(self, finished: bool) -> StudyAnswer:
         ctx, o = self.ctx, self.ctx.cfg.optimize
         decided = Decided.of(ctx.study, o.max_loss_dev)
         best = decided.best
         coverage = None
         if CALIBRATION in ctx.study.user_attrs:
             coverage = prior.coverage(ctx, set(workers.decided(ctx.study)), best.config_id if best else None)
-        setting = Setting(
+        setting = StudyFacts(
             ctx.name,
             ctx.command,
             ctx.cap,

@@ -47,5 +47,5 @@ DEFAULTS = dict(
 )
 
 
-def confirm_settings(**changes) -> confirmation.Settings:
-    return confirmation.Settings(**{**DEFAULTS, **changes})
+def confirm_settings(**changes) -> confirmation.RoundSettings:
+    return confirmation.RoundSettings(**{**DEFAULTS, **changes})
