@@ -136,17 +136,13 @@ class ConfirmationRound:
         claim: tuple[str, ...] = (),
     ) -> None:
         """Rounds in rotated order (A B C, B C A, ...) until every comparison is settled, the best fails, the
-        rounds reach `max_rounds`, or the next whole round would not fit the budget (a round cut short leaves its
-        first runs without a pair). The first MIN_ROUNDS rounds are what makes an interval at all, so they are
-        secured: before each, the run length is shortened (to `min_steps` at most) where the rounds so far cost
-        more than planned and the rest of the first MIN_ROUNDS would not fit otherwise. A run's length changes
-        only the noise of its figure, not its centre, so this does not bias the comparison. Later rounds run
-        when their predicted cost, COST_MARGIN over the plan's, fits beside the plan's cost of the rounds so far,
-        or beside what they really took where that was more. Mostly the plan decides, not the real seconds: how
-        long a run takes goes with how slow it was, and a stopping rule that saw it would bias the comparison
-        (seen in simulation: 93% coverage at 95%, against 95% so). `claim`: two finalists whose first MIN_ROUNDS
-        rounds run whatever the budget (the answer and its baseline): where the rounds would not fit, those two
-        alone run them, at the shortest runs; the budget then decides nothing of them, so nothing is biased."""
+        rounds reach `max_rounds`, or the next whole round would not fit the budget (a round cut short pairs
+        nothing). The first MIN_ROUNDS rounds are secured by shortening the runs (to `min_steps` at most) where the
+        rounds so far cost more than planned: a run's length changes the noise of its figure, not its centre. Later
+        rounds run when the plan's cost says they fit, not the seconds the runs took: a stop that read how long a
+        run took would read how slow it was, and bias the comparison. `claim`: the two finalists (the answer and
+        its baseline) whose first MIN_ROUNDS rounds run whatever the budget, alone and at the shortest runs where
+        the rounds would not fit."""
         planned = predicted_so_far = 0.0
         steps = chosen.steps
         for number in range(max_rounds):
