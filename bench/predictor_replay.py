@@ -15,8 +15,9 @@ import sys
 import optuna
 
 from pipeline.config.compose import compose_job
+from pipeline.knobs.base import Compile
 from pipeline.measure.flops import Shape
-from pipeline.records import GIB, Compile
+from pipeline.records import GIB
 from pipeline.search.calibration import FORMULA_KNOBS, Calibration
 from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.trials import TrialRecord

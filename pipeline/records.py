@@ -51,24 +51,6 @@ class Status(StrEnum):
         return RunState.FINISHED if self.decided else RunState.FAILED
 
 
-class Compile(StrEnum):
-    """What `train.torch_compile` compiles: nothing, each decoder layer on its own (regional), or the whole model."""
-
-    OFF = "off"
-    REGIONAL = "regional"  # `layer.compile()` on every decoder layer after the trainer is built; one graph for all
-    WHOLE = "whole"  # the whole model, by the Trainer (SFTConfig torch_compile)
-
-    @classmethod
-    def of(cls, value: object) -> Compile:
-        """The choice a config value names; `true` and `false` (old commands, YAML booleans) are aliases of
-        regional and off. Raises ValueError on anything else."""
-        text = str(value).lower()
-        return cls(COMPILE_ALIASES.get(text, text))
-
-
-COMPILE_ALIASES = {"true": Compile.REGIONAL.value, "false": Compile.OFF.value}
-
-
 class Fit(StrEnum):
     """A job's peak memory against its cap."""
 

@@ -18,9 +18,8 @@ from pipeline.config.knobs import check_knobs, check_values
 from pipeline.config.schema import typed
 from pipeline.config.validate import validate
 from pipeline.jobs.task import job_spec
-from pipeline.knobs.torch_compile import compile_layers, decoder_layers
+from pipeline.knobs.torch_compile import Compile, compile_layers, decoder_layers
 from pipeline.measure.compiled import CompileWatch
-from pipeline.records import Compile
 from pipeline.search.answer import reproduce
 from pipeline.search.space import candidates, combinations, splits
 from pipeline.search.trials import TrialRecord

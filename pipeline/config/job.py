@@ -16,7 +16,8 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
 from pipeline.config.knobs import compute_dtype, on_cuda
 from pipeline.config.schema import Config, typed
-from pipeline.records import GIB, Compile
+from pipeline.knobs.base import Compile
+from pipeline.records import GIB
 
 _SPLIT = re.compile(r"^([0-9]+)x([0-9]+)$")
 _SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(TiB|GiB|MiB|KiB|TB|GB|MB|KB)$")

@@ -54,6 +54,25 @@ def source(path: Path, *names: str) -> str:
     return "\n\n\n".join(found[n] for n in names)
 
 
+class Compile(StrEnum):
+    """What `train.torch_compile` compiles (its knob's choices, here because the other compile knobs and the loss
+    read them too): nothing, each decoder layer on its own (regional), or the whole model."""
+
+    OFF = "off"
+    REGIONAL = "regional"  # `layer.compile()` on every decoder layer after the trainer is built; one graph for all
+    WHOLE = "whole"  # the whole model, by the Trainer (SFTConfig torch_compile)
+
+    @classmethod
+    def of(cls, value: object) -> Compile:
+        """The choice a config value names; `true` and `false` (old commands, YAML booleans) are aliases of
+        regional and off. Raises ValueError on anything else."""
+        text = str(value).lower()
+        return cls(COMPILE_ALIASES.get(text, text))
+
+
+COMPILE_ALIASES = {"true": Compile.REGIONAL.value, "false": Compile.OFF.value}
+
+
 @dataclass(frozen=True)
 class Memory:
     """A knob's term in the peak-memory prediction (`search.predictor`). `activations` multiplies what the layers

@@ -6,9 +6,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Setting
+from pipeline.knobs.base import Compile, Knob, Setting
 from pipeline.knobs.padding import Padding
-from pipeline.records import Compile
 
 
 class CompileMode(StrEnum):

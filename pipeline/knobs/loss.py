@@ -11,8 +11,7 @@ import types
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Memory, Setting, installed
-from pipeline.records import Compile
+from pipeline.knobs.base import Compile, Knob, Memory, Setting, installed
 
 
 class Loss(StrEnum):

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipeline.knobs.base import Knob, Memory
+from pipeline.knobs.base import COMPILE_ALIASES, Compile, Knob, Memory
 from pipeline.knobs.compile_mode import KNOB as MODE
 from pipeline.knobs.compile_mode import CompileMode
-from pipeline.records import COMPILE_ALIASES, Compile
 
 if TYPE_CHECKING:
     import torch
+
 
 # the share of eager's activations compiled layers keep without checkpointing (Inductor fuses the element-wise work
 # and recomputes what is cheap instead of saving it). Measured on an H200, Qwen3-1.7B shape, 512 tokens: whole 1.12

@@ -15,7 +15,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.job import parse, parse_split
 from pipeline.jobs import task
-from pipeline.records import GIB, Compile, RunKind, Status
+from pipeline.knobs.base import Compile
+from pipeline.records import GIB, RunKind, Status
 from pipeline.search.predictor import Knobs
 from pipeline.search.space import SPLIT_KEY
 from pipeline.tracking import runs
