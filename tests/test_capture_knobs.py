@@ -42,8 +42,14 @@ RULES = [
     (["train.loss=model"], False, None),
     (["train.loss=compiled", "train.optimizer_step=compiled"], False, None),
     (["train.loss=liger"], True, None),
-    (["train.optimizer_step=graph"], True, None),
-    (["train.optimizer=sgd", "train.optimizer_step=graph"], True, None),
+    (["train.optimizer_step=graph", "train.compile_mode=default"], True, None),
+    (["train.optimizer=sgd", "train.optimizer_step=graph", "train.compile_mode=default"], True, None),
+    (
+        ["train.optimizer_step=graph"],
+        True,
+        "train.optimizer_step: graph beside CUDA-graph layers (train.compile_mode=reduce-overhead) is overwritten by "
+        "their next replay; accepted with it: eager, compiled (or train.compile_mode=default)",
+    ),
     (["train.loss=liger"], False, "train.loss: liger runs Triton kernels on a CUDA device; accepted on the CPU: "),
     (
         ["train.loss=compiled", "train.torch_compile=whole", "train.compile_mode=default"],
@@ -243,7 +249,7 @@ def test_a_compiled_step_and_loss_train_the_eager_losses(tmp_path):
 
 def test_every_value_of_the_capture_study_runs_on_a_cuda_device(monkeypatch, compose):
     """conf/optimize/capture.yaml on the graphs answer: the fused optimizer's compiled step is left out, and every
-    value is in a combination that runs (3 losses x (AdamW eager or in a graph, fused AdamW eager))."""
+    value is in a combination that runs (3 losses x (AdamW eager or compiled, fused AdamW eager))."""
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
     cfg = compose(*GRAPHS, "optimize=capture")
     space = dict(cfg.optimize.space)

@@ -8,7 +8,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Setting
+from pipeline.knobs.base import Compile, Knob, Setting
+from pipeline.knobs.compile_mode import CUDA_GRAPH_MODES
 from pipeline.knobs.optimizer import Optimizer
 
 
@@ -67,6 +68,18 @@ class OptimizerStepKnob(Knob):
             )
         if step == OptimizerStep.GRAPH and not s.cuda:
             return "graph records a CUDA graph; accepted on the CPU: eager, compiled"
+        t = s.train
+        if (
+            step == OptimizerStep.GRAPH
+            and Compile.of(t.torch_compile) is not Compile.OFF
+            and t.compile_mode in CUDA_GRAPH_MODES
+        ):
+            # the layers' graph trees and the step's graph share Inductor's pool: a replay of one overwrites the other's
+            # outputs ("accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run")
+            return (
+                f"graph beside CUDA-graph layers (train.compile_mode={t.compile_mode}) is overwritten by their next "
+                "replay; accepted with it: eager, compiled (or train.compile_mode=default)"
+            )
         return None
 
     def compiles(self, train: Any) -> bool:
