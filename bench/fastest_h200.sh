@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `optimize=fastest` on the seed's setting on one H200, once per seed in SEEDS (default "1 2 3"): each study searches
+# the split and every speed knob this setting can run, ends with its confirmation round against the baseline (the
+# seed's setting as the command line gives it) and prints its answer, what each knob bought and the predictor's error.
+# The studies run one after the other in a queue that outlives a device call (its own session), from a copy of the
+# repository in DIR, sharing one compile cache; each call follows the queue for WAIT_S seconds (default 560) and copies
+# the logs to OUT, so the queue is collected over as many calls as it takes.
+#
+# There (carry [".whl"], timeout_s 600): bash bench/fastest_h200.sh start   # the first call
+#                                        bash bench/fastest_h200.sh         # later calls: follow and collect
+# Rehearsal on a CPU (the tiny model, a small space, one seed): REHEARSAL=1 SEEDS=1 bash bench/fastest_h200.sh start
+set -uo pipefail
+out=${OUT:-bench-out}
+dir=${DIR:-/root/fastest}
+py=${PYTHON:-python3}
+wait_s=${WAIT_S:-560}
+mkdir -p "$out" "$dir"
+if [ "${REHEARSAL:-0}" = 1 ]; then
+  setting=(mem_cap=1GiB batch.effective=4 model.vocab_size=2048 train.max_length=128 train.steps=8
+    measure.warmup_steps=2 optimize.probe_steps=3 optimize.trials=4
+    '++optimize.space={train.torch_compile:[off],train.loss:[trl,model],train.optimizer_step:[eager]}')
+else
+  setting=(experiment=seed-t4 gpu=auto mem_cap=14GiB train.steps=16 measure.warmup_steps=4)
+  if [ ! -d /tmp/site ]; then
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      || exit 1
+  fi
+  export PYTHONPATH=/tmp/site
+fi
+case "${1:-follow}" in
+  queue)  # the studies, one after the other, from the copy in DIR
+    cd "$dir/repo" && export PYTHONPATH="$dir/repo:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+    for s in ${SEEDS:-1 2 3}; do
+      start=$(date +%s)
+      "$py" -m pipeline.optimize "${setting[@]}" optimize=fastest optimize.seed="$s" optimize.study_name="fastest-seed$s" \
+        paths.root="$dir/runs" > "$dir/study-$s.log" 2>&1
+      echo "seed $s: exit $? after $(($(date +%s) - start)) s" >> "$dir/queue.log"
+    done
+    touch "$dir/queue.done"
+    exit 0 ;;
+  start)
+    if [ ! -e "$dir/queue.started" ]; then
+      mkdir -p "$dir/repo" && cp -r pipeline conf bench pyproject.toml "$dir/repo/" && date +%s > "$dir/queue.started"
+      setsid bash "$dir/repo/bench/fastest_h200.sh" queue < /dev/null > "$dir/queue.out" 2>&1 &
+    fi ;;
+esac
+deadline=$(($(date +%s) + wait_s))
+while [ ! -e "$dir/queue.done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+cp "$dir"/*.log "$out/" 2>/dev/null
+[ -e "$dir/runs/optuna.db" ] && cp "$dir/runs/optuna.db" "$out/optuna.db"
+echo "queue: $(cat "$dir/queue.log" 2>/dev/null | tr '\n' ';') done: $([ -e "$dir/queue.done" ] && echo yes || echo no)"
+for f in "$dir"/study-*.log; do
+  [ -e "$f" ] || continue
+  echo "== $f: $(grep -c '^\[job\].*: ok' "$f") jobs ok, $(grep -c '^\[job\].*: starting' "$f") started"
+  grep -E '^\[study\]|^best feasible|^answer|x the baseline|^  no speed-up|^    train\.|^decided|^memory predictor|^device time|^error' "$f" | tail -25
+done
