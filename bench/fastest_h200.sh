@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `optimize=fastest` on the seed's setting on one H200, once per seed in SEEDS (default "1 2 3"): each study searches
 # the split and every speed knob this setting can run, ends with its confirmation round against the baseline (the
-# seed's setting as the command line gives it) and prints its answer, what each knob bought and the predictor's error.
+# seed's setting: experiment=seed-t4 at split BASE_SPLIT, default 4x1) and prints its answer, what each knob bought
+# and the predictor's error.
 # The studies run one after the other in a queue that outlives a device call (its own session), from a copy of the
 # repository in DIR, sharing one compile cache; each call follows the queue for WAIT_S seconds (default 560) and copies
 # the logs to OUT, so the queue is collected over as many calls as it takes.
@@ -20,7 +21,7 @@ if [ "${REHEARSAL:-0}" = 1 ]; then
     measure.warmup_steps=2 optimize.probe_steps=3 optimize.trials=4
     '++optimize.space={train.torch_compile:[off],train.loss:[trl,model],train.optimizer_step:[eager]}')
 else
-  setting=(experiment=seed-t4 gpu=auto mem_cap=14GiB train.steps=16 measure.warmup_steps=4)
+  setting=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=${BASE_SPLIT:-4x1} train.steps=16 measure.warmup_steps=4)
   if [ ! -d /tmp/site ]; then
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
       || exit 1

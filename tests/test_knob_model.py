@@ -53,11 +53,19 @@ class View:
         return trials.measured_seconds(trials.TrialRecord.of(trial))
 
 
+def screening(centre: dict, points: list[dict]) -> list[dict]:
+    """The screening design with its anchor held at the centre (every move slower than the centre)."""
+    design: list[dict] = []
+    while (point := sampler.next_screen(centre, centre, points, design)) is not None:
+        design.append(point)
+    return design
+
+
 def test_the_screening_design_moves_each_knob_once_from_the_centre_and_repairs_what_cannot_run_alone():
     # a compiled loss runs only beside compiled layers here: moving the loss alone cannot run, so the nearest valid
     # point moves the compile choice with it
     valid = [p for p in POINTS if not (p["train.loss"] == "compiled" and p["train.torch_compile"] == "off")]
-    design = sampler.screening(CENTRE, valid)
+    design = screening(CENTRE, valid)
     moved = [{k for k in CENTRE if p[k] != CENTRE[k]} for p in design]
     assert design[0] == CENTRE
     assert moved[1:] == [
@@ -72,7 +80,7 @@ def test_the_screening_design_moves_each_knob_once_from_the_centre_and_repairs_w
 def test_the_fit_recovers_each_knobs_factor_from_the_screening_design():
     """Each knob moved once from the centre: the model's factor of each move is the true ratio, within its interval
     and within 5%."""
-    design = sampler.screening(CENTRE, POINTS)
+    design = screening(CENTRE, POINTS)
     fitted = knob_model.fit(knob_model.Encoding.of(SPACE, CENTRE), [(p, truth(p)) for p in design], noise_sd=0.02)
     for moved in design[1:]:
         (key,) = [k for k in CENTRE if moved[k] != CENTRE[k]]
@@ -83,7 +91,7 @@ def test_the_fit_recovers_each_knobs_factor_from_the_screening_design():
 
 
 def test_a_pair_never_measured_together_is_predicted_from_its_parts_with_the_doubt_its_prior_leaves():
-    design = sampler.screening(CENTRE, POINTS)
+    design = screening(CENTRE, POINTS)
     fitted = knob_model.fit(knob_model.Encoding.of(SPACE, CENTRE), [(p, truth(p)) for p in design], noise_sd=0.02)
     both = {**CENTRE, "train.torch_compile": "regional", "train.loss": "compiled"}
     mean, sd = fitted.predict(both)
@@ -102,25 +110,43 @@ def _told(study: optuna.Study, params: dict, seconds: float) -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_the_sampler_screens_then_proposes_the_combination_of_what_won(seed):
-    """In an Optuna study: the first proposals are the screening design; then the untried config the model expects
-    fastest, the compiled loss on top of compiled layers, which no screening point held."""
+def test_the_sampler_screens_each_move_on_top_of_the_fastest_so_far(seed):
+    """In an Optuna study: the centre, then each value moved once from the fastest config measured so far, so the
+    compiled loss is tried beside the compiled layers that won, and the fused optimizer on top of both: the best
+    config is among the screening design's own proposals."""
     rng = random.Random(seed)
     chosen = sampler.KnobModelSampler(seed=seed)
     chosen.bind(View())
     study = optuna.create_study(direction="minimize", sampler=chosen)
-    design = sampler.screening(CENTRE, POINTS)
     proposed = []
-    for _ in range(len(design) + 1):
+    for _ in range(6):
         trial = study.ask()
         params = {key: trial.suggest_categorical(key, choices) for key, choices in SPACE.items()}
         proposed.append(params)
         seconds = truth(params) * math.exp(rng.gauss(0, 0.05))
         trials.write(trial, {trials.STATUS: Status.OK, trials.MEDIAN: seconds})
         study.tell(trial, seconds)
-    assert proposed[: len(design)] == design
+    moved = [{k for k in CENTRE if p[k] != CENTRE[k]} for p in proposed]
+    assert proposed[0] == CENTRE
+    assert moved[1:] == [
+        {"batch.split"},
+        {"batch.split"},
+        {"train.torch_compile"},
+        {"train.torch_compile", "train.loss"},  # from the compiled layers: the loss alone moved
+        {"train.torch_compile", "train.loss", "train.optimizer"},
+    ]
+    assert proposed[-1] == min(POINTS, key=truth)
+
+
+def test_after_screening_the_sampler_proposes_the_combination_the_model_expects_fastest():
+    """Past the screening design: the untried config the model fitted to the design expects fastest, the compiled
+    loss on top of compiled layers and the fused optimizer, which no point of the design held together."""
+    design = screening(CENTRE, POINTS)
+    observed = [(p, truth(p)) for p in design]
+    view = View(centre=None)
+    found = sampler.propose(view, observed, {sampler.key(p) for p in design}, random.Random(0))
     best = min(POINTS, key=truth)
-    assert proposed[-1] == best and best not in design
+    assert found == best and best not in design
 
 
 def test_the_sampler_proposes_only_what_fits_and_nothing_taken_twice():
@@ -160,7 +186,7 @@ def test_the_answer_names_what_each_knob_it_moved_from_the_baseline_bought():
             status=Status.OK, median=seconds, feasible=True, role=role,
         )  # fmt: skip
 
-    design = sampler.screening(CENTRE, POINTS)
+    design = screening(CENTRE, POINTS)
     best = min(POINTS, key=truth)
     records = [record(i, p, trials.Role.BASELINE if i == 0 else trials.Role.TRIAL) for i, p in enumerate(design)]
     records.append(record(len(records), best))

@@ -1,7 +1,9 @@
 """The study's samplers: Optuna's TPE, random and brute force, and `model`, which combines what each knob gains.
 
-`model` (`KnobModelSampler`) screens first: the probes' best guess (the centre), then each knob moved once from it
-(a value that cannot run alone is moved with the fewest other keys that make it valid). Then it fits the knob model
+`model` (`KnobModelSampler`) screens first: the probes' best guess (the centre), then each value of each knob that no
+config has held yet, moved from the fastest config measured so far (adaptive one-factor-at-a-time: a knob that only
+pays beside another, such as a compiled loss beside compiled layers, is tried on top of what already won; a value
+that cannot run alone is moved with the fewest other keys that make it valid). Then it fits the knob model
 (`search.knob_model`) to every config measured so far and proposes the untried config with the best optimistic
 step time (`optimism` standard deviations under the predicted mean) that the memory predictor says fits. It is an
 Optuna sampler, so the study stays an Optuna study: its trials, storage, workers and dashboard are as with TPE.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import optuna
@@ -44,20 +46,30 @@ def key(params: Params) -> tuple:
     return tuple(sorted(params.items()))
 
 
-def screening(centre: Params, points: Sequence[Params]) -> list[Params]:
-    """The centre, then for each key and each of its other values the valid point nearest the centre with that
-    value (fewest keys changed; among equals, the first in the space's order)."""
-    design = [centre]
+def next_screen(
+    centre: Params,
+    anchor: Params,
+    points: Sequence[Params],
+    taken: Sequence[Params],
+    fits: Callable[[Params], bool] = lambda p: True,
+) -> Params | None:
+    """The screening design's next point: the centre; then, for the first value (in the space's order) that no taken
+    config holds, the untried point nearest the anchor with that value that fits (fewest keys changed; among equals,
+    the first in the space's order); None once every value was held or none of a value's points fits."""
+    done = {key(p) for p in taken}
+    if key(centre) not in done and fits(centre):
+        return centre
+    held = {(name, p[name]) for p in taken for name in p}
     for name in centre:
         for value in dict.fromkeys(p[name] for p in points):
-            if value == centre[name]:
+            if (name, value) in held:
                 continue
-            holding = [p for p in points if p[name] == value]
-            if holding:
-                nearest = min(holding, key=lambda p: sum(p[k] != centre[k] for k in centre))
-                if key(nearest) not in {key(d) for d in design}:
-                    design.append(nearest)
-    return design
+            holding = [p for p in points if p[name] == value and key(p) not in done]
+            holding.sort(key=lambda p: sum(p[k] != anchor[k] for k in anchor))  # stable: the space's order
+            found = next((p for p in holding if fits(p)), None)
+            if found is not None:
+                return found
+    return None
 
 
 def propose(
@@ -67,18 +79,20 @@ def propose(
     rng: random.Random,
     optimism: float = OPTIMISM,
 ) -> Params | None:
-    """The next config: the screening design's first untried point that fits, else the untried fitting point whose
-    optimistic predicted step time is lowest (ties drawn); None when every point is taken."""
+    """The next config: the screening design's next point, moved from the fastest config measured so far; then the
+    untried fitting point whose optimistic predicted step time is lowest (ties drawn); None when every point is
+    taken."""
     points = view.points()
     untried = [p for p in points if key(p) not in taken]
     if not untried:
         return None
-    fitting = [p for p in untried if view.fits(p)]
     centre = view.centre()
     if centre is not None:
-        for point in screening(centre, points):
-            if key(point) not in taken and view.fits(point):
-                return point
+        anchor = min(observed, key=lambda o: o[1])[0] if observed else centre
+        point = next_screen(centre, anchor, points, [dict(k) for k in taken], view.fits)
+        if point is not None:
+            return point
+    fitting = [p for p in untried if view.fits(p)]
     pool = fitting or untried  # nothing predicted to fit: the study skips it by prediction, at no device time
     if not observed:
         return rng.choice(pool)
