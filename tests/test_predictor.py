@@ -72,7 +72,8 @@ def test_predictor_takes_a_lone_points_slope_from_the_nearest_measured_setting()
     predictor.calibrate(ckpt)
 
     def knobs(micro: int, adapters: str, compile_: str) -> Knobs:
-        return Knobs(micro, 512, "bf16", False, (("train.adapter_dtype", adapters), ("train.torch_compile", compile_)))
+        compiled = "regional" if compile_ == "True" else "off"
+        return Knobs(micro, 512, "bf16", False, (("train.adapter_dtype", adapters),), compiled)
 
     predictor.measured = [
         *ckpt,
@@ -81,5 +82,6 @@ def test_predictor_takes_a_lone_points_slope_from_the_nearest_measured_setting()
         (knobs(1, "compute", "True"), 5.16 * GIB),
     ]
     assert predictor.predict(knobs(4, "compute", "True")) / GIB == pytest.approx(8.70, rel=0.03)
-    # a setting never measured takes the nearest measured line whole (here the compiled fp32 one's)
-    assert predictor.predict(knobs(2, "fp32", "False")) / GIB == pytest.approx(6.51, rel=1e-9)
+    # a setting never measured takes the nearest measured line (here the compiled fp32 one's), its growth scaled up to
+    # what eager layers keep
+    assert 6.51 < predictor.predict(knobs(2, "fp32", "False")) / GIB < 6.51 + 2 * (6.51 - 5.38)

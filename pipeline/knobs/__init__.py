@@ -47,11 +47,14 @@ def searched(lengths_vary: bool | None = None, cuda: bool = True) -> dict[str, l
     return {key: [v.value if isinstance(v, StrEnum) else v for v in values] for key, values in found.items() if values}
 
 
-def memory(values: Iterable[tuple[str, Any]]) -> Memory:
-    """The memory term of knob values (key, value as a config or a record writes it); other keys add nothing."""
+def memory(values: Iterable[tuple[str, Any]], dtype: str | None = None) -> Memory:
+    """The memory term of knob values (key, value as a config or a record writes it) in a job computing in `dtype`
+    (None: not known); other keys add nothing."""
     knobs = by_key()
+    values = list(values)
+    setting = {"train.dtype": dtype, **dict(values)}
     term = Memory()
     for key, value in values:
         if key in knobs:
-            term += knobs[key].memory(knobs[key].canonical(value))
+            term += knobs[key].memory_in(knobs[key].canonical(value), setting)
     return term

@@ -3,11 +3,17 @@ every step) or in the compute dtype (`compute`: the job builds the PeftModel its
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Setting
+from pipeline.knobs.base import Compile, Knob, Memory, Setting
 from pipeline.knobs.dtype import Dtype, resolve
+
+# What eager layers keep with the adapters in the compute dtype against PEFT's fp32 ones, as a share of the formula's
+# activations: PEFT casts each adapter's input, and the copies stay for the backward (compiled layers fuse the casts
+# and keep about the same either way). Measured on one H200 (BENCHMARKS.md).
+COMPUTE_ACTIVATIONS = 0.84
 
 
 class AdapterDtype(StrEnum):
@@ -26,6 +32,12 @@ class AdapterDtypeKnob(Knob):
     help = "compute: LoRA weights in the compute dtype, no casts"
     short = "adapters"
     searched = tuple(AdapterDtype)
+
+    def memory_in(self, value: str, setting: Mapping[str, Any]) -> Memory:
+        eager = Compile.of(str(setting.get("train.torch_compile", "off"))) is Compile.OFF
+        if value == AdapterDtype.COMPUTE and setting.get("train.dtype") != Dtype.FP32 and eager:  # fp32: both one
+            return Memory(activations=COMPUTE_ACTIVATIONS)
+        return Memory()
 
     def refuses(self, s: Setting) -> str | None:
         if s.train.adapter_dtype == AdapterDtype.COMPUTE and resolve(s.train.dtype, s.cuda, s.gpu.bf16) == Dtype.FP16:

@@ -188,6 +188,11 @@ class Knob:
         """Its term in the memory prediction at `value` (a choice, canonical)."""
         return Memory()
 
+    def memory_in(self, value: Any, setting: Mapping[str, Any]) -> Memory:
+        """Its term beside the rest of the job's setting (`train.dtype`, resolved, and the other knobs' values, as far
+        as known); the same as `memory` unless the term depends on them."""
+        return self.memory(value)
+
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
         """The SFTConfig arguments it sets; `dtype` and `device` are the job's, resolved."""
         return {}

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.knobs.base import Knob, Setting, installed
+from pipeline.knobs.base import Knob, Memory, Setting, installed
+
+# What the layers keep with Liger's kernels, as a share of the formula's activations (its RMSNorm and SwiGLU keep
+# less for the backward than eager's). Measured on one H200 (BENCHMARKS.md).
+LIGER_ACTIVATIONS = 0.76
 
 
 class LigerKernelKnob(Knob):
@@ -14,6 +18,9 @@ class LigerKernelKnob(Knob):
     help = "Liger's fused kernels (needs the liger-kernel package and a GPU)"
     short = "liger"
     searched = (False, True)
+
+    def memory(self, value: bool) -> Memory:
+        return Memory(activations=LIGER_ACTIVATIONS) if value else Memory()
 
     def refuses(self, s: Setting) -> str | None:
         if not s.train.liger_kernel:

@@ -73,7 +73,7 @@ def memory_term(knobs: Knobs) -> Memory:
     """The speed knobs' term: checkpointing and the compile choice as the formula holds them, and every other knob
     the setting holds."""
     own = {"train.gradient_checkpointing": knobs.checkpointing, "train.torch_compile": knobs.compile}
-    return knob_memory([*own.items(), *((k, v) for k, v in knobs.other if k not in own)])
+    return knob_memory([*own.items(), *((k, v) for k, v in knobs.other if k not in own)], knobs.dtype)
 
 
 def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) -> float:
@@ -158,7 +158,7 @@ class Predictor:
             mine, theirs = dict(knobs.other), dict(k.other)
             apart = [key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)]
             by_memory = sum(
-                knob_memory([(key, mine[key])]) != knob_memory([(key, theirs[key])])
+                knob_memory([(key, mine[key])], knobs.dtype) != knob_memory([(key, theirs[key])], k.dtype)
                 for key in apart
                 if key in mine and key in theirs
             )
