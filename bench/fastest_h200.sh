@@ -46,8 +46,10 @@ case "${1:-follow}" in
     fi ;;
 esac
 deadline=$(($(date +%s) + wait_s))
-while [ ! -e "$dir/queue.done" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
-cp "$dir"/*.log "$out/" 2>/dev/null
+# the logs are copied at every look, so a call cut short by its limit still brings back what ran
+while cp "$dir"/*.log "$out/" 2>/dev/null; [ ! -e "$dir/queue.done" ] && [ "$(date +%s)" -lt "$deadline" ]; do
+  sleep 5
+done
 [ -e "$dir/runs/optuna.db" ] && cp "$dir/runs/optuna.db" "$out/optuna.db"
 echo "queue: $(cat "$dir/queue.log" 2>/dev/null | tr '\n' ';') done: $([ -e "$dir/queue.done" ] && echo yes || echo no)"
 for f in "$dir"/study-*.log; do
