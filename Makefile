@@ -20,7 +20,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,cluster]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,cluster,docs]"
 	touch $@
 
 install: $(VENV)/.installed ## Make .venv with the CPU build of torch 2.13.0 and the pinned stack
