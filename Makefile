@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help install demo test test-slow test-gpu optimize report ui dashboard screenshots notebook docs docs-serve \
-	lint format
+	docs-examples lint format
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ docs: install ## Build the documentation site into site/ (offline, strict: a war
 
 docs-serve: install ## Serve the documentation on http://127.0.0.1:$(DOCS_PORT), rebuilt as its pages change
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+docs-examples: install ## Run the README's and the docs' examples (CPU, tiny model) and write their outputs there
+	$(BIN)/python docs/examples.py $(ARGS)
 
 lint: install ## ruff lint and format check; modules over 400 lines named (carve by concept, not by length)
 	$(BIN)/ruff check pipeline tests bench docs

@@ -59,10 +59,10 @@ BROKEN_JSONL = '{"text": "a first record"}\n{"text": "a second record"}\n{"text"
 EXAMPLES: dict[str, Example] = {
     "sweep": Example(keep=(*SWEEP, r"^\[sweep\] \d+ of \d+ jobs")),
     "demo": Example(keep=(MAKE, r"^\[sweep\] \S+: \d+ jobs", r"^\|", *ANSWER, r"^\[sweep\] \d+ of \d+ jobs")),
-    "sweep-8": Example(keep=(r"^\[sweep\] \S+: \d+ jobs", r"^\|", r"^\[sweep\] every", *ANSWER)),
+    "sweep-8": Example(keep=(r"^\[sweep\] \S+: \d+ jobs", r"^\|", r"^\[sweep\] every", *ANSWER, r"^\[sweep\] \d+ of")),
     "bad-input": Example(files=(("chats.jsonl", BROKEN_JSONL),), exit_codes=(2,)),
     "study-cpu": Example(
-        keep=(*STUDY, JOB_ENDS, r"^$", r"^\|", r"^confirmation round: ", r"^  \S.*\(95%, ")
+        keep=(*STUDY, JOB_ENDS, r"^\|", r"^confirmation round: ", r"^  \S.*\(95%, ")
         + CLAIM
         + (r"^memory predictor error", r"^device time used"),
         exit_codes=(0, 3),
@@ -296,12 +296,12 @@ def _stop(proc: subprocess.Popen) -> None:
 
 # ---- writing -----------------------------------------------------------------------------------------------------
 def kept(lines: list[str], keep: tuple[str, ...]) -> list[str]:
-    """The lines an example shows: those matching `keep` (all where it is empty), `...` for each run left out; no
-    blank line first, last, or next to another or to a `...`."""
+    """The lines an example shows: those matching `keep` (all where it is empty) and the blank lines between them,
+    `...` for each run left out; no blank line first, last, or next to another or to a `...`."""
     if keep:
         picked: list[str] = []
         for line in lines:
-            if any(re.search(pattern, line) for pattern in keep):
+            if not line or any(re.search(pattern, line) for pattern in keep):
                 picked.append(line)
             elif not picked or picked[-1] != OMITTED:
                 picked.append(OMITTED)

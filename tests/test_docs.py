@@ -143,6 +143,10 @@ def test_every_command_block_of_the_tested_pages_is_found_and_every_example_is_k
         assert not untagged, f"{page.name}: a block of commands without `console` is run by no test"
     found = [b.example for p in examples.pages() for b in examples.blocks(p) if b.example]
     assert set(found) == set(examples.EXAMPLES), set(found) ^ set(examples.EXAMPLES)
+    for page in examples.pages():
+        for block in examples.blocks(page):
+            shown = [line for c in block.commands for line in c.shown if line != examples.OMITTED]
+            assert shown or not block.example, f"{block.where}: no output kept yet (make docs-examples)"
     texts = {c.text for page in TESTED for _, c in commands(page)}
     assert {"python -m pipeline.train -m batch.split=1x4,2x2,4x1", "make ui"} <= texts
     assert any(t.startswith("make optimize PRESET=fastest MEM_CAP=14GiB") for t in texts)
