@@ -43,22 +43,31 @@ class Example:
     keep: tuple[str, ...] = ()  # regexes of the output lines shown (every line where empty)
     until: str | None = None  # a server: stopped once a line matches this, or after first_s
     first_s: float = 90
-    needs: tuple[str, ...] = ()  # examples that must have run in the page's folder first
+    needs: tuple[str, ...] = ()  # one of these must have run in the page's folder first (else the first is run)
     files: tuple[tuple[str, str], ...] = ()  # files its commands read: (name, text)
     exit_codes: tuple[int, ...] = (0,)  # how each of its commands may end
 
 
 MAKE = r"^\.venv/bin/python -m "  # the command a make target runs, which make prints first
 SWEEP = (r"^\[sweep\] \S+: \d+ jobs", r"^\|", r"^Lowest median")
-ANSWER = (r"^Fastest: ", r"^  \S+ \S+: \d", r"^winner: ", r"^  python -m pipeline\.train ", r"^  script: ")
+# a sweep's answer: its fastest and claim, then (a winner only) its command and script
+ANSWER = (
+    r"^Fastest: ",
+    r"^  (\S+ \S+: \d|no speed-up)",
+    r"^winner: ",
+    r"^  python -m pipeline\.train ",
+    r"^  script: ",
+)
 STUDY = (r"^\[study\] \S+: \d+ valid configs", r"^best feasible: ", r"^  python -m pipeline\.train ")
 CLAIM = (r"^  (\d+\.\d+x the|no speed-up)", r"^  what each knob bought", r"^    \S+=\S+ \(from ")
-JOB_ENDS = r"^\[job\] (probe|trial|confirm) .*: (ok|over-cap|pruned|oom|failed|skipped)\b"  # not its start
+JOB_ENDS = r"^\[job\] (probe|trial) .*: (ok|over-cap|pruned|oom|failed|skipped)\b"  # not its start
 BROKEN_JSONL = '{"text": "a first record"}\n{"text": "a second record"}\n{"text": "a third, cut\n'
+
+RECORDS = ("sweep", "demo", "study-cpu", "study-fastest")  # what leaves runs for `make ui` and `make report`
 
 EXAMPLES: dict[str, Example] = {
     "sweep": Example(keep=(*SWEEP, r"^\[sweep\] \d+ of \d+ jobs")),
-    "demo": Example(keep=(MAKE, r"^\[sweep\] \S+: \d+ jobs", r"^\|", *ANSWER, r"^\[sweep\] \d+ of \d+ jobs")),
+    "demo": Example(keep=(MAKE, r"^\[sweep\] \S+: \d+ jobs", r"^\|", *ANSWER[:2], r"^\[sweep\] \d+ of \d+ jobs")),
     "sweep-8": Example(keep=(r"^\[sweep\] \S+: \d+ jobs", r"^\|", r"^\[sweep\] every", *ANSWER, r"^\[sweep\] \d+ of")),
     "bad-input": Example(files=(("chats.jsonl", BROKEN_JSONL),), exit_codes=(2,)),
     "study-cpu": Example(
@@ -70,8 +79,8 @@ EXAMPLES: dict[str, Example] = {
     "study-fastest": Example(keep=(MAKE, *STUDY, *CLAIM, r"^device time used"), exit_codes=(0, 3)),
     "export": Example(),
     "world-sizes": Example(keep=(r"^\[sweep\] left out", r"^\[sweep\] \S+: \d+ jobs", r"^\|")),
-    "report": Example(keep=(MAKE, r"^report: "), needs=("sweep",)),
-    "ui": Example(keep=(MAKE, r"^ui: "), until=r"^ui: ", needs=("sweep",)),
+    "report": Example(keep=(MAKE, r"^report: "), needs=RECORDS),
+    "ui": Example(keep=(MAKE, r"^ui: "), until=r"^ui: ", needs=RECORDS),
     "cards": Example(keep=(r"^Every card", r"^\|", r"^- ", r"^merged: ")),
     "api": Example(keep=(r"^(?!\[(job|sweep)\] |W\d{4} ).*",)),  # not the jobs' lines, nor torch's warnings
 }
@@ -369,10 +378,9 @@ def main(argv: list[str] | None = None) -> int:
             for block in marked:
                 example = EXAMPLES.get(block.example, Example())
                 if block.example not in results or len(results[block.example].outputs) != len(block.commands):
-                    for name in example.needs:
-                        if name not in ran_here:
-                            _run_needed(name, folder, env)
-                            ran_here.add(name)
+                    if example.needs and not ran_here & set(example.needs):
+                        _run_needed(example.needs[0], folder, env)
+                        ran_here.add(example.needs[0])
                     print(f"[docs-examples] {block.where}: {block.example}", flush=True)
                     started = time.monotonic()
                     results[block.example] = run_block(block, folder, env)

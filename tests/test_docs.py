@@ -219,32 +219,38 @@ def test_make_ui_prints_the_link_the_pages_show(tmp_path):
 
 # ---- the form of an output -----------------------------------------------------------------------------------------
 def normalized(line: str) -> str:
-    """A line with what changes from run to run made alike: ids, key=value pairs (a config's name), numbers."""
+    """A line with what changes from run to run made alike: paths, ids, key=value pairs (a config's name),
+    numbers."""
+    line = re.sub(r"(?<![\w/])(mlruns|cards|/tmp)/\S+", "<path>", line)
     line = re.sub(r"\b\d{8}-\d{6}-[0-9a-f]{6}\b", "<id>", line)
     line = re.sub(r"\b(?=[0-9a-f]*\d)[0-9a-f]{8,}\b", "<id>", line)
     line = re.sub(r"\S+=\S+", "<k=v>", line)
     return re.sub(r"\d+(?:[.,]\d+)*(?:e[+-]\d+)?", "N", line)
 
 
+CLAIM = re.compile(r"^(\S+ \S+: )?(Nx the |no speed-up )")  # a speed-up, or why none is claimed: the rounds decide
+
+
 def _head(line: str) -> str:
-    """What a line is: its indent and first two words, normalized; a line that opens with a figure is any line at
-    its indent (`2.39x the baseline's ...` or `no speed-up ...`, as the rounds decide)."""
-    indent = len(line) - len(line.lstrip())
-    words = normalized(line).split()
-    return " " * indent + ("N" if words and words[0][0] == "N" else " ".join(words[:2]))
+    """What a line is: its indent and first two words, normalized; a claim (`tiny 4x1: 1.39x the tokens/s of ...`,
+    `2.04x the baseline's ...`, `no speed-up ... is claimed: ...`) is a claim whichever the rounds made."""
+    indent = " " * (len(line) - len(line.lstrip()))
+    text = normalized(line).strip()
+    return indent + ("<claim>" if CLAIM.match(text) else " ".join(text.split()[:2]))
 
 
 def _items(lines: list[str]) -> list[tuple[str, list[str]]]:
-    """Lines and tables: ("line", [line]) or ("table", its rows), without `...` and blank lines."""
+    """Lines and tables: ("line", its lines) or ("table", its rows), without `...` and blank lines; lines of one
+    kind in a row are one item (a study's trials, what each knob bought: how many is the run's)."""
     items: list[tuple[str, list[str]]] = []
     for line in lines:
-        if line.startswith("|"):
-            if items and items[-1][0] == "table":
-                items[-1][1].append(line)
-            else:
-                items.append(("table", [line]))
-        elif line.strip() and line != examples.OMITTED:
-            items.append(("line", [line]))
+        kind = "table" if line.startswith("|") else "line"
+        if not line.strip() or line == examples.OMITTED:
+            continue
+        if items and items[-1][0] == kind and (kind == "table" or _head(items[-1][1][-1]) == _head(line)):
+            items[-1][1].append(line)
+        else:
+            items.append((kind, [line]))
     return items
 
 
@@ -256,8 +262,7 @@ def _same(shown: tuple[str, list[str]], actual: tuple[str, list[str]]) -> bool:
     if shown[0] != actual[0]:
         return False
     if shown[0] == "line":
-        head, other = _head(shown[1][0]), _head(actual[1][0])
-        return head == other or (head.strip() == "N" and len(head) - 1 == len(other) - len(other.lstrip()))
+        return _head(shown[1][0]) == _head(actual[1][0])
     header = [normalized(c) for c in _cells(shown[1][0])]
     if header != [normalized(c) for c in _cells(actual[1][0])]:
         return False
@@ -288,6 +293,7 @@ SHOWN = [
     "| tiny 4x1 | ok     | 0.0226 [0.0214, 0.0234]                     | -    |",
     "| tiny 1x4 | ok     | 0.0259 [0.0249, 0.0277]                     | -    |",
     "Lowest median: tiny 4x1, 0.0226 s/step (one run per config: not ranked)",
+    "  tiny 4x1: 1.39x the tokens/s of tiny 1x4 [1.20, 1.62] (95%, paired)",
     "  2.39x the baseline's tokens/s [1.39, 4.11] (95%, paired over 4 rounds)",
 ]
 
@@ -302,6 +308,7 @@ def test_the_form_check_takes_other_figures_and_finds_another_form():
         "| tiny 4x1 | ok | 0.0280 [0.0270, 0.0291] | - |",
         "drift/cv: the machine was not quiet",
         "Lowest median: tiny 1x4, 0.0301 s/step (one run per config: not ranked)",
+        "  no speed-up is claimed: 3 paired rounds could not tell tiny 1x4 from tiny 4x1 (within 4.4x either way)",
         "  no speed-up over the baseline is claimed: 4 paired rounds could not tell them apart",
     ]
     assert form_problems(SHOWN, rerun) == []
@@ -311,6 +318,8 @@ def test_the_form_check_takes_other_figures_and_finds_another_form():
     assert len(form_problems(SHOWN, other_header)) == 1
     fewer = [line for line in rerun if "tiny 4x1 |" not in line]
     assert len(form_problems(SHOWN, fewer)) == 1
+    unindented = [line.lstrip() for line in rerun]
+    assert len(form_problems(SHOWN, unindented)) == 1  # the claims (one kind in a row) at another indent
     assert len(form_problems(SHOWN, rerun[:2])) == 3  # stopped early: the table and the lines after it missing
 
 
