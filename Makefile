@@ -4,15 +4,17 @@ VENV     ?= .venv
 BIN      := $(VENV)/bin
 PORT     ?= 5000
 DASHBOARD_PORT ?= 8080
+DOCS_PORT ?= 8000
 STORE    ?= mlruns
 ARGS     ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test test-slow test-gpu optimize report ui dashboard screenshots notebook lint format
+.PHONY: help install demo test test-slow test-gpu optimize report ui dashboard screenshots notebook docs docs-serve \
+	docs-examples lint format
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +22,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,cluster]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,cluster,docs]"
 	touch $@
 
 install: $(VENV)/.installed ## Make .venv with the CPU build of torch 2.13.0 and the pinned stack
@@ -55,11 +57,20 @@ ui: install ## MLflow UI over the project's store on http://127.0.0.1:$(PORT) (p
 dashboard: install ## optuna-dashboard over the studies (best = fastest that fits) on http://127.0.0.1:$(DASHBOARD_PORT)
 	$(BIN)/python -m pipeline.dashboard --storage sqlite:///$(STORE)/optuna.db --host 127.0.0.1 --port $(DASHBOARD_PORT)
 
+docs: install ## Build the documentation site into site/ (offline, strict: a warning fails the build)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: install ## Serve the documentation on http://127.0.0.1:$(DOCS_PORT), rebuilt as its pages change
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+docs-examples: install ## Run the README's and the docs' examples (CPU, tiny model) and write their outputs there
+	$(BIN)/python docs/examples.py $(ARGS)
+
 lint: install ## ruff lint and format check; modules over 400 lines named (carve by concept, not by length)
-	$(BIN)/ruff check pipeline tests bench
-	$(BIN)/ruff format --check pipeline tests bench
+	$(BIN)/ruff check pipeline tests bench docs
+	$(BIN)/ruff format --check pipeline tests bench docs
 	@awk 'FNR == 401 { print "warning: " FILENAME " is over 400 lines" }' $$(find pipeline -name '*.py')
 
 format: install ## ruff format and safe fixes
-	$(BIN)/ruff check --fix pipeline tests bench
-	$(BIN)/ruff format pipeline tests bench
+	$(BIN)/ruff check --fix pipeline tests bench docs
+	$(BIN)/ruff format pipeline tests bench docs

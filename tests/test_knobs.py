@@ -68,8 +68,8 @@ def test_the_parent_reads_the_knobs_without_importing_torch(tmp_path):
 
 
 def readme_knob() -> str:
-    """The module the README's layout section shows as a new knob."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """The module the docs' development page shows as a new knob."""
+    text = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
     return re.search(r"`pipeline/knobs/tf32\.py`:\n\n```python\n(.*?)```", text, re.S).group(1)
 
 

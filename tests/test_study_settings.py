@@ -292,11 +292,15 @@ def test_a_knob_that_fails_at_run_time_is_decided_once_and_kept_out_of_the_predi
 
 
 def readme_studies() -> list[str]:
-    """Every `python -m pipeline.optimize` example of the README that the CPU runs as written: not one of a GPU
-    (a card profile, a hub-size model, the seed's experiment, several ranks), of a shared store, or of bad input."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """Every `python -m pipeline.optimize` example of the README and the docs that the CPU runs as written: not one
+    of a GPU (a card profile, a hub-size model, the seed's experiment, several ranks), of a shared store, or of bad
+    input."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    text = "\n".join(p.read_text(encoding="utf-8") for p in pages)
     found = []
-    for block in re.findall(r"```\n(.*?)```", text, re.S):
+    for lang, block in re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
+        if lang not in ("", "console"):
+            continue
         for line in block.splitlines():
             command = line.removeprefix("$ ").split("#")[0].strip()
             if not command.startswith("python -m pipeline.optimize ") or command.endswith("\\"):

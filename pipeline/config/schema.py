@@ -153,13 +153,13 @@ class TrainConfig:
 class MeasureConfig:
     """How steps are timed: the first `warmup_steps` optimizer steps are left out of every statistic."""
 
-    warmup_steps: int = 5
-    confidence: float = 0.95
+    warmup_steps: int = 5  # optimizer steps left out of every statistic (and any step that compiled)
+    confidence: float = 0.95  # of every interval and paired comparison
     max_drift: float = 0.10  # flag a job whose last third of steady steps is this much off its first third
     max_cv: float = 0.25  # flag a job whose steady steps vary more than this (coefficient of variation)
     busy_threshold: float = 0.5  # flag a job whose GPU is busy less than this share of its steady steps
     profile: bool = False  # a torch.profiler trace of a few steady steps, with a summary, on the job's MLflow run
-    profile_steps: int = 3
+    profile_steps: int = 3  # steps the profiler records after the warm-up (they leave the statistics)
 
 
 @dataclass
@@ -206,7 +206,7 @@ class LauncherConfig:
     once (never touching CUDA); `subprocess` starts a fresh interpreter per job."""
 
     kind: str = chosen(LauncherKind.FORKSERVER, "forkserver: forked from a server that imported the stack once")
-    timeout_s: float | None = None
+    timeout_s: float | None = None  # a job still running after this is killed (null: never)
 
 
 @dataclass
