@@ -159,6 +159,9 @@ class RunOrder:
         lengths, then the most real tokens; the first such."""
         b = Batching.of(sft, world_size)
         rows, lengths = self.rows(bool(sft.get("packing")))
+        if not sft.get("packing") and min(lengths) == max(lengths):  # every micro-batch alike: the first, unshuffled
+            tokens, real, squares = b.layout(lengths[: b.micro])
+            return MicroBatch(rows[: b.micro], tokens, real, squares, 1, len(lengths))
         best, key = None, None
         for step, indices in micro_batches(len(rows), b, None if self.epoch else self.config.train.steps):
             tokens, real, squares = b.layout([lengths[i] for i in indices])

@@ -41,6 +41,7 @@ class StudyFacts:
     stopped: bool = False  # interrupted: where nothing fits yet, that is no verdict
     coverage: Coverage | None = None
     left_out: tuple[LeftOut, ...] = ()
+    run: str = ""  # the run the answer must fit, in words (`search.longest`)
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,23 @@ def claim_of(decided: Decided, best: TrialRecord, setting: StudyFacts) -> Claim:
     )
 
 
+def fit_line(best: TrialRecord, setting: StudyFacts) -> str:
+    """What the answer's fit was judged on: `fits: peak 18.98 GiB of 20.00 GiB on the run's longest micro-batch
+    (8,112 tokens; step 500 of one pass over 2,000 records)`."""
+    head = f"fits: peak {best.peak_gib:.2f} GiB of {setting.cap_bytes / GIB:.2f} GiB"
+    longest, run = best.longest, setting.run or "the run"
+    if not longest:
+        return head
+    if not longest.get("first"):
+        return f"{head}; every micro-batch of {run} alike ({longest['tokens']:,} tokens)"
+    return f"{head} on the run's longest micro-batch ({longest['tokens']:,} tokens; step {longest['step']:,} of {run})"
+
+
 def _best_lines(decided: Decided, best: TrialRecord, setting: StudyFacts, claim: Claim, script: str) -> list[str]:
     return [
         f"best feasible: {best.label}  ({best.median:.4f} s/step in the search, peak {best.peak_gib:.2f} GiB of "
         f"{setting.cap_bytes / GIB:.2f} GiB)",
+        f"  {fit_line(best, setting)}",
         f"  {reproduce(setting.command, best)}",
         f"  script: {script}",
         f"  {sft_call(best.sft_kwargs)}",
