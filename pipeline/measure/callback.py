@@ -35,7 +35,7 @@ import torch
 from transformers import TrainerCallback
 
 from pipeline.measure import collective, memory
-from pipeline.measure.clock import Clock, compile_seconds, samples_from_positions
+from pipeline.measure.clock import Clock, compile_seconds, real_tokens, samples_from_positions
 from pipeline.measure.collective import AllReduceClock
 from pipeline.records import Status, Step, StopRule
 
@@ -115,7 +115,7 @@ class StepMeter(TrainerCallback):
         if ids is not None:
             self._padded += ids.numel()
             self._samples.append(ids.shape[0] if mask is not None else samples_from_positions(kwargs, ids))
-            self._tokens.append(mask.sum() if mask is not None else ids.numel())
+            self._tokens.append(real_tokens(kwargs, ids))
 
     def _stop_within_step(self) -> None:
         after, threshold = self.stop.prune_after, self.stop.prune_threshold_s

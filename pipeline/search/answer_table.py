@@ -9,6 +9,7 @@ from pipeline.render.text import interval_text, markdown_table, num
 from pipeline.search import trials
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.trials import Role, TrialRecord
+from pipeline.summaries import TOKENS_RATE
 
 
 def _step_cell(r: TrialRecord, confidence: float) -> str:
@@ -20,7 +21,7 @@ def _step_cell(r: TrialRecord, confidence: float) -> str:
 
 
 def format_trials(records: list[TrialRecord], confidence: float, baseline: TrialRecord | None) -> str:
-    header = ["#", "config", "status", step_header(confidence), "tokens/s", "peak GiB", "predicted GiB", "fits"]
+    header = ["#", "config", "status", step_header(confidence), TOKENS_RATE, "peak GiB", "predicted GiB", "fits"]
     lines: list[list[object]] = [[*header, "loss dev", "note"]]
     # measured in full first, by step time; then pruned, over the cap, skipped, failed
     for r in sorted(records, key=lambda r: (r.status is not Status.OK, r.median is None, r.median or 0.0)):
