@@ -15,7 +15,7 @@ from pipeline import exits
 from pipeline.config.identity import parse_override
 from pipeline.jobs.answer_code import Exported, export_answer
 from pipeline.records import GIB, RunState, Status
-from pipeline.search import speedup
+from pipeline.search import slow, speedup
 from pipeline.search.answer_table import confirmation_lines, format_trials
 from pipeline.search.decided import Decided
 from pipeline.search.gains import Gains, knob_gains
@@ -42,6 +42,7 @@ class StudyFacts:
     coverage: Coverage | None = None
     left_out: tuple[LeftOut, ...] = ()
     run: str = ""  # the run the answer must fit, in words (`search.longest`)
+    busy_threshold: float = 0.5  # measure.busy_threshold: a GPU busy less is said idle (`search.slow`)
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
     """Everything the study has decided, by any worker, turned into its answer."""
     shown = [r for r in decided.records if r.state != TrialState.FAIL or r.status is not None]
     errors = tuple(abs(r.predictor_error) for r in decided.records if r.predictor_error is not None)
-    lines = ["", format_trials(shown, setting.confidence, decided.baseline), ""]
+    lines = ["", format_trials(shown, setting.confidence, decided.baseline, setting.busy_threshold), ""]
     best, cap_gib, seconds = decided.best, setting.cap_bytes / GIB, decided.gpu_seconds
     if decided.confirmation is not None and best is not None:
         lines += [*confirmation_lines(decided.confirmation, best.label, seconds), ""]
@@ -165,6 +166,7 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
         lines += _best_lines(decided, best, setting, claim, shown)
         gains = knob_gains(decided.records, best, decided.baseline)
         lines += gains.lines()
+        lines += slow.lines(best, decided.baseline, decided.records, setting.busy_threshold)
         device = decided.calibration.device if decided.calibration else None
         more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
         lines += more

@@ -166,6 +166,7 @@ class StudyDriver:
             coverage=coverage,
             left_out=tuple(ctx.left_out),
             run=ctx.batches.text(typed(ctx.cfg)) if ctx.batches else "",
+            busy_threshold=ctx.cfg.measure.busy_threshold,
         )
         return decide(decided, setting)
 

@@ -140,6 +140,8 @@ class TrialTeller:
                 trials.RUN_ID: outcome.run_id,
                 trials.NOTE: result.stopped or result.error or "",
                 trials.SFT: result.sft_kwargs,
+                trials.BUSY: _shown(summary.gpu_busy, 3),
+                trials.PROFILE: _profile(result.profile),
             },
         )
         ran = [s.step_time_s - s.compile_s for s in result.steps if s.step > 1]
@@ -200,6 +202,15 @@ class TrialTeller:
             study.tell(trial, decided.value)
         else:
             study.tell(trial, state=decided.state)
+
+
+def _profile(profile: dict | None) -> dict | None:
+    """What the answer reads of a profiled job: host and device time and launches per step."""
+    if not profile:
+        return None
+    return {
+        k: _shown(profile[k], 3) for k in ("host_ms", "device_ms", "launches_per_step") if profile.get(k) is not None
+    }
 
 
 def _shown(value: float | None, decimals: int) -> float | None:
