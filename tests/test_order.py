@@ -121,3 +121,38 @@ def test_the_longest_micro_batch_trains_at_step_one_and_leaves_the_run_as_it_was
     assert not first.steps[0].steady_candidate and first.steps[1].steady_candidate
     if padding != "packing":  # packed rows are full whichever they are: the longest is no larger than the first
         assert first.steps[0].peak_bytes > plain.steps[0].peak_bytes + 20 * 2**20
+
+
+class Shapes(Job):
+    """A job that notes the shape of every micro-batch its model trains on."""
+
+    def _setup_compile(self) -> None:
+        super()._setup_compile()
+        self.shapes: list[tuple[int, ...]] = []
+
+        def note(module, args, kwargs) -> None:
+            if module.training:
+                self.shapes.append(tuple(kwargs["input_ids"].shape))
+
+        self.trainer.model.register_forward_pre_hook(note, with_kwargs=True)
+
+
+def test_length_buckets_bound_the_shapes_and_change_nothing_learned(tmp_path):
+    """Padded to the longest rounded up to a quarter of max_length (64 of 256): every micro-batch is one of four
+    widths, its padded tokens are those the reproduction lays out, and the losses are padding to the longest's."""
+    path = tmp_path / "chats.jsonl"
+    write_chats(path, records=64, shortest=30, longest=250, seed=1)
+    overrides = [f"data.path={path}", "batch.effective=4", "batch.split=2x2", "train.steps=8", "train.max_length=256"]
+    bucketed = _run(tmp_path / "buckets", Shapes, *overrides, "train.padding=buckets")
+    longest = _run(tmp_path / "longest", Shapes, *overrides, "train.padding=longest")
+    assert bucketed.sft_kwargs["pad_to_multiple_of"] == 64
+    assert {width for _, width in bucketed.shapes} <= {64, 128, 192, 256}
+    assert len({width for _, width in longest.shapes}) > 4  # unbucketed, the widths are as many as the longests
+    order = RunOrder(bucketed.cfg, epoch=False, tokenizer=bucketed.tokenizer)
+    b = Batching.of(bucketed.sft_kwargs, 1)
+    lengths = order.lengths(False)
+    laid = [b.layout([lengths[i] for i in idx])[0] for _, idx in micro_batches(len(lengths), b, 8)]
+    assert laid == [rows * width for rows, width in bucketed.shapes]
+    pairs = zip(bucketed.result.steps, longest.result.steps, strict=True)
+    assert max(abs(a.loss - b.loss) / abs(b.loss) for a, b in pairs) <= 1e-5
+    assert [s.tokens for s in bucketed.result.steps] == [s.tokens for s in longest.result.steps]  # real tokens alike

@@ -71,6 +71,9 @@ class Compile(StrEnum):
 
 
 COMPILE_ALIASES = {"true": Compile.REGIONAL.value, "false": Compile.OFF.value}
+# the train.compile_mode values that record CUDA graphs (`compile_mode.CUDA_GRAPH_MODES`), here because the padding
+# reads them too: under them a micro-batch padded to its longest is padded to a length bucket
+CUDA_GRAPH_MODE_VALUES = ("reduce-overhead", "max-autotune")
 
 
 @dataclass(frozen=True)
