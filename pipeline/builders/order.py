@@ -157,16 +157,19 @@ class RunOrder:
     def longest(self, sft: dict, world_size: int) -> MicroBatch:
         """The micro-batch of the run with the most tokens (as its layout computes them), then the largest squared
         lengths, then the most real tokens; the first such."""
-        b = Batching.of(sft, world_size)
-        rows, lengths = self.rows(bool(sft.get("packing")))
-        if not sft.get("packing") and min(lengths) == max(lengths):  # every micro-batch alike: the first, unshuffled
+        return self._longest(Batching.of(sft, world_size), bool(sft.get("packing")))
+
+    @functools.cache  # noqa: B019
+    def _longest(self, b: Batching, packing: bool) -> MicroBatch:
+        rows, lengths = self.rows(packing)
+        records = len(self.lengths(packing))
+        if not packing and min(lengths) == max(lengths):  # every micro-batch alike: the first, unshuffled
             tokens, real, squares = b.layout(lengths[: b.micro])
-            return MicroBatch(rows[: b.micro], tokens, real, squares, 1, len(lengths))
+            return MicroBatch(rows[: b.micro], tokens, real, squares, 1, records)
         best, key = None, None
         for step, indices in micro_batches(len(rows), b, None if self.epoch else self.config.train.steps):
             tokens, real, squares = b.layout([lengths[i] for i in indices])
             if key is None or (tokens, squares, real) > key:
                 best, key = (step, indices), (tokens, squares, real)
         step, indices = best
-        picked = tuple(rows[i] for i in indices)
-        return MicroBatch(picked, key[0], key[2], key[1], step, len(self.lengths(bool(sft.get("packing")))))
+        return MicroBatch(tuple(rows[i] for i in indices), key[0], key[2], key[1], step, records)
