@@ -97,6 +97,24 @@ class StopRule:
 
 
 @dataclass(frozen=True)
+class MicroBatch:
+    """A micro-batch of a run, as the Trainer draws it (`builders.order`): the records in each of its rows (one a row;
+    with packing, those packed into it), indices into the run's data (`of_records` records: a jsonl file's or a hub
+    dataset's first, or the synthetic rows), and what its layout makes of them."""
+
+    rows: tuple[tuple[int, ...], ...]
+    tokens: int  # what the layout computes: padding included (padding=longest, max_length), none without
+    real: int  # the records' own tokens
+    squares: int  # the sum of the squared lengths of the rows the attention sees (a padding-free batch is one row)
+    step: int  # the optimizer step of the run it comes in (1: the first)
+    of_records: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MicroBatch:
+        return cls(**{**data, "rows": tuple(tuple(int(i) for i in row) for row in data["rows"])})
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """Everything the job process needs, resolved and parsed once by the parent."""
 
@@ -112,6 +130,8 @@ class JobSpec:
     owner_pid: int | None = None  # the job kills itself once this process is gone
     env: dict[str, str] = field(default_factory=dict)  # set in the job before anything is imported or built
     enforce_cap: bool = True  # False: the cap is not applied to the device, only judged after (a study's baseline)
+    # trained at step one beside the job's own micro-batches, its gradient dropped: the run's longest (`builders.order`)
+    first_batch: MicroBatch | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -120,7 +140,8 @@ class JobSpec:
     def from_json(cls, data: dict[str, Any], load_config: Any = None) -> JobSpec:
         """`load_config` turns the config's plain data back into its dataclasses (`schema.typed`)."""
         config = load_config(data["config"]) if load_config else data["config"]
-        return cls(**{**data, "config": config, "stop": StopRule(**data.get("stop") or {})})
+        first = MicroBatch.from_json(data["first_batch"]) if data.get("first_batch") else None
+        return cls(**{**data, "config": config, "stop": StopRule(**data.get("stop") or {}), "first_batch": first})
 
 
 @dataclass(frozen=True)
@@ -144,13 +165,14 @@ class Step:
     profiled: bool = False  # under the profiler (measure.profile): no steady step either
     allreduce_s: float = 0.0  # DDP's gradient all-reduce, first bucket to last (overlaps backward; 0 on one rank)
     rank_peak_bytes: tuple[int, ...] = ()  # each rank's peak (a torchrun job; `peak_bytes` is the largest)
+    first_batch_tokens: int = 0  # the run's longest micro-batch, trained in this step beside its own: no steady step
     loss: float | None = None
     grad_norm: float | None = None
     learning_rate: float | None = None
 
     @property
     def steady_candidate(self) -> bool:
-        return self.compile_s == 0.0 and not self.profiled
+        return self.compile_s == 0.0 and not self.profiled and not self.first_batch_tokens
 
     def phase(self, name: str) -> float:
         return getattr(self, f"{name}_s")

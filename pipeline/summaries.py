@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 
 from pipeline.records import PHASES, SECONDS, Fit, RunKind, Status
 
+# what every table, card and run page calls the throughput: the records' own tokens per second, padding left out
+# (the meter counts a micro-batch's attention mask, or a padding-free row up to its last record), so that a padded
+# layout's work is not counted as its speed
+TOKENS_RATE = "real tokens/s"
+
 
 @dataclass(frozen=True)
 class Interval:

@@ -249,6 +249,8 @@ OPTIMIZE_CASES = [
         "optimize.storage: 'postgresql+pg8000://u@127.0.0.1/x' needs the Python driver 'pg8000'",
         "pip install '.[cluster]'",
     ),
+    (["mem_cap=1GiB", "optimize.fit_over=bogus"], "optimize.fit_over: got 'bogus'", "accepted: steps, epoch"),
+    (["mem_cap=1GiB", "optimize.fit_over=null"], "optimize.fit_over: got null", "accepted: steps, epoch"),
 ]
 
 

@@ -81,10 +81,11 @@ RULES = [
             "train.torch_compile=regional",
             "train.gradient_checkpointing=false",
             "train.compile_mode=max-autotune",
-            "train.padding=longest",
+            "train.padding=padding_free",
         ],
-        "train.compile_mode: max-autotune records one CUDA graph per batch shape; accepted "
-        "with it: train.padding=max_length",
+        "train.compile_mode: max-autotune records one CUDA graph per batch shape, and a padding-free row has as many "
+        "as it has token counts; accepted with it: train.padding=longest or buckets (padded to a quarter of "
+        "max_length: four shapes), or max_length",
     ),
 ]
 

@@ -111,3 +111,23 @@ def test_an_over_cap_step_stops_at_once():
     assert _meter_with_steps([1.0, 1.0], StopRule(cap_bytes=1)) == [None, None]  # at the cap fits
     meter = StepMeter(cuda=False, stop=StopRule(cap_bytes=1))
     assert meter._should_stop(1.0, 2, 1) is Status.OVER_CAP
+
+
+def test_tokens_are_the_records_own_whatever_the_layout():
+    """Padded rows count their attention mask; a padding-free row (position ids, no mask) counts up to its last
+    record, not the positions 0 a collator pads its end with to reach a multiple."""
+    import torch
+
+    from pipeline.measure.clock import real_tokens, samples_from_positions
+
+    ids = torch.ones(2, 6, dtype=torch.long)
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]])
+    assert int(real_tokens({"attention_mask": mask}, ids)) == 10
+    row = torch.tensor([[0, 1, 2, 0, 1, 2, 3, 0, 1, 0, 0, 0]])  # records of 3, 4 and 2 tokens, then 3 pads
+    flat = torch.ones(1, 12, dtype=torch.long)
+    assert int(real_tokens({"position_ids": row}, flat)) == 9
+    assert int(samples_from_positions({"position_ids": row}, flat)) == 3
+    unpadded = torch.tensor([[0, 1, 2, 0, 1]])
+    assert int(real_tokens({"position_ids": unpadded}, flat[:, :5])) == 5
+    assert int(samples_from_positions({"position_ids": unpadded}, flat[:, :5])) == 2
+    assert real_tokens({}, ids) == 12

@@ -1,4 +1,4 @@
-"""The memory predictor and the search space, on peaks measured on an H200 (BENCHMARKS.md)."""
+"""The memory predictor and the search space, on peaks measured on an H200 (BENCHMARKS.md), and per token."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
+from pipeline.search.calibration import Prober
 from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.space import splits
 
@@ -85,3 +86,45 @@ def test_predictor_takes_a_lone_points_slope_from_the_nearest_measured_setting()
     # a setting never measured takes the nearest measured line (here the compiled fp32 one's), its growth scaled up to
     # what eager layers keep
     assert 6.51 < predictor.predict(knobs(2, "fp32", "False")) / GIB < 6.51 + 2 * (6.51 - 5.38)
+
+
+def test_a_line_through_token_counts_predicts_a_micro_batch_by_its_tokens():
+    """On records of varying length the micro-batches of one size differ in tokens: a peak measured on 512 tokens (a
+    micro-batch of one) and one on 4,096 (eight records padded to 512) put a micro-batch of four padding-free records
+    (1,322 tokens) on the line between them, by its tokens and not by its size (which the old line through
+    micro-batch sizes placed at 4 x 512 = 2,048 tokens)."""
+    predictor = Predictor(QWEN3_1_7B, 16, ["all-linear"])
+    one, eight = Knobs(1, 512, "bf16", False, tokens=512), Knobs(8, 512, "bf16", False, tokens=4096)
+    predictor.measured = [(one, 5.0 * GIB), (eight, 12.0 * GIB)]
+    four = Knobs(4, 512, "bf16", False, tokens=1322)
+    assert predictor.predict(four) / GIB == pytest.approx(5.0 + 7.0 * (1322 - 512) / (4096 - 512))
+    assert predictor.predict(Knobs(4, 512, "bf16", False)) / GIB == pytest.approx(5.0 + 7.0 * 1536 / 3584)
+
+
+def test_eager_attention_keeps_what_grows_with_the_squared_lengths():
+    """sdpa keeps nothing per pair of positions, eager its probabilities (fp32, and a bf16 copy): a padding-free row
+    of 8,192 tokens costs it 16 heads x 28 layers x 6 bytes x 8,192^2 more than eight rows of 1,024 do."""
+    sdpa = [Knobs(8, 1024, "bf16", False, tokens=8192, squares=s) for s in (8 * 1024**2, 8192**2)]
+    eager = [Knobs(8, 1024, "bf16", False, attention="eager", tokens=8192, squares=s) for s in (8 * 1024**2, 8192**2)]
+    predictor = Predictor(QWEN3_1_7B, 16, ["all-linear"])
+    assert predictor.formula(sdpa[0]) == predictor.formula(sdpa[1])
+    grown = predictor.formula(eager[1]) - predictor.formula(eager[0])
+    assert grown == pytest.approx(16 * 28 * 6 * (8192**2 - 8 * 1024**2))
+
+
+def test_each_padding_searched_is_probed_at_both_ends_of_the_splits(compose):
+    base = compose("batch.effective=8", "train.padding=longest", "mem_cap=1GiB")
+    prober = Prober(base, ["batch.split", "train.padding"], "s", "p", 4)
+    splits = ["1x8", "2x4", "4x2", "8x1"]
+    plan = prober.plan({"batch.split": splits, "train.padding": ["longest", "padding_free", "max_length"]})
+    assert [(p.split, p.padding, p.is_base) for p in plan] == [
+        ("1x8", "longest", True),
+        ("8x1", "longest", True),
+        ("1x8", "padding_free", False),
+        ("8x1", "padding_free", False),
+        ("1x8", "max_length", False),
+        ("8x1", "max_length", False),
+    ]
+    assert [p.name(base) for p in plan[:3]] == ["probe 1x1", "probe 8x1", "probe 1x1 padding=padding_free"]
+    # without padding in the space: the base's two, as before
+    assert len(prober.plan({"batch.split": splits})) == 2

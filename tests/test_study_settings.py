@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 from pipeline.compare.sequential import ConfirmationRound
 from pipeline.config.errors import ConfigError
 from pipeline.config.validate import validate
+from pipeline.jobs.answer_code import sft_of
 from pipeline.records import Status
 from pipeline.search import speedup
 from pipeline.search.confirmation import ConfirmationRecord
@@ -125,21 +126,28 @@ def test_a_preset_space_leaves_out_what_this_setting_cannot_run_and_names_it(com
 
 
 def test_cuda_graphs_in_a_preset_space_name_the_padding_they_need(monkeypatch, compose):
-    """optimize=compile on a CUDA device with padding to the longest: reduce-overhead is left out for the padding
-    (the real blocker), not for compilation being off in some other combination."""
+    """optimize=compile on a CUDA device: padded to the longest, reduce-overhead runs on length buckets (it is left
+    out of no space of variable-length data); padding-free, it is left out for the padding (the real blocker), not
+    for compilation being off in some other combination."""
     import pipeline.config.knobs
     import pipeline.config.validate
 
     monkeypatch.setattr(pipeline.config.knobs, "cuda_device_count", lambda: 1)
     monkeypatch.setattr(pipeline.config.validate, "cuda_device_count", lambda: 1)
-    cfg = compose("mem_cap=4GiB", "optimize=compile", "gpu=h200", "train.padding=longest")
+    longest = compose("mem_cap=4GiB", "optimize=compile", "gpu=h200", "train.padding=longest", "train.max_length=1024")
+    valid, left_out = candidates(longest)
+    assert not [x for x in left_out if x.key == "train.compile_mode"], left_out
+    graphs = [c for c in valid if c.config.train.compile_mode == "reduce-overhead"]
+    assert graphs and {c.job.split.accumulation for c in graphs} == {1}
+    assert {sft_of(c.job, ("cuda", "bf16"))["pad_to_multiple_of"] for c in graphs} == {256}  # four buckets of 1,024
+    cfg = compose("mem_cap=4GiB", "optimize=compile", "gpu=h200", "train.padding=padding_free")
     check_values(cfg)
     _, left_out = candidates(cfg)
     (graphs,) = [x for x in left_out if x.key == "train.compile_mode"]
     assert graphs.value == "reduce-overhead"
-    assert graphs.reason == (
-        "train.compile_mode: reduce-overhead records one CUDA graph per batch shape; accepted with it: "
-        "train.padding=max_length"
+    assert graphs.reason.startswith(
+        "train.compile_mode: reduce-overhead records one CUDA graph per batch shape, and a padding-free row has as "
+        "many as it has token counts; accepted with it: train.padding=longest or buckets"
     )
 
 

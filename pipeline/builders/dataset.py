@@ -24,15 +24,24 @@ FIRST_ORDINARY_ID = 4  # ids below are the byte-level tokenizer's specials
 FIELDS = ("messages", "text")  # what a text or chat record trains on (config.data checks each record has one)
 
 
+def _lengths(rng: np.random.Generator, num_samples: int, length: int, min_length: int | None, uniform: bool):
+    return rng.integers(min_length, length + 1, size=num_samples) if uniform else np.full(num_samples, length)
+
+
 def synthetic_dataset(
     num_samples: int, length: int, min_length: int | None, uniform: bool, vocab_size: int, seed: int
 ) -> Dataset:
     """`num_samples` rows of token ids, each `length` long, or of a length drawn from min_length..length."""
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(min_length, length + 1, size=num_samples) if uniform else np.full(num_samples, length)
+    lengths = _lengths(rng, num_samples, length, min_length, uniform)
     high = max(vocab_size, FIRST_ORDINARY_ID + 1)
     rows = [rng.integers(FIRST_ORDINARY_ID, high, size=int(n)).tolist() for n in lengths]
     return Dataset.from_dict({"input_ids": rows})
+
+
+def synthetic_lengths(num_samples: int, length: int, min_length: int | None, uniform: bool, seed: int) -> list[int]:
+    """The lengths of `synthetic_dataset`'s rows, without making them."""
+    return [int(n) for n in _lengths(np.random.default_rng(seed), num_samples, length, min_length, uniform)]
 
 
 def take_records(
@@ -100,22 +109,62 @@ def build_dataset(
     return hub_dataset(data.name, data.subset, data.split, needed, count_tokens, tokens)
 
 
+def record_ids(tokenizer, record: dict) -> list[int]:
+    """A record's token ids as TRL's preparation makes them: a chat through its template, a text with an
+    end-of-sequence token, token ids as they are."""
+    if "input_ids" in record:
+        return list(record["input_ids"])
+    if "messages" in record:
+        return tokenizer.apply_chat_template(record["messages"], tokenize=True, return_dict=True)["input_ids"]
+    eos = tokenizer.eos_token or ""
+    text = record["text"] if record["text"].endswith(eos) else record["text"] + eos
+    return tokenizer(text)["input_ids"]
+
+
 def truncated(dataset: Dataset, tokenizer, max_length: int) -> Dataset:
-    """Records as token ids of at most `max_length`, tokenized as TRL would (a chat through its template, a text
-    with an end-of-sequence token): padding-free training without packing takes its inputs truncated already."""
+    """Records as token ids of at most `max_length`, tokenized as TRL would (`record_ids`): padding-free training
+    without packing takes its inputs truncated already."""
     if "input_ids" in dataset.column_names:
         return dataset.map(lambda r: {"input_ids": r["input_ids"][:max_length]})
-    eos = tokenizer.eos_token or ""
+    return dataset.map(
+        lambda r: {"input_ids": record_ids(tokenizer, r)[:max_length]}, remove_columns=dataset.column_names
+    )
 
-    def tokenize(record: dict) -> dict:
-        if "messages" in record:
-            ids = tokenizer.apply_chat_template(record["messages"], tokenize=True, return_dict=True)["input_ids"]
-        else:
-            text = record["text"] if record["text"].endswith(eos) else record["text"] + eos
-            ids = tokenizer(text)["input_ids"]
-        return {"input_ids": ids[:max_length]}
 
-    return dataset.map(tokenize, remove_columns=dataset.column_names)
+def run_records(data: DataConfig, needed: int | None, count_tokens: Callable[[dict], int] | None, tokens: int):
+    """The records a run reads, as plain dicts: the first that its steps consume (`needed`, and with packing
+    `tokens` as `count_tokens` counts them), or every one (`needed` None: one pass over the data). Synthetic data is
+    not read here (`synthetic_lengths`)."""
+    if data.kind == DataKind.JSONL:
+        with open(data.path, encoding="utf-8") as handle:
+            records = (json.loads(line) for line in handle if line.strip())
+            return list(records) if needed is None else take_records(records, needed, count_tokens, tokens)
+    dataset = load_dataset(data.name, data.subset, split=data.split)
+    keep = "messages" if "messages" in dataset.column_names else "text"
+    records = ({keep: r[keep]} for r in dataset)
+    return list(records) if needed is None else take_records(records, needed, count_tokens, tokens)
+
+
+def records_at(data: DataConfig, vocab_size: int, seed: int, of_records: int, indices: list[int]) -> Dataset:
+    """The records at `indices` of a run's data of `of_records` records (a jsonl file's or hub dataset's first, or
+    that many synthetic rows), in that order."""
+    if data.kind == DataKind.SYNTHETIC:
+        uniform = data.distribution == Distribution.UNIFORM
+        rows = synthetic_dataset(of_records, data.length, data.min_length, uniform, vocab_size, seed)
+        return rows.select(indices)
+    if data.kind == DataKind.JSONL:
+        wanted, found = set(indices), {}
+        with open(data.path, encoding="utf-8") as handle:
+            for index, line in enumerate(line for line in handle if line.strip()):
+                if index in wanted:
+                    found[index] = json.loads(line)
+                if len(found) == len(wanted):
+                    break
+        taken = [found[i] for i in indices]
+    else:
+        taken = [dict(r) for r in hub_dataset(data.name, data.subset, data.split, of_records).select(indices)]
+    keep = _field(taken[0])
+    return Dataset.from_dict({keep: [record[keep] for record in taken]})
 
 
 def token_count(tokenizer, max_length: int, record: dict) -> int:

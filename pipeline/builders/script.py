@@ -95,7 +95,7 @@ def helpers(config: Config) -> list[str]:
     if m.source == ModelSource.CONFIG:
         parts.append(source("tokenizer", "SPECIALS", "CHATML", "byte_level_tokenizer"))
     if d.kind == DataKind.SYNTHETIC:
-        parts.append(source("dataset", "FIRST_ORDINARY_ID", "synthetic_dataset"))
+        parts.append(source("dataset", "FIRST_ORDINARY_ID", "_lengths", "synthetic_dataset"))
     else:
         reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"
         parts.append(source("dataset", "FIELDS", "take_records", "_field", reader))

@@ -52,6 +52,13 @@ class ConfirmMode(StrEnum):
     NEVER = "never"
 
 
+class FitOver(StrEnum):
+    """The run whose every step a study's answer must fit: its micro-batch with the most tokens is measured first."""
+
+    STEPS = "steps"  # train.steps optimizer steps, as the study's jobs read the data
+    EPOCH = "epoch"  # one pass over every record of the data, as a full run reads it
+
+
 class LauncherKind(StrEnum):
     FORKSERVER = "forkserver"
     SUBPROCESS = "subprocess"

@@ -24,7 +24,7 @@ from omegaconf.errors import (
 )
 
 from pipeline.config.errors import ConfigError
-from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, register_configs
+from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, choices_of, register_configs
 from pipeline.config.store_checks import check_writable_dir
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -107,6 +107,9 @@ def translate(err: BaseException) -> ConfigError:
         if isinstance(cause, ValidationError) and key == "optimize.space":
             given = re.search(r"Cannot assign (\w+)", str(cause))
             return ConfigError(key, f"got {f'a {given.group(1)}' if given else 'no mapping'}; accepted: {SPACE_FORM}")
+        if isinstance(cause, ValidationError) and "is not Optional" in str(cause):
+            choices = choices_of(key)
+            return ConfigError(key, f"got null; accepted: {', '.join(choices) if choices else 'a value, not null'}")
         if isinstance(cause, ValidationError):
             return ConfigError(key, _type_message(str(cause)))
         return ConfigError(key, _first_line(cause))

@@ -26,6 +26,7 @@ from pipeline.config.choices import (
     ConfirmMode,
     DataKind,
     Distribution,
+    FitOver,
     LauncherKind,
     LoraBias,
     ModelSource,
@@ -181,6 +182,9 @@ class OptimizeConfig:
     skip_margin: float = 0.1
     baseline: bool = True  # measure the base config in full, never pruned: the answer is a ratio against it
     max_loss_dev: float = 0.05  # a config whose losses deviate more from the baseline's is no answer
+    fit_over: str = chosen(  # where records vary in length: the micro-batch of that run with the most tokens decides
+        FitOver.STEPS, "the run whose every step must fit: train.steps (steps), or one pass over every record (epoch)"
+    )
     confirm: str = chosen(  # auto: the best, the baseline and the close challengers in paired rounds
         ConfirmMode.AUTO, "auto: the best, the baseline, the close challengers; always: every eligible one; never"
     )

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from pipeline import knobs
-from pipeline.builders.dataset import build_dataset, token_count, truncated
+from pipeline.builders.dataset import build_dataset, records_at, token_count, truncated
 from pipeline.builders.device import resolve_placement, torch_dtype
 from pipeline.builders.distributed import init_process_group, leave_process_group, local_rank, world_size
 from pipeline.builders.lora import build_lora_config
@@ -40,6 +40,7 @@ from pipeline.measure.busy import BusyWindow
 from pipeline.measure.callback import StepMeter, StopTraining
 from pipeline.measure.collective import AllReduceClock
 from pipeline.measure.compiled import CompileWatch
+from pipeline.measure.first_batch import FirstBatch
 from pipeline.measure.profile import ProfileWindow
 from pipeline.records import JobResult, JobSpec, Status, Step
 
@@ -120,6 +121,11 @@ class Job:
         )
         if train.padding == Padding.PADDING_FREE:
             self.dataset = truncated(self.dataset, self.tokenizer, train.max_length)
+        batch = self.spec.first_batch
+        if batch is not None:  # the run's longest micro-batch: its records, in the order of its rows
+            indices = [i for row in batch.rows for i in row]
+            vocab = self.model.config.vocab_size
+            self.first_records = records_at(self.cfg.data, vocab, train.seed, batch.of_records, indices)
 
     def _setup_trainer(self) -> None:
         self.sft_kwargs = sft_kwargs(
@@ -136,6 +142,10 @@ class Job:
         clock = AllReduceClock(cuda) if self.backend else None
         self.meter = StepMeter(cuda, steps_path, self.spec.stop, self.context_bytes, clock)
         callbacks = [self.meter, *([clock] if clock else [])]
+        first = None
+        if self.spec.first_batch is not None:  # before the meter: the step's peak holds it
+            first = FirstBatch(self.spec.first_batch, self.first_records, self.meter, self.cfg.train.max_length)
+            callbacks.insert(0, first)
         measure = self.cfg.measure
         if cuda and self.device_memory.handle is not None:
             self.busy = BusyWindow(self.device_memory.handle, after=measure.warmup_steps)
@@ -165,6 +175,8 @@ class Job:
         )
         if clock:
             clock.bind(self.trainer)  # it hooks the model the Trainer wraps in DDP once training begins
+        if first:
+            first.bind(self.trainer)
 
     def _adapters(self) -> tuple:
         """The model and LoRA config the trainer gets, as the speed knobs leave them (adapters in the compute dtype:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Setting, installed
+from pipeline.knobs.base import Knob, Memory, Setting, installed
 
 
 class Attention(StrEnum):
@@ -33,6 +33,11 @@ class AttentionKnob(Knob):
     def searched_in(self, lengths_vary: bool, cuda: bool) -> tuple[Any, ...]:
         """sdpa alone on the CPU: its fused kernel is the CPU's, flex attention compiles a slower one there."""
         return self.searched if cuda else (Attention.SDPA,)
+
+    def memory(self, value: Any) -> Memory:
+        """Eager attention keeps its probabilities, a score per head and pair of positions of a row; the fused
+        kernels keep none."""
+        return Memory(scores=1.0) if value == Attention.EAGER else Memory()
 
     def refuses(self, s: Setting) -> str | None:
         attention = s.model.attn_implementation

@@ -71,6 +71,9 @@ class Compile(StrEnum):
 
 
 COMPILE_ALIASES = {"true": Compile.REGIONAL.value, "false": Compile.OFF.value}
+# the train.compile_mode values that record CUDA graphs (`compile_mode.CUDA_GRAPH_MODES`), here because the padding
+# reads them too: under them a micro-batch padded to its longest is padded to a length bucket
+CUDA_GRAPH_MODE_VALUES = ("reduce-overhead", "max-autotune")
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,15 @@ class Memory:
     keep per token without checkpointing; `checkpointed`: the layers keep only their inputs and one layer is
     recomputed in full (the share then applies to nothing); `token_bytes` and `static_bytes` add to the bytes per
     token and the fixed bytes; `logit_bytes` to the bytes per token and vocabulary entry (what a loss keeps of the
-    logits). The default term changes nothing."""
+    logits); `scores` counts the attention scores each head of each layer keeps (attention without a fused kernel
+    keeps its probabilities: memory that grows with the squared length of a row). The default term changes nothing."""
 
     activations: float = 1.0
     checkpointed: bool = False
     token_bytes: float = 0.0
     static_bytes: float = 0.0
     logit_bytes: float = 0.0
+    scores: float = 0.0
 
     def __add__(self, other: Memory) -> Memory:
         return Memory(
@@ -94,6 +99,7 @@ class Memory:
             self.token_bytes + other.token_bytes,
             self.static_bytes + other.static_bytes,
             self.logit_bytes + other.logit_bytes,
+            self.scores + other.scores,
         )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Compile, Knob, Setting
+from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Compile, Knob, Setting
 from pipeline.knobs.padding import Padding
 
 
@@ -17,7 +17,7 @@ class CompileMode(StrEnum):
     MAX_AUTOTUNE = "max-autotune"
 
 
-CUDA_GRAPH_MODES = (CompileMode.REDUCE_OVERHEAD, CompileMode.MAX_AUTOTUNE)  # the modes that record CUDA graphs
+CUDA_GRAPH_MODES = tuple(CompileMode(v) for v in CUDA_GRAPH_MODE_VALUES)  # the modes that record CUDA graphs
 
 
 class CompileModeKnob(Knob):
@@ -28,8 +28,8 @@ class CompileModeKnob(Knob):
     searched = (CompileMode.DEFAULT, CompileMode.REDUCE_OVERHEAD)  # max-autotune tunes for minutes per shape
 
     def refuses(self, s: Setting) -> str | None:
-        """CUDA graphs need static shapes: one batch shape (padding to max_length, full micro-batches) and no
-        accumulation (a replay would overwrite the gradients being accumulated, which live in the graph's memory);
+        """CUDA graphs need a few static shapes: micro-batches padded to a length bucket or to max_length (padding to
+        the longest is bucketed under them), full micro-batches, and no accumulation (a replay would overwrite the gradients being accumulated, which live in the graph's memory);
         regional graphs also fail inside gradient checkpointing's recomputation (pytorch/pytorch#154306: the
         recorded layer sees its input freed, the replay does not)."""
         t, mode = s.train, s.train.compile_mode
@@ -48,8 +48,12 @@ class CompileModeKnob(Knob):
                 f"{mode} with gradient accumulation replays over the accumulated gradients (CUDA graphs own their "
                 "outputs); accepted: a split Mx1, or default, max-autotune-no-cudagraphs"
             )
-        if t.padding != Padding.MAX_LENGTH:
-            return f"{mode} records one CUDA graph per batch shape; accepted with it: train.padding=max_length"
+        if t.padding in (Padding.PADDING_FREE, Padding.PACKING):
+            return (
+                f"{mode} records one CUDA graph per batch shape, and a padding-free row has as many as it has token "
+                "counts; accepted with it: train.padding=longest or buckets (padded to a quarter of max_length: four "
+                "shapes), or max_length"
+            )
         if compiled is Compile.REGIONAL and t.gradient_checkpointing:
             return (
                 f"{mode} graphs of checkpointed layers fail when the layer is recomputed (pytorch/pytorch#154306); "

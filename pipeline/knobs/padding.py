@@ -1,13 +1,19 @@
-"""train.padding: how a micro-batch's sequences are laid out: padded to the longest, padded to max_length (one
-shape for every batch, which CUDA graphs need), concatenated without padding (padding_free), or packed into
-sequences of max_length (packing, which reads the records that fill them: `builders.dataset`)."""
+"""train.padding: how a micro-batch's sequences are laid out: padded to the longest, padded to its longest rounded up
+to a length bucket (a quarter of max_length: at most four shapes per micro-batch size, which compiled layers and CUDA
+graphs see as a bounded set), padded to max_length (one shape for every batch), concatenated without padding
+(padding_free), or packed into sequences of max_length (packing, which reads the records that fill them:
+`builders.dataset`). Under a CUDA-graph compile mode, padding to the longest pads to the buckets: a graph is recorded
+per shape."""
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob
+from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Knob
+
+BUCKETS = 4  # length buckets per max_length
 
 
 class Padding(StrEnum):
@@ -15,13 +21,28 @@ class Padding(StrEnum):
     MAX_LENGTH = "max_length"
     PADDING_FREE = "padding_free"
     PACKING = "packing"
+    BUCKETS = "buckets"
+
+
+def bucket_width(max_length: int) -> int:
+    """The multiple a bucketed micro-batch is padded to: its longest record rounded up to a quarter of max_length."""
+    return math.ceil(max_length / BUCKETS)
+
+
+def pad_to(train: Any) -> int | None:
+    """TRL's `pad_to_multiple_of` for a config's padding (and compile mode)."""
+    padding = train.padding
+    if padding == Padding.MAX_LENGTH:
+        return train.max_length
+    graphs = padding == Padding.LONGEST and train.compile_mode in CUDA_GRAPH_MODE_VALUES
+    return bucket_width(train.max_length) if padding == Padding.BUCKETS or graphs else None
 
 
 class PaddingKnob(Knob):
     key = "train.padding"
     default = Padding.LONGEST
-    help = "longest: to the batch's longest; max_length: every batch one shape"
-    searched = (Padding.LONGEST, Padding.MAX_LENGTH, Padding.PADDING_FREE)  # packing trains on other sequences
+    help = "longest: to the batch's longest; buckets: rounded up to a quarter of max_length; max_length: one shape"
+    searched = (Padding.LONGEST, Padding.MAX_LENGTH, Padding.PADDING_FREE, Padding.BUCKETS)  # packing: other sequences
 
     def searched_in(self, lengths_vary: bool, cuda: bool) -> tuple[Any, ...]:
         """Nothing where every record has one length: each layout is then the same batch."""
@@ -35,7 +56,7 @@ class PaddingKnob(Knob):
             "max_length": None if padding == Padding.PADDING_FREE else train.max_length,
             "padding_free": padding == Padding.PADDING_FREE,
             "packing": padding == Padding.PACKING,
-            "pad_to_multiple_of": train.max_length if padding == Padding.MAX_LENGTH else None,
+            "pad_to_multiple_of": pad_to(train),
         }
 
 

@@ -23,6 +23,7 @@ Each step is appended to a JSON-lines file as soon as its loss is logged, so a k
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,7 +35,7 @@ import torch
 from transformers import TrainerCallback
 
 from pipeline.measure import collective, memory
-from pipeline.measure.clock import Clock, compile_seconds, samples_from_positions
+from pipeline.measure.clock import Clock, compile_seconds, real_tokens, samples_from_positions
 from pipeline.measure.collective import AllReduceClock
 from pipeline.records import Status, Step, StopRule
 
@@ -84,6 +85,8 @@ class StepMeter(TrainerCallback):
         self.compile_s = 0.0
         self.first_step_at: float | None = None  # wall time (time.time) the first optimizer step began
         self._steps_file = None
+        self._aside = False  # a forward that is not the step's work (`aside`)
+        self.first_batch_tokens = 0  # the run's longest micro-batch, trained in this step beside its own
 
     # ---- hooks on the model -------------------------------------------------------------------------------------
     def _reset_step(self) -> None:
@@ -93,8 +96,17 @@ class StepMeter(TrainerCallback):
         self._padded = 0
         self._samples: list[torch.Tensor | int] = []
 
+    @contextlib.contextmanager
+    def aside(self):
+        """Forwards inside are not the step's work: no micro-batch, no tokens (`measure.first_batch`)."""
+        self._aside = True
+        try:
+            yield
+        finally:
+            self._aside = False
+
     def _forward_start(self, module, args, kwargs) -> None:
-        if not module.training:
+        if not module.training or self._aside:
             return
         self._stop_within_step()
         self._micro.append([self.clock.mark(), None, None])
@@ -103,7 +115,7 @@ class StepMeter(TrainerCallback):
         if ids is not None:
             self._padded += ids.numel()
             self._samples.append(ids.shape[0] if mask is not None else samples_from_positions(kwargs, ids))
-            self._tokens.append(mask.sum() if mask is not None else ids.numel())
+            self._tokens.append(real_tokens(kwargs, ids))
 
     def _stop_within_step(self) -> None:
         after, threshold = self.stop.prune_after, self.stop.prune_threshold_s
@@ -118,7 +130,7 @@ class StepMeter(TrainerCallback):
             raise StopTraining(f"step {self.current_step} ran {elapsed:.3f} s > {IN_STEP_FACTOR:g} x {threshold:.3f} s")
 
     def _forward_end(self, module, args, kwargs, output) -> None:
-        if module.training and self._micro and self._micro[-1][1] is None:
+        if module.training and not self._aside and self._micro and self._micro[-1][1] is None:
             self._micro[-1][1] = self.clock.mark()
 
     def _micro_end(self) -> None:
@@ -204,7 +216,9 @@ class StepMeter(TrainerCallback):
             "peak_allocated_bytes": peak_allocated,
             "compile_s": compile_s,
             "allreduce_s": self.allreduce.take() if self.allreduce else 0.0,
+            "first_batch_tokens": self.first_batch_tokens,
         }
+        self.first_batch_tokens = 0
         self._reset_step()
         self.clock.reuse()
         self.stop_reason = self._should_stop(step_time - compile_s, peak, state.global_step)

@@ -54,8 +54,26 @@ def compile_seconds() -> float:
 
 def samples_from_positions(kwargs: dict, ids: torch.Tensor) -> torch.Tensor | int:
     """Padding-free batches are one flattened row; count sequences by position ids restarting at 0 (a tensor,
-    read after the step's synchronisation)."""
+    read after the step's synchronisation), up to the row's last record (`real_tokens`)."""
     positions = kwargs.get("position_ids")
     if positions is None:
         return ids.shape[0]
-    return (positions == 0).sum()
+    row = positions.reshape(-1)
+    return ((row == 0) & (_index(row) < real_tokens(kwargs, ids))).sum()
+
+
+def real_tokens(kwargs: dict, ids: torch.Tensor) -> torch.Tensor | int:
+    """A micro-batch's own tokens, padding left out: its attention mask's ones, or, in a padding-free row (position
+    ids, no mask), the tokens up to its last position past 0 (a row padded to a multiple ends in positions 0); a
+    tensor, read after the step's synchronisation."""
+    mask, positions = kwargs.get("attention_mask"), kwargs.get("position_ids")
+    if mask is not None:
+        return mask.sum()
+    if positions is None:
+        return ids.numel()
+    row = positions.reshape(-1)
+    return torch.where(row > 0, _index(row), -1).max() + 1
+
+
+def _index(row: torch.Tensor) -> torch.Tensor:
+    return torch.arange(row.numel(), device=row.device)

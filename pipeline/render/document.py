@@ -18,7 +18,7 @@ from pipeline.render.headline import fastest_line, sweep_gain
 from pipeline.render.rows import Criteria, Row, order, recorded_rows
 from pipeline.render.table import footnotes, paired_header, paired_text, rank_text, step_header, step_text
 from pipeline.render.text import markdown_table, num
-from pipeline.summaries import RecordedJob
+from pipeline.summaries import TOKENS_RATE, RecordedJob
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -47,7 +47,7 @@ def _columns(confidence: float, rows: list[Row]) -> list[str]:
         "status",
         step_header(confidence, rows),
         paired_header(confidence, rows),
-        "tokens/s",
+        TOKENS_RATE,
         "peak GiB",
         "predicted GiB",
         "cap",

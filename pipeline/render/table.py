@@ -8,6 +8,7 @@ from pipeline.compare.paired import Judgement, ratio_text
 from pipeline.measure.stats import TRIM
 from pipeline.render.rows import FASTEST, Criteria, Row, close, order, reference_role
 from pipeline.render.text import interval_text, markdown_table, num
+from pipeline.summaries import TOKENS_RATE
 
 
 def step_text(row: Row, confidence: float) -> str:
@@ -59,7 +60,7 @@ def rank_text(row: Row) -> str:
 
 def format_table(rows: list[Row], criteria: Criteria) -> str:
     confidence = criteria.confidence
-    header = ["config", "status", step_header(confidence, rows), paired_header(confidence, rows), "tokens/s", "MFU"]
+    header = ["config", "status", step_header(confidence, rows), paired_header(confidence, rows), TOKENS_RATE, "MFU"]
     header += ["peak GiB", "cap", "loss dev", "rank", "notes"]
     lines: list[list[object]] = [header]
     for r in order(rows):

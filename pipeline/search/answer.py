@@ -15,7 +15,7 @@ from pipeline import exits
 from pipeline.config.identity import parse_override
 from pipeline.jobs.answer_code import Exported, export_answer
 from pipeline.records import GIB, RunState, Status
-from pipeline.search import speedup
+from pipeline.search import slow, speedup
 from pipeline.search.answer_table import confirmation_lines, format_trials
 from pipeline.search.decided import Decided
 from pipeline.search.gains import Gains, knob_gains
@@ -41,6 +41,8 @@ class StudyFacts:
     stopped: bool = False  # interrupted: where nothing fits yet, that is no verdict
     coverage: Coverage | None = None
     left_out: tuple[LeftOut, ...] = ()
+    run: str = ""  # the run the answer must fit, in words (`search.longest`)
+    busy_threshold: float = 0.5  # measure.busy_threshold: a GPU busy less is said idle (`search.slow`)
 
 
 @dataclass(frozen=True)
@@ -90,10 +92,23 @@ def claim_of(decided: Decided, best: TrialRecord, setting: StudyFacts) -> Claim:
     )
 
 
+def fit_line(best: TrialRecord, setting: StudyFacts) -> str:
+    """What the answer's fit was judged on: `fits: peak 18.98 GiB of 20.00 GiB on the run's longest micro-batch
+    (8,112 tokens; step 500 of one pass over 2,000 records)`."""
+    head = f"fits: peak {best.peak_gib:.2f} GiB of {setting.cap_bytes / GIB:.2f} GiB"
+    longest, run = best.longest, setting.run or "the run"
+    if not longest:
+        return head
+    if not longest.get("first"):
+        return f"{head}; every micro-batch of {run} alike ({longest['tokens']:,} tokens)"
+    return f"{head} on the run's longest micro-batch ({longest['tokens']:,} tokens; step {longest['step']:,} of {run})"
+
+
 def _best_lines(decided: Decided, best: TrialRecord, setting: StudyFacts, claim: Claim, script: str) -> list[str]:
     return [
         f"best feasible: {best.label}  ({best.median:.4f} s/step in the search, peak {best.peak_gib:.2f} GiB of "
         f"{setting.cap_bytes / GIB:.2f} GiB)",
+        f"  {fit_line(best, setting)}",
         f"  {reproduce(setting.command, best)}",
         f"  script: {script}",
         f"  {sft_call(best.sft_kwargs)}",
@@ -140,7 +155,7 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
     """Everything the study has decided, by any worker, turned into its answer."""
     shown = [r for r in decided.records if r.state != TrialState.FAIL or r.status is not None]
     errors = tuple(abs(r.predictor_error) for r in decided.records if r.predictor_error is not None)
-    lines = ["", format_trials(shown, setting.confidence, decided.baseline), ""]
+    lines = ["", format_trials(shown, setting.confidence, decided.baseline, setting.busy_threshold), ""]
     best, cap_gib, seconds = decided.best, setting.cap_bytes / GIB, decided.gpu_seconds
     if decided.confirmation is not None and best is not None:
         lines += [*confirmation_lines(decided.confirmation, best.label, seconds), ""]
@@ -151,6 +166,7 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
         lines += _best_lines(decided, best, setting, claim, shown)
         gains = knob_gains(decided.records, best, decided.baseline)
         lines += gains.lines()
+        lines += slow.lines(best, decided.baseline, decided.records, setting.busy_threshold)
         device = decided.calibration.device if decided.calibration else None
         more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
         lines += more

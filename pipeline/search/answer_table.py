@@ -6,9 +6,10 @@ from __future__ import annotations
 from pipeline.records import Status
 from pipeline.render.table import step_header
 from pipeline.render.text import interval_text, markdown_table, num
-from pipeline.search import trials
+from pipeline.search import slow, trials
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.trials import Role, TrialRecord
+from pipeline.summaries import TOKENS_RATE
 
 
 def _step_cell(r: TrialRecord, confidence: float) -> str:
@@ -19,14 +20,18 @@ def _step_cell(r: TrialRecord, confidence: float) -> str:
     return f"{r.median:.4f} (first steps)"  # a pruned trial's few steps: no interval to speak of
 
 
-def format_trials(records: list[TrialRecord], confidence: float, baseline: TrialRecord | None) -> str:
-    header = ["#", "config", "status", step_header(confidence), "tokens/s", "peak GiB", "predicted GiB", "fits"]
+def format_trials(
+    records: list[TrialRecord], confidence: float, baseline: TrialRecord | None, busy_threshold: float = 0.5
+) -> str:
+    """Every trial with its figures; a note says what a config is bound by where it was measured (`search.slow`)."""
+    costs = slow.micro_costs(records)
+    header = ["#", "config", "status", step_header(confidence), TOKENS_RATE, "peak GiB", "predicted GiB", "fits"]
     lines: list[list[object]] = [[*header, "loss dev", "note"]]
     # measured in full first, by step time; then pruned, over the cap, skipped, failed
     for r in sorted(records, key=lambda r: (r.status is not Status.OK, r.median is None, r.median or 0.0)):
         fits = "no (predicted)" if r.status is Status.SKIPPED else {True: "yes", False: "no", None: "-"}[r.feasible]
         role = ("baseline, outside the space" if r.outside else "baseline") if r.role is Role.BASELINE else ""
-        note = "; ".join(n for n in (role, r.note[:60]) if n)
+        note = "; ".join(n for n in (role, r.note[:60], slow.note(r, costs, busy_threshold)) if n)
         status = r.status or r.state.name.lower()
         lines.append([r.number, r.label, status, _step_cell(r, confidence), num(r.tokens_per_s, ",.0f")])
         lines[-1] += [num(r.peak_gib, ".3f"), num(r.predicted_gib, ".3f"), fits]

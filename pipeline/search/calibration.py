@@ -14,15 +14,23 @@ import optuna
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.job import parse, parse_split
+from pipeline.config.schema import typed
 from pipeline.jobs import task
 from pipeline.knobs.base import Compile
-from pipeline.records import GIB, RunKind, Status
+from pipeline.records import GIB, MicroBatch, RunKind, Status
+from pipeline.search.longest import RunBatches
 from pipeline.search.predictor import Knobs
 from pipeline.search.space import SPLIT_KEY
 from pipeline.tracking import runs
 
 # what the predictor's formula sees
-FORMULA_KNOBS = ("batch.split", "train.dtype", "train.gradient_checkpointing", "train.torch_compile")
+FORMULA_KNOBS = (
+    "batch.split",
+    "train.dtype",
+    "train.gradient_checkpointing",
+    "train.torch_compile",
+    "model.attn_implementation",
+)
 
 
 def value_at(cfg: Any, key: str) -> Any:
@@ -32,17 +40,32 @@ def value_at(cfg: Any, key: str) -> Any:
     return cfg
 
 
-def knobs_of(cfg: Any, space_keys: list[str], placement_dtype: str | None = None) -> Knobs:
-    """The memory knobs of a config (composed or typed): the formula's own (the compile choice among them, searched
-    or not), and the other searched keys as the line's fixed setting."""
+def knobs_of(
+    cfg: Any, space_keys: list[str], placement_dtype: str | None = None, batch: MicroBatch | None = None
+) -> Knobs:
+    """The memory knobs of a config (composed or typed): the formula's own (the compile choice and the attention
+    among them, searched or not), and the other searched keys as the line's fixed setting; `batch`: the micro-batch
+    its peak is measured or predicted on (the run's longest), else one of max_length sequences."""
     micro = parse_split(cfg.batch.split).micro
     dtype = cfg.train.dtype if cfg.train.dtype != "auto" else (placement_dtype or "fp32")
     other = tuple((k, str(value_at(cfg, k))) for k in space_keys if k not in FORMULA_KNOBS)
     compiled = Compile.of(cfg.train.torch_compile).value
-    return Knobs(micro, cfg.train.max_length, dtype, bool(cfg.train.gradient_checkpointing), other, compiled)
+    tokens, squares = (batch.tokens, batch.squares) if batch is not None else (None, None)
+    return Knobs(
+        micro,
+        cfg.train.max_length,
+        dtype,
+        bool(cfg.train.gradient_checkpointing),
+        other,
+        compiled,
+        str(cfg.model.attn_implementation),
+        tokens,
+        squares,
+    )
 
 
 CHECKPOINTING = "train.gradient_checkpointing"
+PADDING = "train.padding"
 
 
 ATTR = "calibration"  # the study's user attribute that holds it
@@ -100,6 +123,9 @@ class Calibration:
                     p["checkpointing"],
                     tuple(map(tuple, p["other"])),
                     p.get("compile", Compile.OFF.value),
+                    p.get("attention", "sdpa"),
+                    p.get("tokens"),
+                    p.get("squares"),
                 ),
                 p["peak"],
             )
@@ -146,61 +172,107 @@ def _finding(outcome: task.JobOutcome) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Probe:
+    """Where one probe measures: the base config at a split, a checkpointing setting and a padding."""
+
+    split: str
+    checkpointing: bool
+    padding: str
+    is_base: bool  # the base config's checkpointing and padding: what calibrates the formula
+
+    def name(self, base: DictConfig) -> str:
+        micro = parse_split(self.split).micro
+        said = (
+            []
+            if self.checkpointing == bool(base.train.gradient_checkpointing)
+            else [f"ckpt={'on' if self.checkpointing else 'off'}"]
+        )
+        said += [] if self.padding == base.train.padding else [f"padding={self.padding}"]
+        return " ".join([f"probe {micro}x1", *said])
+
+    def config(self, base: DictConfig) -> DictConfig:
+        """The base config at this probe's split, checkpointing and padding: the run it measures the longest
+        micro-batch of."""
+        at = OmegaConf.create(OmegaConf.to_container(base, resolve=False))
+        at.batch.split = self.split
+        at.train.gradient_checkpointing = self.checkpointing
+        at.train.padding = self.padding
+        return at
+
+
+@dataclass(frozen=True)
 class Prober:
-    """Runs the probes of one study: the base config, at a micro-batch and a checkpointing setting."""
+    """Runs the probes of one study: the base config, at a micro-batch, a checkpointing setting and a padding, each
+    on the run's longest micro-batch at that split (`batches`; where the records vary in length)."""
 
     base: DictConfig
     space_keys: list[str]
     study: str
     parent: str
     steps: int
+    batches: RunBatches | None = None
+
+    def plan(self, space: dict[str, list]) -> list[Probe]:
+        """The smallest and largest micro-batch of the space's splits on the base config, and on its other
+        checkpointing setting when the space searches it, and at each other padding the space searches (a padding
+        lays the same tokens out in other rows, and what attention keeps grows with their squared lengths: each
+        padding gets its own line)."""
+        splits, base_ckpt = space[SPLIT_KEY], bool(self.base.train.gradient_checkpointing)
+        base_padding = str(self.base.train.padding)
+        settings = [base_ckpt, *(bool(v) for v in space.get(CHECKPOINTING, []))]
+        found = [
+            Probe(split, checkpointing, base_padding, checkpointing == base_ckpt)
+            for checkpointing in dict.fromkeys(settings)
+            for split in dict.fromkeys([splits[0], splits[-1]])
+        ]
+        paddings = [str(v) for v in space.get(PADDING, []) if str(v) != base_padding]
+        ends = dict.fromkeys([splits[0], splits[-1]])
+        return found + [
+            Probe(split, base_ckpt, padding, False) for padding in dict.fromkeys(paddings) for split in ends
+        ]
 
     def run(self, space: dict[str, list], kept_on: optuna.Study | None = None) -> Calibration:
-        """The smallest and largest micro-batch of the space's splits on the base config, and on its other
-        checkpointing setting when the space searches it. Each probe's finding is kept on the study `kept_on` as
-        it is measured; a probe it holds already is not run again."""
+        """Every probe of the plan. Each probe's finding is kept on the study `kept_on` as it is measured; a probe
+        it holds already is not run again."""
         kept = _Kept(kept_on)
         found = Calibration(gpu_seconds=kept.killed_s)
-        splits, base_ckpt = space[SPLIT_KEY], bool(self.base.train.gradient_checkpointing)
-        settings = [base_ckpt, *(bool(v) for v in space.get(CHECKPOINTING, []))]
-        for checkpointing in dict.fromkeys(settings):
-            for split in dict.fromkeys([splits[0], splits[-1]]):
-                self.probe(found, kept, split, checkpointing, checkpointing == base_ckpt)
+        for probe in self.plan(space):
+            self.probe(found, kept, probe)
         return found
 
-    def probe(self, found: Calibration, kept: _Kept, split: str, checkpointing: bool, is_base: bool) -> None:
+    def probe(self, found: Calibration, kept: _Kept, probe: Probe) -> None:
         # Memory depends on the micro-batch, not on accumulation: a probe runs its micro-batch once per step.
-        micro = parse_split(split).micro
-        name = f"probe {micro}x1" + ("" if is_base else f" ckpt={'on' if checkpointing else 'off'}")
+        name = probe.name(self.base)
+        at_split = probe.config(self.base)
+        batch = self.batches.longest(typed(at_split)) if self.batches else None
         if name in kept.measured:
             print(f"[study] {name}: measured before the study stopped; not run again", flush=True)
         else:
-            self._measure(kept, name, micro, checkpointing)
+            first = self.batches.first(typed(at_split)) if self.batches else None
+            self._measure(kept, name, probe, first)
         finding = kept.measured[name]
         found.gpu_seconds += finding["seconds"]
         if not finding["ok"]:
             return
         found.dtype, found.device = finding["dtype"], finding["device"]
-        at_split = OmegaConf.create(OmegaConf.to_container(self.base, resolve=False))
-        at_split.batch.split = split
-        at_split.train.gradient_checkpointing = checkpointing
-        point = (knobs_of(at_split, self.space_keys, finding["dtype"]), finding["peak_gib"] * GIB)
+        point = (knobs_of(at_split, self.space_keys, finding["dtype"], batch), finding["peak_gib"] * GIB)
         found.probes.append(point)
-        if finding["median"]:
-            found.times.append((micro, checkpointing, finding["median"]))
-        if is_base:
+        if finding["median"] and probe.padding == self.base.train.padding:
+            found.times.append((parse_split(probe.split).micro, probe.checkpointing, finding["median"]))
+        if probe.is_base:
             found.base_probes.append(point)
 
-    def _measure(self, kept: _Kept, name: str, micro: int, checkpointing: bool) -> None:
-        """Run one probe, its micro-batch once per step, uncapped; its finding kept before its line is printed."""
-        cfg = OmegaConf.create(OmegaConf.to_container(self.base, resolve=False))
-        cfg.train.gradient_checkpointing = checkpointing
+    def _measure(self, kept: _Kept, name: str, probe: Probe, first: MicroBatch | None) -> None:
+        """Run one probe, its micro-batch once per step, uncapped, the run's longest at step one (`first`); its
+        finding kept before its line is printed."""
+        cfg = probe.config(self.base)
+        micro = parse_split(probe.split).micro
         cfg.batch.split = f"{micro}x1"
         cfg.batch.effective = micro * cfg.world_size
         cfg.train.steps = self.steps
         cfg.measure.warmup_steps = 1
         job = parse(cfg)  # the base config, checked, at another micro-batch
-        spec = task.job_spec(job, name=name, uncapped=True)
+        spec = dataclasses.replace(task.job_spec(job, name=name, uncapped=True), first_batch=first)
 
         def keep(outcome: task.JobOutcome) -> None:
             kept.measured[name] = _finding(outcome)

@@ -23,8 +23,9 @@ from pipeline.config.identity import digest, identity_tree
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
 from pipeline.search.calibration import ATTR as CALIBRATION
-from pipeline.search.calibration import Calibration
-from pipeline.search.predictor import Predictor
+from pipeline.search.calibration import Calibration, knobs_of
+from pipeline.search.longest import RunBatches
+from pipeline.search.predictor import Knobs, Predictor
 from pipeline.search.sampler import make_sampler
 from pipeline.search.space import Candidate, LeftOut, candidates, knob_space
 from pipeline.tracking import runs
@@ -136,6 +137,7 @@ class StudyContext:
     placement_dtype: str | None = None
     device: str | None = None
     extra: dict[str, Candidate] = field(default_factory=dict)  # configs measured beside the space (its baseline)
+    batches: RunBatches | None = None  # the run the answer must fit, and each config's longest micro-batch of it
 
     @classmethod
     def open(cls, cfg: DictConfig, command: list[str], cap: int) -> StudyContext:
@@ -149,7 +151,14 @@ class StudyContext:
         study = open_study(cfg, name, storage, cap)  # first: a study bound to another config is refused here
         tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.artifact_root)
         predictor = Predictor(Shape.from_model(cfg.model), cfg.lora.r, list(cfg.lora.target_modules))
-        return cls(cfg, kept, cap, name, space, valid, left_out, study, storage, tracker, predictor)
+        made = cls(cfg, kept, cap, name, space, valid, left_out, study, storage, tracker, predictor)
+        made.batches = RunBatches(cfg.optimize.fit_over)
+        return made
+
+    def knobs(self, candidate: Candidate) -> Knobs:
+        """The candidate's memory knobs, on the run's longest micro-batch of it."""
+        batch = self.batches.longest(candidate.config) if self.batches else None
+        return knobs_of(candidate.config, self.space_keys, self.placement_dtype, batch)
 
     @cached_property
     def by_id(self) -> dict[str, Candidate]:

@@ -1,10 +1,14 @@
 """A LoRA-aware prediction of a job's peak memory, calibrated by at most two short probe jobs.
 
-Terms, in bytes (b = bytes per element of the compute dtype, T = tokens per micro-batch = micro x max_length):
+Terms, in bytes (b = bytes per element of the compute dtype, T = the tokens of a micro-batch as its layout computes
+them: padded to its longest record, or without padding; micro x max_length where no batch is given; S = the sum of
+its rows' squared lengths, a padding-free row being one):
 - frozen weights:      b x (embedding + every layer's projections + LM head when untied)
 - adapters:            16 x LoRA parameters (fp32 weights, fp32 gradients, two fp32 Adam moments)
 - activations / token: without checkpointing every layer keeps b x (6h + 4 n_heads d + 4i) + 8h (fp32 norms);
                        with checkpointing each layer keeps its input (b x h) and one layer is recomputed in full
+- attention / S:       what attention without a fused kernel keeps of its scores (`model.attn_implementation=eager`:
+                       the probabilities in fp32, and in the compute dtype where it is narrower), per head and layer
 - loss buffers / token: 8 bytes (TRL's fused LM head computes log-probabilities in chunks and never holds the full
                        logits; the chunk's workspace is a constant, left to the offset)
 - the speed knobs:     each knob's memory term (`pipeline.knobs`): checkpointing keeps each layer's input and
@@ -15,10 +19,12 @@ terms (activations and loss buffers), `offset` is what the formula does not see 
 on a GPU; the interpreter and libraries on CPU). Two probes at the smallest and largest micro-batch give both; one
 probe gives the offset with scale 1.
 
-Measurements then take over from the formula: peak memory is linear in the micro-batch for fixed knobs, so a config
-whose knobs (checkpointing, bytes per element, length) were measured at two micro-batches is predicted by the line
-through them (least squares over all), and one measured at a single micro-batch by the calibrated slope through that
-point. A line measured under another compile choice is used with its slope scaled by the formula's ratio of
+Measurements then take over from the formula: peak memory is linear in the tokens of the micro-batch it was measured
+on (T, with S in the tokens' worth the formula gives it) for fixed knobs, so a config whose knobs (checkpointing,
+bytes per element, length) were measured at two token counts is predicted by the line through them (least squares
+over all), and one measured at a single count by the calibrated slope through that point. The micro-batch is the
+run's longest (`search.longest`): records of varying length make the token count, not the number of sequences, what
+memory grows with. A line measured under another compile choice is used with its slope scaled by the formula's ratio of
 activations (compiling changes what grows with the micro-batch, not the weights). Only where no measurement shares
 its knobs does the calibrated formula answer alone (the probes calibrate one setting of the knobs; the formula's
 per-token terms for another are off by up to ~20%).
@@ -40,9 +46,10 @@ LOSS_BYTES_PER_TOKEN = 8
 
 @dataclass(frozen=True)
 class Knobs:
-    """What a job's peak memory depends on: the micro-batch, and the settings a line through measurements holds
-    fixed (`other`: every memory knob the formula has no term for, e.g. Liger, the compile mode, adapter dtype;
-    `compile`: what is compiled, a `Compile` value, which the formula sees)."""
+    """What a job's peak memory depends on: the micro-batch (its size, and the tokens of the one measured or predicted
+    on), and the settings a line through measurements holds fixed (`other`: every memory knob the formula has no
+    term for, e.g. Liger, the compile mode, adapter dtype, padding; `compile`: what is compiled, a `Compile` value,
+    and `attention`, which the formula sees)."""
 
     micro: int
     max_length: int
@@ -50,6 +57,16 @@ class Knobs:
     checkpointing: bool
     other: tuple[tuple[str, str], ...] = ()
     compile: str = "off"
+    attention: str = "sdpa"  # model.attn_implementation, which the formula sees
+    tokens: int | None = None  # T of the micro-batch measured or predicted; None: micro x max_length
+    squares: int | None = None  # S; None: micro x max_length^2
+
+    @property
+    def work(self) -> tuple[int, int]:
+        """(T, S) of its micro-batch."""
+        tokens = self.tokens if self.tokens is not None else self.micro * self.max_length
+        squares = self.squares if self.squares is not None else self.micro * self.max_length**2
+        return tokens, squares
 
     def same_formula(self, other: Knobs) -> bool:
         """The formula's knobs alike, but the micro-batch (fp16 and bf16 take the same bytes)."""
@@ -66,13 +83,17 @@ class Knobs:
     @property
     def setting(self) -> tuple:
         """What a line through measurements holds fixed beyond the formula's knobs."""
-        return (self.compile, self.other)
+        return (self.compile, self.attention, self.other)
 
 
 def memory_term(knobs: Knobs) -> Memory:
-    """The speed knobs' term: checkpointing and the compile choice as the formula holds them, and every other knob
-    the setting holds."""
-    own = {"train.gradient_checkpointing": knobs.checkpointing, "train.torch_compile": knobs.compile}
+    """The speed knobs' term: checkpointing, the compile choice and the attention as the formula holds them, and
+    every other knob the setting holds."""
+    own = {
+        "train.gradient_checkpointing": knobs.checkpointing,
+        "train.torch_compile": knobs.compile,
+        "model.attn_implementation": knobs.attention,
+    }
     return knob_memory([*own.items(), *((k, v) for k, v in knobs.other if k not in own)], knobs.dtype)
 
 
@@ -93,6 +114,19 @@ def per_token_bytes(shape: Shape, knobs: Knobs) -> float:
     return kept + LOSS_BYTES_PER_TOKEN + term.token_bytes + logit_token_bytes(shape, knobs)
 
 
+def square_bytes(shape: Shape, knobs: Knobs) -> float:
+    """What attention keeps per unit of S (a squared row length): its scores' bytes in every head and layer."""
+    b = DTYPE_BYTES[knobs.dtype]
+    per_score = 4 + (b if b < 4 else 0)  # the fp32 probabilities, and their copy in a narrower compute dtype
+    return memory_term(knobs).scores * shape.heads * shape.layers * per_score
+
+
+def token_equivalents(shape: Shape, knobs: Knobs) -> float:
+    """The knobs' micro-batch as tokens of its formula: T, and S at its bytes over a token's."""
+    tokens, squares = knobs.work
+    return tokens + squares * square_bytes(shape, knobs) / per_token_bytes(shape, knobs)
+
+
 def logit_token_bytes(shape: Shape, knobs: Knobs) -> float:
     """What the loss keeps of the logits per token: a measured figure, not the formula's, so a line of another
     setting carries it as it is (not scaled with the activations)."""
@@ -110,37 +144,43 @@ class Predictor:
 
     def analytic(self, knobs: Knobs) -> tuple[float, float]:
         """(static bytes, per-micro-batch bytes) before calibration."""
-        tokens = knobs.micro * knobs.max_length
-        return static_bytes(self.shape, knobs, self.lora_r, self.targets), tokens * per_token_bytes(self.shape, knobs)
+        dynamic = self.x(knobs) * per_token_bytes(self.shape, knobs)
+        return static_bytes(self.shape, knobs, self.lora_r, self.targets), dynamic
+
+    def x(self, knobs: Knobs) -> float:
+        """Where a line through measurements places the knobs' micro-batch: its token equivalents."""
+        return token_equivalents(self.shape, knobs)
 
     def formula(self, knobs: Knobs) -> float:
         static, dynamic = self.analytic(knobs)
         return static + self.scale * dynamic + self.offset
 
     def predict(self, knobs: Knobs) -> float:
-        """Peak memory is linear in the micro-batch for a fixed setting, so measurements take over from the formula:
-        - its own setting measured at two micro-batches or more: the line through them (least squares);
+        """Peak memory is linear in the micro-batch's tokens for a fixed setting (`x`), so measurements take over
+        from the formula:
+        - its own setting measured at two token counts or more: the line through them (least squares);
         - measured at one: that point, with the slope of the nearest setting measured at two (the same formula
-          knobs; the same compile choice first, then the most other knobs alike: Liger, the compile mode and the
-          adapter dtype move the peak, but far less its growth per sequence than the formula errs), else the
-          formula's slope;
+          knobs; the same compile choice first, then the most other knobs alike: Liger, the compile mode, the
+          adapter dtype and the padding move the peak, but far less its growth per token than the formula errs),
+          else the formula's slope;
         - never measured: the nearest measured setting's line, else the nearest single point with the formula's
           slopes, else the calibrated formula.
-        A line or point of another compile choice has its growth per sequence scaled to this one's (`_Line`)."""
+        A line or point of another compile choice has its growth per token scaled to this one's (`_Line`)."""
         same_formula = [(k, peak) for k, peak in self.measured if k.same_formula(knobs)]
-        own = [(k.micro, peak) for k, peak in same_formula if k.same_setting(knobs)]
-        if len({m for m, _ in own}) >= 2:
-            return _Line(own).at(knobs.micro)
+        own = [(self.x(k), peak) for k, peak in same_formula if k.same_setting(knobs)]
+        here = self.x(knobs)
+        if len({round(x, 6) for x, _ in own}) >= 2:
+            return _Line(own).at(here)
         nearest = self._nearest_lines(same_formula, knobs)
         if own:
-            micro, peak = own[0]
+            x, peak = own[0]
             slope = nearest[0].slope if nearest else self._formula_slope(knobs)
-            return peak + slope * (knobs.micro - micro)
+            return peak + slope * (here - x)
         if nearest:
-            return nearest[0].at(knobs.micro)
-        if same_formula:  # measured only at single micro-batches, in other settings: a point, the formula's slopes
+            return nearest[0].at(here)
+        if same_formula:  # measured only at single token counts, in other settings: a point, the formula's slopes
             k, peak = same_formula[0]
-            return peak - self._formula_slope(k) * k.micro + self._formula_slope(knobs) * knobs.micro
+            return peak - self._formula_slope(k) * self.x(k) + self._formula_slope(knobs) * here
         return self.formula(knobs)
 
     def _nearest_lines(self, measured: list[tuple[Knobs, float]], knobs: Knobs) -> list[_Line]:
@@ -165,21 +205,21 @@ class Predictor:
             compiled_apart = (k.compile == "off") != (knobs.compile == "off")
             return (by_memory, k.compile != knobs.compile, compiled_apart, len(apart))
 
-        lines = sorted((f for f in settings.values() if len({k.micro for k, _ in f}) >= 2), key=distance)
+        lines = sorted((f for f in settings.values() if len({round(self.x(k), 6) for k, _ in f}) >= 2), key=distance)
         return [self._carried(f, knobs) for f in lines]
 
     def _carried(self, found: list[tuple[Knobs, float]], knobs: Knobs) -> _Line:
-        """A line of another setting carried to `knobs`: its growth per sequence scaled by the formula's activations,
-        the loss's measured bytes per sequence added as they are."""
+        """A line of another setting carried to `knobs`: its growth per token scaled by the formula's activations,
+        the loss's measured bytes per token added as they are."""
         other = found[0][0]
         activations = per_token_bytes(self.shape, knobs) - logit_token_bytes(self.shape, knobs)
         ratio = activations / (per_token_bytes(self.shape, other) - logit_token_bytes(self.shape, other))
-        logits = (logit_token_bytes(self.shape, knobs) - logit_token_bytes(self.shape, other)) * knobs.max_length
-        return _Line([(k.micro, p) for k, p in found], ratio, logits)
+        logits = logit_token_bytes(self.shape, knobs) - logit_token_bytes(self.shape, other)
+        return _Line([(self.x(k), p) for k, p in found], ratio, logits)
 
     def _formula_slope(self, knobs: Knobs) -> float:
-        """The calibrated formula's bytes per extra sequence at this setting."""
-        return self.scale * self.analytic(knobs)[1] / knobs.micro
+        """The calibrated formula's bytes per extra token at this setting."""
+        return self.scale * per_token_bytes(self.shape, knobs)
 
     def calibrate(self, probes: list[tuple[Knobs, float]]) -> None:
         """Fit scale and offset to measured peaks (bytes) of one or two probe jobs."""
@@ -193,8 +233,8 @@ class Predictor:
             self.offset = p0 - s0 - self.scale * d0
 
 
-def _slope(points: list[tuple[int, float]]) -> float:
-    """Bytes per extra sequence of a line through (micro, peak) points; never negative (resident memory on CPU is
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Bytes per extra token of a line through (tokens, peak) points; never negative (resident memory on CPU is
     noisy, and memory never shrinks with a larger micro-batch)."""
     slope, _ = statistics.linear_regression([float(m) for m, _ in points], [p for _, p in points])
     return max(slope, 0.0)
@@ -202,18 +242,18 @@ def _slope(points: list[tuple[int, float]]) -> float:
 
 @dataclass(frozen=True)
 class _Line:
-    """The least-squares line through (micro, peak) points of one setting; `ratio` scales what grows with the
-    micro-batch to another setting's activations (1: the points' own)."""
+    """The least-squares line through (tokens, peak) points of one setting; `ratio` scales what grows with the
+    tokens to another setting's activations (1: the points' own)."""
 
-    points: list[tuple[int, float]]
+    points: list[tuple[float, float]]
     ratio: float = 1.0
-    extra: float = 0.0  # bytes per sequence another setting's loss keeps beyond the points' own
+    extra: float = 0.0  # bytes per token another setting's loss keeps beyond the points' own
 
     @property
     def slope(self) -> float:
         return _slope(self.points) * self.ratio + self.extra
 
-    def at(self, micro: int) -> float:
-        mean_m = statistics.fmean(m for m, _ in self.points)
+    def at(self, x: float) -> float:
+        mean_x = statistics.fmean(x for x, _ in self.points)
         mean_p = statistics.fmean(p for _, p in self.points)
-        return mean_p - _slope(self.points) * mean_m + self.slope * micro
+        return mean_p - _slope(self.points) * mean_x + self.slope * x

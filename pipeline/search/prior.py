@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from pipeline.config.validate import parse_split
-from pipeline.search.calibration import Calibration, knobs_of
+from pipeline.search.calibration import Calibration
 from pipeline.search.opening import StudyContext
 from pipeline.search.space import Candidate
 
@@ -32,8 +32,7 @@ def estimate(calibration: Calibration, candidate: Candidate) -> float:
 
 def fits(ctx: StudyContext, candidate: Candidate) -> bool:
     """Whether the predictor puts the candidate's peak under the cap (with the study's skip margin)."""
-    knobs = knobs_of(candidate.config, ctx.space_keys, ctx.placement_dtype)
-    return ctx.predictor.predict(knobs) <= ctx.cap * (1 + ctx.cfg.optimize.skip_margin)
+    return ctx.predictor.predict(ctx.knobs(candidate)) <= ctx.cap * (1 + ctx.cfg.optimize.skip_margin)
 
 
 def ordered(ctx: StudyContext, calibration: Calibration, pool: list[Candidate]) -> list[Candidate]:

@@ -232,7 +232,7 @@ _KEY = re.compile(r"\b(?:model|lora|gpu|batch|data|train|optimize|measure|launch
 def _blocker(key: str, value: Any, space: dict, invalid: dict) -> str:
     """Why `key=value` runs in no combination: a split that does not make the effective batch says nothing of the
     value itself, so it comes last; before it, a reason that names a setting the space does not search (CUDA graphs
-    need `train.padding=max_length`) comes before one that names only searched keys (a compile mode with
+    need a padding with few shapes) comes before one that names only searched keys (a compile mode with
     compilation off, a split with accumulation: the space's own combinations)."""
     reasons = [why for label, why in invalid.items() if f"{key}={override_text(value)}" in label.split()]
 

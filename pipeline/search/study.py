@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from pipeline import progress
 from pipeline.config.choices import ConfirmMode
+from pipeline.config.schema import typed
 from pipeline.jobs import runner, task
 from pipeline.liveness import HEARTBEAT_S
 from pipeline.records import GIB
@@ -87,7 +88,8 @@ class StudyDriver:
         ctx = self.ctx
         with workers.claim(ctx.study, CALIBRATION) as mine:
             if mine:
-                prober = Prober(ctx.cfg, ctx.space_keys, ctx.name, ctx.parent, ctx.cfg.optimize.probe_steps)
+                steps = ctx.cfg.optimize.probe_steps
+                prober = Prober(ctx.cfg, ctx.space_keys, ctx.name, ctx.parent, steps, ctx.batches)
                 found = prober.run(ctx.space, kept_on=ctx.study)  # what a stopped calibration measured is kept
                 ctx.predictor.calibrate(found.base_probes)
                 found.scale, found.offset = ctx.predictor.scale, ctx.predictor.offset
@@ -163,6 +165,8 @@ class StudyDriver:
             stopped=not finished,
             coverage=coverage,
             left_out=tuple(ctx.left_out),
+            run=ctx.batches.text(typed(ctx.cfg)) if ctx.batches else "",
+            busy_threshold=ctx.cfg.measure.busy_threshold,
         )
         return decide(decided, setting)
 

@@ -15,6 +15,7 @@ optuna-dashboard reads (`constraints`). The baseline is never skipped nor pruned
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import optuna
@@ -24,7 +25,6 @@ from pipeline.jobs import task
 from pipeline.measure.summary import steady_steps
 from pipeline.records import GIB, RunKind, Status, StopRule
 from pipeline.search import trials, workers
-from pipeline.search.calibration import knobs_of
 from pipeline.search.opening import StudyContext
 from pipeline.search.predictor import Knobs
 from pipeline.search.space import Candidate
@@ -44,7 +44,7 @@ class TrialTeller:
     def evaluate(self, trial: optuna.Trial, candidate: Candidate) -> None:
         """Decide one candidate: skipped when predicted over the cap (never the baseline), else measured."""
         ctx = self.ctx
-        knobs = knobs_of(candidate.config, ctx.space_keys, ctx.placement_dtype)
+        knobs = ctx.knobs(candidate)
         ctx.predictor.measured = self._measurements()
         predicted = ctx.predictor.predict(knobs)
         trials.write(
@@ -54,6 +54,7 @@ class TrialTeller:
                 trials.WORLD_SIZE: int(candidate.config.world_size),
                 trials.PREDICTED: _shown(predicted / GIB, 3),
                 trials.KNOBS: {"micro": knobs.micro, "dtype": knobs.dtype, "checkpointing": knobs.checkpointing},
+                trials.LONGEST: self._longest(candidate),
             },
         )
         run_name = f"trial {trial.number}: {candidate.label}"
@@ -73,6 +74,16 @@ class TrialTeller:
         trials.write(trial, {trials.FEASIBLE: False})
         self.constrain(trial, (predicted - self.ctx.cap) / GIB)
         self._tell_infeasible(trial, _shown(self._predicted_step(candidate), 4))
+
+    def _longest(self, candidate: Candidate) -> dict | None:
+        """What its fit is judged on: the run's longest micro-batch, trained at step one of its job (`first`), or,
+        where every micro-batch of the run is alike, any of them."""
+        batches = self.ctx.batches
+        if batches is None:
+            return None
+        batch = batches.longest(candidate.config)
+        first = batches.first(candidate.config) is not None
+        return {"tokens": batch.tokens, "real": batch.real, "step": batch.step, "first": first}
 
     def _predicted_step(self, candidate: Candidate) -> float | None:
         split = candidate.job.split
@@ -101,6 +112,8 @@ class TrialTeller:
     def _measure(self, trial, candidate: Candidate, run_name: str, tags: dict, baseline: bool) -> None:
         ctx = self.ctx
         spec = task.job_spec(candidate.job, name=candidate.label, stop=self._stop_rule(baseline), uncapped=baseline)
+        if ctx.batches is not None:  # the run's longest micro-batch at step one: a config over the cap stops there
+            spec = dataclasses.replace(spec, first_batch=ctx.batches.first(candidate.config))
         try:
             outcome = task.run(
                 candidate.job, spec=spec, kind=RunKind.TRIAL, parent_id=ctx.parent, tags=tags, run_name=run_name
@@ -127,6 +140,8 @@ class TrialTeller:
                 trials.RUN_ID: outcome.run_id,
                 trials.NOTE: result.stopped or result.error or "",
                 trials.SFT: result.sft_kwargs,
+                trials.BUSY: _shown(summary.gpu_busy, 3),
+                trials.PROFILE: _profile(result.profile),
             },
         )
         ran = [s.step_time_s - s.compile_s for s in result.steps if s.step > 1]
@@ -167,7 +182,7 @@ class TrialTeller:
         for record in trials.records(ctx.study):
             candidate = ctx.candidate(record.config_id)
             if record.status in trials.PEAK_MEASURED and record.peak_gib and candidate is not None:
-                found.append((knobs_of(candidate.config, ctx.space_keys, ctx.placement_dtype), record.peak_gib * GIB))
+                found.append((ctx.knobs(candidate), record.peak_gib * GIB))
         return found
 
     def repeat_of(self, trial: optuna.Trial, candidate: Candidate | None, values) -> None:
@@ -187,6 +202,15 @@ class TrialTeller:
             study.tell(trial, decided.value)
         else:
             study.tell(trial, state=decided.state)
+
+
+def _profile(profile: dict | None) -> dict | None:
+    """What the answer reads of a profiled job: host and device time and launches per step."""
+    if not profile:
+        return None
+    return {
+        k: _shown(profile[k], 3) for k in ("host_ms", "device_ms", "launches_per_step") if profile.get(k) is not None
+    }
 
 
 def _shown(value: float | None, decimals: int) -> float | None:

@@ -25,6 +25,8 @@ MEDIAN, CI, TOKENS, STEP_TIMES = "step_time_median_s", "ci", "tokens_per_s", "st
 GPU_SECONDS, RUN_ID, SFT, KNOBS, ROLE, OWNER = "gpu_seconds", "run_id", "sft_kwargs", "knobs", "role", "owner"
 LOSSES, WARMUP_TIMES = "losses", "warmup_times"
 WORLD_SIZE = "world_size"  # the ranks (devices) of the trial's job
+BUSY, PROFILE = "gpu_busy", "profile"  # NVML's busy share of its steady steps; its profile's figures per step
+LONGEST = "longest_batch"  # the run's micro-batch its fit is judged on: tokens, real tokens, step, trained first
 ANSWER = "answer_trial"  # the study's user attribute: the trial it answered with
 REPEAT_OF = "repeat_of"  # a proposal of a decided config: that trial's number
 VALUE_NOTE = "value_note"  # what a COMPLETE trial's value is, where it is not a measured fit
@@ -70,6 +72,9 @@ class TrialRecord:
     outside: bool = False  # the baseline, measured beside the space (the command line's config is not in it)
     owner: str | None = None  # host:pid:start of the worker that claimed it
     world_size: int = 1  # the ranks of its job, a device each
+    longest: dict[str, Any] = field(default_factory=dict)  # what its fit is judged on (`search.telling`)
+    gpu_busy: float | None = None
+    profile: dict[str, float] = field(default_factory=dict)  # host_ms, device_ms, launches_per_step (measure.profile)
 
     @property
     def predictor_error(self) -> float | None:
@@ -113,6 +118,9 @@ class TrialRecord:
             outside=bool(a.get(OUTSIDE, False)),
             owner=a.get(OWNER),
             world_size=int(a.get(WORLD_SIZE, 1)),
+            longest=dict(a.get(LONGEST) or {}),
+            gpu_busy=a.get(BUSY),
+            profile=dict(a.get(PROFILE) or {}),
         )
 
 

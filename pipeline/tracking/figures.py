@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from pipeline.records import GIB, PHASES, JobResult, JobSpec
-from pipeline.summaries import JobSummary
+from pipeline.summaries import TOKENS_RATE, JobSummary
 
 # logged first: MLflow's UI keeps the order a run's metrics were logged in where it lists them, and its compare page
 # plots the first metric the runs share by default
@@ -133,7 +133,7 @@ def series(result: JobResult, steady: set[int]) -> dict[str, list[tuple[int, flo
 
 def description(name: str, summary: JobSummary, more: list[str] | tuple[str, ...] = ()) -> str:
     """The run's page's first lines, as the console says them: `**tiny 2x2 #1**: ok, step 0.1888 s (median of 25
-    steady steps, 96% interval [0.1491, 0.2839]) · 2,712 tokens/s · peak 0.467 GiB`, then `drift +15%` (the last
+    steady steps, 96% interval [0.1491, 0.2839]) · 2,712 real tokens/s · peak 0.467 GiB`, then `drift +15%` (the last
     third of the steady steps against the first: the metric `step_time_drift_pct`, 15.0), `cv 194%`, and
     the lines `more` adds (the rank, the time ratio)."""
     head = f"**{name}**: {summary.status}"
@@ -144,7 +144,7 @@ def description(name: str, summary: JobSummary, more: list[str] | tuple[str, ...
             f"[{s.ci.low:.4f}, {s.ci.high:.4f}])"
         )
     rate = summary.per_second(summary.tokens_per_step)
-    head += f" · {rate:,.0f} tokens/s" if rate else ""
+    head += f" · {rate:,.0f} {TOKENS_RATE}" if rate else ""
     head += f" · peak {summary.peak_gib:.3f} GiB" if summary.peak_gib is not None else ""
     lines = [head]
     if s is not None:

@@ -26,11 +26,12 @@ from pipeline.records import Fit
 from pipeline.tracking import figures, runs
 
 VIEW_KEY = "batch-split"
-VIEW_NAME = "batch-split: the answer first; rank, time vs fastest, status, note, step time, tokens/s, peak memory"
+VIEW_NAME = "batch-split: the answer first; rank, time vs fastest, status, note, step time, real tokens/s, peak memory"
 TAG_PREFIX = "mlflow.sharedViewState."
 NAME_COLUMN = "attributes.`Run Name`"
 CREATED = "runDateAndNestInfo"  # the UI's own column beside the name: kept, as narrow as it goes
-METRICS = figures.LEADING_METRICS  # step time, tokens/s, peak memory (rounded as the console prints them)
+# step time, real tokens/s (`tokens_per_s`: padding left out), peak memory (rounded as the console prints them)
+METRICS = figures.LEADING_METRICS
 TAGS = (runs.RANK, runs.TIME_VS, runs.STATUS, runs.NOTE)
 WIDTHS = {  # pixels: a group's name whole, a rank's and a ratio's words whole (the parent's are the longest)
     NAME_COLUMN: 352,
