@@ -103,7 +103,10 @@ def test_the_longest_micro_batch_of_an_epoch_holds_its_longest_record(tmp_path):
     assert free.tokens == free.real < epoch.tokens and free.squares == free.tokens**2
 
 
-@pytest.mark.parametrize("padding", ["longest", "padding_free", "packing"])
+@pytest.mark.parametrize(
+    "padding",
+    ["longest", "padding_free", pytest.param("packing", marks=pytest.mark.slow)],  # packing: 30 s
+)
 def test_the_longest_micro_batch_trains_at_step_one_and_leaves_the_run_as_it_was(tmp_path, padding):
     """The job's steps train on what they would without it (the same losses, tokens and micro-batches), and step
     one's peak holds the longest micro-batch's, marked so: no steady step."""
