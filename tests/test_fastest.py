@@ -1,15 +1,12 @@
 """`optimize=fastest`: every speed knob the setting can run, in a space checked fast enough to hold thousands of
-combinations, and a study over it that ends with its answer and what each knob bought."""
+combinations. The README's study over it (its answer and what each knob bought) runs in tests/test_docs.py."""
 
 from __future__ import annotations
-
-import re
 
 import pytest
 
 from pipeline.config.compose import compose_job
 from pipeline.search import space
-from tests.helpers.cli import run_cli
 
 KNOBS = (
     "++optimize.space={train.gradient_checkpointing:[true,false],train.torch_compile:[off,regional,true],"
@@ -57,33 +54,3 @@ def test_the_fastest_preset_holds_every_knob_this_setting_can_run_and_names_what
     assert narrowed["train.loss"] == ["trl"]  # optimize.space names a knob's values
     label = valid[0].label
     assert "attn=" not in label and "mode=" not in label  # one value on this setting: it names no config
-
-
-@pytest.mark.slow
-def test_a_study_of_everything_ends_with_its_answer_and_what_each_knob_bought(tmp_path):
-    """The README's CPU study with optimize=fastest, compilation left out of its space (minutes on two cores)."""
-    proc = run_cli(
-        "optimize=fastest",
-        "mem_cap=1GiB",
-        "batch.effective=8",
-        "model.vocab_size=2048",
-        "train.max_length=256",
-        "train.steps=8",
-        "measure.warmup_steps=2",
-        "optimize.probe_steps=3",
-        "optimize.trials=8",
-        "++optimize.space={train.torch_compile:[off],train.loss:[trl,model],train.optimizer_step:[eager]}",
-        cwd=tmp_path,
-        module="pipeline.optimize",
-        timeout=900,
-    )
-    out = proc.stdout
-    assert proc.returncode == 0, proc.stderr[-3000:] + out[-3000:]
-    assert re.search(r"^best feasible: tiny \S+ ", out, re.MULTILINE), out[-3000:]
-    factors = re.findall(
-        r"^    (\S+)=(\S+) \(from (\S+)\): (\d+\.\d\d)x \[(\d+\.\d\d), (\d+\.\d\d)\]$", out, re.MULTILINE
-    )
-    assert factors, out[-3000:]
-    for key, after, before, ratio, low, high in factors:
-        assert after != before and float(low) <= float(ratio) <= float(high), (key, after, before)
-    assert re.search(r"^decided 8 of the space's \d+ configs", out, re.MULTILINE), out[-2000:]
