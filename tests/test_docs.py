@@ -228,7 +228,8 @@ def normalized(line: str) -> str:
     return re.sub(r"\d+(?:[.,]\d+)*(?:e[+-]\d+)?", "N", line)
 
 
-CLAIM = re.compile(r"^(\S+ \S+: )?(Nx the |no speed-up )")  # a speed-up, or why none is claimed: the rounds decide
+# a speed-up, or why none is claimed, and a round's pair told apart or not: the rounds decide which
+CLAIM = re.compile(r"^(\S+ \S+: )?(Nx the |no speed-up )|^[^:]+ and [^:]+: |^[^:]+ is Nx .*faster than ")
 
 
 def _head(line: str) -> str:
@@ -325,6 +326,9 @@ def test_the_form_check_takes_other_figures_and_finds_another_form():
         "    batch.split=4x1 (from 1x4): 2.0x [1.1, 3.0]",
     ]
     assert form_problems(SHOWN + gains, rerun) == []  # printed only where the data allow
+    undecided = ["  tiny 1x8 and tiny 2x4: not told apart (within 3.7x either way) (95%, paired over 3 rounds)"]
+    decided = ["  tiny 2x4 is 2.31x faster than tiny 1x8 [1.52, 3.50] (95%, paired over 3 rounds)"]
+    assert form_problems(undecided, decided) == [] and form_problems(decided, undecided) == []
     renamed = [line.replace("Lowest median", "Lowest step") for line in rerun]
     assert len(form_problems(SHOWN, renamed)) == 1
     other_header = [line.replace("| rank |", "| place |") for line in rerun]
