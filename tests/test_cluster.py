@@ -112,7 +112,7 @@ def _kill_one_mid_trial(tmp_path, storage: str, workers: dict[str, subprocess.Po
             continue
         owners = [t.user_attrs["owner"].split(":")[0] for t in running if "config_id" in t.user_attrs]
     victim = owners[0]
-    wait_for_steps(tmp_path / victim / "tmp", 1, alive=lambda: workers[victim].poll() is None)
+    wait_for_steps(tmp_path / victim / "tmp", 1, alive=workers[victim])
     workers[victim].send_signal(signal.SIGKILL)
     killed_at = time.time()
     workers[victim].wait()

@@ -78,7 +78,7 @@ def test_a_killed_rank_is_named_in_a_few_lines(tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     proc = start_cli(*ENDLESS_TWO_RANKS, *COMMON[1:], cwd=tmp_path, env={"TMPDIR": str(jobs)})
-    wait_for_steps(jobs, 1, timeout=300, alive=lambda: proc.poll() is None)
+    wait_for_steps(jobs, 1, timeout=300, alive=proc)
     victim = rank_process(proc.pid, rank=1)
     victim.kill()
     out, _ = proc.communicate(timeout=180)
@@ -178,7 +178,7 @@ def test_a_rank_that_stops_answering_ends_its_job_within_the_launchers_timeout(t
     proc = start_cli(
         *ENDLESS_TWO_RANKS, f"launcher.timeout_s={timeout_s}", *COMMON[1:], cwd=tmp_path, env={"TMPDIR": str(jobs)}
     )
-    wait_for_steps(jobs, 1, timeout=timeout_s, alive=lambda: proc.poll() is None)
+    wait_for_steps(jobs, 1, timeout=timeout_s, alive=proc)
     stopped, waiting = rank_process(proc.pid, rank=1), rank_process(proc.pid, rank=0)
     stopped.suspend()
     out, _ = proc.communicate(timeout=timeout_s + 120)

@@ -35,7 +35,7 @@ def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     jobs.mkdir()
     env = {"TMPDIR": str(jobs)}
     sweep = start_cli("-m", "train.steps=100000,6", "data.num_samples=64", *FAST, cwd=tmp_path, env=env)
-    steps = wait_for_steps(jobs, 2, alive=lambda: sweep.poll() is None)
+    steps = wait_for_steps(jobs, 2, alive=sweep)
     job = json.loads((steps.parent / "process.json").read_text())["pid"]
     sweep.kill()
     output = sweep.communicate(timeout=60)[0]  # to its end: the resource tracker, last to go, writes there too
@@ -66,7 +66,7 @@ def test_ctrl_c_ends_the_job_without_a_leaked_semaphore(tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     sweep = start_cli("train.steps=100000", "data.num_samples=64", *FAST, cwd=tmp_path, env={"TMPDIR": str(jobs)})
-    wait_for_steps(jobs, 1, alive=lambda: sweep.poll() is None)
+    wait_for_steps(jobs, 1, alive=sweep)
     sweep.send_signal(signal.SIGINT)
     output = sweep.communicate(timeout=120)[0]
     assert sweep.returncode == 130, output[-2000:]

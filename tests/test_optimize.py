@@ -217,7 +217,7 @@ def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
             break
         time.sleep(0.3)
     # inside the trial's job: the probes' folders are gone by now, the trial's has logged a step
-    wait_for_steps(job_tmp, 1, alive=lambda: worker.poll() is None)
+    wait_for_steps(job_tmp, 1, alive=worker)
     worker.send_signal(signal.SIGINT)
     out, _ = worker.communicate(timeout=60)
     assert worker.returncode == 130, out[-2000:]
@@ -238,7 +238,7 @@ def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
     baselines = [t for t in _study(tmp_path).get_trials() if t.user_attrs.get("role") == "baseline"]
     assert [t.state for t in baselines] == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.COMPLETE]
     assert baselines[1].user_attrs["status"] == "ok"
-    assert re.search(r"\| ok +\| .* baseline +\|", again.stdout), again.stdout[-3000:]
+    assert re.search(r"\| ok +\| .*\| baseline( +\||;)", again.stdout), again.stdout[-3000:]
 
 
 @pytest.mark.slow
@@ -311,7 +311,7 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
     worker = start_cli(
         *args, "optimize.confirm_rounds=20", "optimize.confirm_share=0.8", cwd=tmp_path, module="pipeline.optimize"
     )
-    wait_until(lambda: _partial_rounds(tmp_path) >= 1, 300, "a confirmation round", alive=lambda: worker.poll() is None)
+    wait_until(lambda: _partial_rounds(tmp_path) >= 1, 300, "a confirmation round", alive=worker)
     worker.send_signal(signal.SIGINT)
     out, _ = worker.communicate(timeout=120)
     assert worker.returncode == 130, out[-3000:]

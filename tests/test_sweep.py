@@ -92,7 +92,7 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
         output.append(line)
         if "[job] tiny 4x1 steps=100000: starting" in line:
             break
-    steps = wait_for_steps(job_tmp, 2, alive=lambda: proc.poll() is None)
+    steps = wait_for_steps(job_tmp, 2, alive=proc)
     killed = _job_pid(steps.parent)
     os.kill(killed, signal.SIGKILL)
     rest, _ = proc.communicate(timeout=240)
@@ -124,7 +124,7 @@ def test_a_job_dies_with_its_killed_parent(tmp_path, kind):
     job_tmp.mkdir()
     args = ["train.steps=100000", "data.num_samples=64", "train.progress_bar=false", f"launcher.kind={kind}"]
     parent = start_cli(*args, cwd=tmp_path, env={"TMPDIR": str(job_tmp)})
-    steps = wait_for_steps(job_tmp, 2, alive=lambda: parent.poll() is None)
+    steps = wait_for_steps(job_tmp, 2, alive=parent)
     job = _job_pid(steps.parent)
     assert not process_gone(job), "the job ended before its parent was killed"
     parent.kill()
