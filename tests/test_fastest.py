@@ -54,3 +54,25 @@ def test_the_fastest_preset_holds_every_knob_this_setting_can_run_and_names_what
     assert narrowed["train.loss"] == ["trl"]  # optimize.space names a knob's values
     label = valid[0].label
     assert "attn=" not in label and "mode=" not in label  # one value on this setting: it names no config
+
+
+def test_a_space_tries_one_config_per_job_and_names_the_twin_it_left_out():
+    """Adapters in the compute dtype run the job of fp32 adapters when the dtype is fp32: the study tries that job
+    once, and a value that only ever makes such a twin is left out with the value it stands for."""
+    both = "++optimize.space={train.dtype:[fp32,bf16],train.adapter_dtype:[fp32,compute]}"
+    valid, left_out = space.candidates(compose_job("optimize", [both, "batch.effective=2", "mem_cap=1GiB"]))
+    pairs = {(dict(c.values)["train.dtype"], dict(c.values)["train.adapter_dtype"]) for c in valid}
+    assert pairs == {("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "compute")}
+    assert len(valid) == 2 * 3 and not left_out  # 1x2 and 2x1 each
+
+    fp32 = "++optimize.space={train.dtype:[fp32],train.adapter_dtype:[fp32,compute]}"
+    valid, left_out = space.candidates(compose_job("optimize", [fp32, "batch.effective=2", "mem_cap=1GiB"]))
+    assert {dict(c.values)["train.adapter_dtype"] for c in valid} == {"fp32"}
+    assert [x.text() for x in left_out] == [
+        "train.adapter_dtype=compute: train.adapter_dtype: the same job as fp32 here: in fp32 the adapters are fp32 "
+        "either way"
+    ]
+    assert all(space.droppable(x) for x in left_out)
+    alone = "++optimize.space={train.dtype:[fp32],train.adapter_dtype:[compute]}"  # no twin in the space: it runs
+    valid, _ = space.candidates(compose_job("optimize", [alone, "batch.effective=2", "mem_cap=1GiB"]))
+    assert {dict(c.values)["train.adapter_dtype"] for c in valid} == {"compute"}

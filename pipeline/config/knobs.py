@@ -37,15 +37,31 @@ def check_values(section: str, values: Any) -> None:
             raise ConfigError(knob.key, f"got '{value}'; accepted: {knob.accepted()}") from None
 
 
+def setting_of(train: Any, model: Any, gpu: Any, accumulation: int, cuda: bool | None = None) -> Setting:
+    """What a knob's rule sees (`cuda`: as check_knobs says)."""
+    if cuda is None:
+        cuda = gpu.name != CPU and (gpu.name != "auto" or cuda_device_count() > 0)
+    return Setting(train, model, gpu, cuda, accumulation)
+
+
+def same_job(setting: Setting) -> dict[str, tuple[Any, str]]:
+    """The knobs whose value makes no job of its own in `setting`: key -> (the value whose job it runs, why)."""
+    found = {}
+    for knob in knobs.registry():
+        section = {"train": setting.train, "model": setting.model}.get(knob.section)
+        twin = knob.same_job_as(knob.value(section), setting) if section is not None else None
+        if twin is not None:
+            found[knob.key] = twin
+    return found
+
+
 def check_knobs(
     train: Any, model: Any, gpu: Any, accumulation: int, cuda: bool | None = None, keys: tuple[str, ...] = ()
 ) -> None:
     """Each knob's rule against the stack, the device and the other knobs (`keys`: these knobs only); raises
     ConfigError for the first that refuses. `cuda`: whether the job is meant for a CUDA device (by default what
     the gpu profile and the machine say: a named card is, and is refused later where there is none)."""
-    if cuda is None:
-        cuda = gpu.name != CPU and (gpu.name != "auto" or cuda_device_count() > 0)
-    setting = Setting(train, model, gpu, cuda, accumulation)
+    setting = setting_of(train, model, gpu, accumulation, cuda)
     for knob in knobs.registry():
         if keys and knob.key not in keys:
             continue

@@ -39,6 +39,11 @@ class AdapterDtypeKnob(Knob):
             return Memory(activations=COMPUTE_ACTIVATIONS)
         return Memory()
 
+    def same_job_as(self, value: Any, s: Setting) -> tuple[Any, str] | None:
+        if value == AdapterDtype.COMPUTE and resolve(s.train.dtype, s.cuda, s.gpu.bf16) == Dtype.FP32:
+            return AdapterDtype.FP32, "in fp32 the adapters are fp32 either way"
+        return None
+
     def refuses(self, s: Setting) -> str | None:
         if s.train.adapter_dtype == AdapterDtype.COMPUTE and resolve(s.train.dtype, s.cuda, s.gpu.bf16) == Dtype.FP16:
             return (

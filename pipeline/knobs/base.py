@@ -154,6 +154,11 @@ class Knob:
         """Its value in a config section (the schema's dataclass or a DictConfig)."""
         return getattr(section, self.name)
 
+    def same_job_as(self, value: Any, s: Setting) -> tuple[Any, str] | None:
+        """None where `value` makes a job of its own in setting `s`; else the value whose job it runs there and why
+        (a study tries one config of each job)."""
+        return None
+
     def canonical(self, value: Any) -> Any:
         """The choice `value` names (an alias resolved); ValueError when it names none."""
         text = str(value)

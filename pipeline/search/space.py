@@ -23,7 +23,7 @@ from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.job import JobConfig, parse_split
-from pipeline.config.knobs import check_knobs, on_cuda
+from pipeline.config.knobs import check_knobs, on_cuda, same_job, setting_of
 from pipeline.config.schema import Config, choices_of
 from pipeline.config.validate import check_world_size, layout_mismatch, validate
 
@@ -203,8 +203,32 @@ def combinations(cfg: DictConfig) -> tuple[list[Candidate], dict[str, str]]:
         try:
             valid.append(make(values))
         except ConfigError as err:
-            invalid[" ".join(f"{k}={override_text(v)}" for k, v in values)] = str(err)
+            invalid[_combination(values)] = str(err)
+    valid = _one_per_job(valid, invalid)
     return _named_by_what_varies(valid, set(cfg.optimize.space)), invalid
+
+
+def _combination(values: tuple[tuple[str, Any], ...]) -> str:
+    return " ".join(f"{k}={override_text(v)}" for k, v in values)
+
+
+def _one_per_job(valid: list[Candidate], invalid: dict[str, str]) -> list[Candidate]:
+    """The candidates less those that run another's job (adapters in the compute dtype when it is fp32): each such
+    one goes to `invalid`, with the value it stands for and why, where its twin is in the space."""
+    present = {c.values for c in valid}
+    kept = []
+    for c in valid:
+        setting = setting_of(
+            c.config.train, c.config.model, c.config.gpu, parse_split(c.config.batch.split).accumulation
+        )
+        moved = same_job(setting)
+        twin = tuple((k, moved[k][0] if k in moved else v) for k, v in c.values)
+        if twin == c.values or twin not in present:
+            kept.append(c)
+            continue
+        key = next(k for k, v in c.values if k in moved and v != moved[k][0])
+        invalid[_combination(c.values)] = f"{key}: the same job as {override_text(moved[key][0])} here: {moved[key][1]}"
+    return kept
 
 
 def _named_by_what_varies(valid: list[Candidate], named: set[str]) -> list[Candidate]:
