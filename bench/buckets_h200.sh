@@ -54,10 +54,7 @@ fi
 NAME=buckets RES=$res START=$start BUDGET=$budget
 source "$(dirname "$0")/stages.sh"
 
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
-  $py -c 'import torch, transformers, trl, peft; print(torch.__version__, transformers.__version__, trl.__version__, peft.__version__)'
-} > "$res/versions.txt" 2>&1
-say "machine: $(tr '\n' ' ' < "$res/versions.txt")"
+machine
 $py -m bench.chats "$res/chats.jsonl" "${data[@]}" | tee -a "$res/buckets.log"
 common=("${base[@]}" data=jsonl data.path="$res/chats.jsonl")
 

@@ -59,10 +59,7 @@ fi
 NAME=limit RES=$res START=$start BUDGET=$budget
 source "$(dirname "$0")/stages.sh"
 
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
-  $py -c 'import torch, transformers, trl, peft; print(torch.__version__, transformers.__version__, trl.__version__, peft.__version__)'
-} > "$res/versions.txt" 2>&1
-say "machine: $(tr '\n' ' ' < "$res/versions.txt")"
+machine
 
 variant_args=()
 while IFS= read -r line; do [ -n "$line" ] && variant_args+=(--variant "$line"); done <<< "$(printf '%b' "$variants")"

@@ -60,11 +60,11 @@ fi
 NAME=ddp RES=$res START=${start:-} BUDGET=$budget
 source "$(dirname "$0")/stages.sh"
 
-{ nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
+ddp_facts() {
   nvidia-smi topo -m 2>/dev/null | head -4
-  $py -c 'import torch, transformers, trl, peft; print(torch.__version__, transformers.__version__, trl.__version__, peft.__version__, "cuda devices:", torch.cuda.device_count(), "nccl:", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")'
-} > "$res/versions.txt" 2>&1
-say "machine: $(tr '\n' ' ' < "$res/versions.txt")"
+  $py -c 'import torch; print("cuda devices:", torch.cuda.device_count(), "nccl:", torch.cuda.nccl.version() if torch.cuda.is_available() else "-")'
+}
+machine ddp_facts
 
 for name in "${stages[@]}"; do
   case "$name" in

@@ -44,10 +44,7 @@ fi
 NAME=reach RES=$res START=${start:-} BUDGET=$budget
 source "$(dirname "$0")/stages.sh"
 
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
-  $py -c 'import torch, transformers, trl, peft; print(torch.__version__, transformers.__version__, trl.__version__, peft.__version__)'
-} > "$res/versions.txt" 2>&1
-say "machine: $(tr '\n' ' ' < "$res/versions.txt")"
+machine
 
 stage study "${shares[0]}" $py -m pipeline.optimize "${study[@]}" paths.root="$res/study"
 stage twin "${shares[1]}" $py bench/twin_answer.py "$res/study" "${twin[@]}"

@@ -56,10 +56,7 @@ for pair in ${SHARES:-}; do shares[${pair%%=*}]=${pair#*=}; done  # SHARES="comp
 NAME=settings RES=$res START=$(date +%s) BUDGET=${BUDGET:-}  # BUDGET: seconds for all the stages of this call
 source "$(dirname "$0")/stages.sh"
 
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
-  $py -c 'import torch, transformers, trl, peft; print(torch.__version__, transformers.__version__, trl.__version__, peft.__version__)'
-} > "$res/versions.txt" 2>&1
-say "machine: $(tr '\n' ' ' < "$res/versions.txt")"
+machine
 
 for name in "${stages[@]}"; do
   [ -n "${args[$name]:-}" ] || { say "unknown stage $name"; continue; }

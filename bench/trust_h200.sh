@@ -37,10 +37,7 @@ fi
 NAME=trust RES=$res START=${start:-} BUDGET=
 source "$(dirname "$0")/stages.sh"
 
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU"
-  $py -c 'import torch, transformers, trl, peft; print(torch.__version__, transformers.__version__, trl.__version__, peft.__version__)'
-} > "$res/versions.txt" 2>&1
-say "machine: $(tr '\n' ' ' < "$res/versions.txt")"
+machine
 
 for name in "${stages[@]}"; do
   case "$name" in

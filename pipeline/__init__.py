@@ -1,7 +1,7 @@
 """Which micro-batch x gradient-accumulation split trains a LoRA fastest, and does it fit under a memory cap.
 
 From Python: `pipeline.sweep([...])` and `pipeline.study([...])` take the command line's overrides and return a
-`Result` (`pipeline.api`); `pipeline.card(result)` writes its result card (`pipeline.render.cards`). They are
+`Result` (`pipeline.api`); `pipeline.card(result)` writes its result card (`pipeline.cards.card`). They are
 imported on first use, so that a job's process, which imports this package, does not pay for them
 (`__init__.pyi` gives their types).
 """
@@ -17,7 +17,7 @@ _EXPORTS = {
     "PipelineError": ("pipeline.api", "PipelineError"),
     "Result": ("pipeline.results", "Result"),
     "Answer": ("pipeline.results", "Answer"),
-    "card": ("pipeline.render.cards", "write_card"),
+    "card": ("pipeline.cards.card", "write_card"),
 }
 __all__ = ["Answer", "BadInput", "PipelineError", "Result", "card", "study", "sweep"]
 

@@ -69,7 +69,7 @@ class _Entry:
 def sweep(overrides: Sequence[str]) -> Result:
     """Run `python -m pipeline.train -m OVERRIDES` (every combination of the swept values, `repeats=N` in paired
     rounds) and return its table and answer."""
-    from pipeline import train
+    from pipeline.commands import train
 
     return _run(_Entry("pipeline.train", train.train, train.__doc__, RunKind.SWEEP), _checked(overrides))
 
@@ -77,7 +77,7 @@ def sweep(overrides: Sequence[str]) -> Result:
 def study(overrides: Sequence[str]) -> Result:
     """Run `python -m pipeline.optimize OVERRIDES` (an Optuna study for the fastest config under `mem_cap`) and return
     its table of configs and its answer."""
-    from pipeline import optimize
+    from pipeline.commands import optimize
 
     entry = _Entry(
         "pipeline.optimize",
@@ -106,7 +106,7 @@ def _checked(overrides: Sequence[str]) -> list[str]:
 
 def _run(entry: _Entry, overrides: list[str]) -> Result:
     """The command line's path: its precheck (`cli._checked_argv`), then Hydra (`cli._run_hydra`); then the record."""
-    from pipeline import cli
+    from pipeline.commands import cli
     from pipeline.config.plan import expand_jobs
     from pipeline.jobs.context import COMMAND
 

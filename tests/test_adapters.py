@@ -21,6 +21,17 @@ from pipeline.adapters.hydra_args import args_parser
 from pipeline.config.plan import expand_jobs
 
 
+def test_the_trainers_private_steps_take_what_the_step_one_pass_gives():
+    """`SFTTrainer._prepare_dataset` and `Trainer._get_num_items_in_batch` (pipeline/adapters/trainer.py), by the
+    parameters the adapter passes, in order: a TRL or transformers that renames or reorders them fails here."""
+    from transformers import Trainer
+    from trl import SFTTrainer
+
+    prepare = list(inspect.signature(SFTTrainer._prepare_dataset).parameters)
+    assert prepare == ["self", "dataset", "processing_class", "args", "packing", "formatting_func", "dataset_name"]
+    assert list(inspect.signature(Trainer._get_num_items_in_batch).parameters) == ["self", "batch_samples", "device"]
+
+
 def test_hydras_parser_reads_the_command_line_as_hydra_main_does():
     args, rest = args_parser().parse_known_args(["-m", "--cfg", "job", "batch.split=1x4,4x1", "repeats=2"])
     assert (args.multirun, args.cfg, args.help, args.overrides, rest) == (

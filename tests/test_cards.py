@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import pipeline
-from pipeline.render.cards import Card, load
-from pipeline.render.merge import merge
+from pipeline.cards.card import Card, load
+from pipeline.cards.merge import merge
 from tests.helpers.cli import run_cli
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]

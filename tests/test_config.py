@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.cli import _with_repeats
+from pipeline.commands.cli import _with_repeats
 from pipeline.config.compose import CONF_DIR
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError

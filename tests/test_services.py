@@ -71,9 +71,7 @@ def test_heartbeat_fails_a_killed_workers_trial_on_postgres(postgres_url):
         time.sleep(0.2)
     started = study.get_trials()[0].datetime_start.timestamp()
     # a grace period and a heartbeat (1 s) past the trial's start: only a live worker's heartbeat keeps it RUNNING
-    wait_until(
-        lambda: time.time() > started + grace_s + 1, 30, "the grace period's end", alive=worker
-    )
+    wait_until(lambda: time.time() > started + grace_s + 1, 30, "the grace period's end", alive=worker)
     assert optuna.storages.fail_stale_trials(study) is None
     assert [t.state for t in study.get_trials()] == [optuna.trial.TrialState.RUNNING]
     os.kill(worker.pid, signal.SIGKILL)

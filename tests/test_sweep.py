@@ -151,7 +151,7 @@ def test_report_and_mlflow_server_read_back_a_sweep(tmp_path):
     proc = run_cli("-m", "batch.split=1x2,2x1", "batch.effective=2", *FAST, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
-    from pipeline import report
+    from pipeline.commands import report
 
     report.main(["--out", str(tmp_path / "mlruns" / "reports")])
     (folder,) = (tmp_path / "mlruns" / "reports").iterdir()

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from pipeline import exits
-from pipeline.report import source_arguments
+from pipeline.commands.report import source_arguments
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from pipeline import results
+    from pipeline.cards.card import build, write
     from pipeline.config.errors import ConfigError
     from pipeline.config.store_checks import check_store
-    from pipeline.render.cards import build, write
     from pipeline.render.document import ReportError, find_parent
     from pipeline.tracking.runs import FilterValueError
     from pipeline.tracking.store import ExperimentNotFound, Tracker
@@ -45,7 +45,3 @@ def main(argv: list[str] | None = None) -> None:
     json_path, md_path = write(card, args.out)
     print(card.markdown(), end="")
     print(f"card: {json_path} and {md_path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -47,7 +47,3 @@ def main(argv: list[str] | None = None) -> None:
             server.serve_forever()
         except KeyboardInterrupt:
             sys.exit(exits.INTERRUPTED)
-
-
-if __name__ == "__main__":
-    main()

@@ -38,7 +38,3 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write(exported.text)
     else:
         print(f"{exported.path}  (plain TRL; trains as: {exported.command})")
-
-
-if __name__ == "__main__":
-    main()

@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from pipeline.commands.ui import RUNS_PAGE
 from pipeline.tracking.view import runs_address
-from pipeline.ui import RUNS_PAGE
 
 # the UI's local-storage keys (its hook stores `${key}_v${version}`, as JSON)
 WORKFLOW_KEY = "mlflow.workflowType_v1"

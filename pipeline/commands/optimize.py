@@ -12,7 +12,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from pipeline import exits
-from pipeline.cli import run_entry
+from pipeline.commands.cli import run_entry
 from pipeline.config.errors import ConfigError
 from pipeline.config.job import JobConfig
 from pipeline.config.store_checks import check_store
@@ -54,7 +54,3 @@ def main() -> None:
         extra_check=check_study,
         sweeps=False,
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cards", nargs="+", type=Path, help="result cards (python -m pipeline.card) to merge")
     args = parser.parse_args(argv)
     if args.cards:
-        from pipeline.render.merge import merge_cards
+        from pipeline.cards.merge import merge_cards
 
         sys.exit(merge_cards(args.cards, args.out))
 
@@ -95,7 +95,3 @@ def _not_recorded(tracker, args: argparse.Namespace) -> str | None:
     return f"{asked}: no record of {what} in {tracker.uri}; accepted: one recorded there (newest first): " + (
         ", ".join(names)
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from pipeline import exits
-from pipeline.cli import run_entry
+from pipeline.commands.cli import run_entry
 from pipeline.jobs.context import checked_job
 
 CONFIG = "config"  # conf/config.yaml: one group per experiment axis
@@ -30,7 +30,3 @@ def train(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     run_entry("pipeline.train", CONFIG, train, __doc__)
-
-
-if __name__ == "__main__":
-    main()

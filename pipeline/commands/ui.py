@@ -11,7 +11,7 @@ Three things about `mlflow server` 3.17 shape this:
 - Its UI opens every experiment in the GenAI view (traces, evaluations) unless the browser has picked "Model
   training" with the toggle at the top left (remembered per browser) or the address carries
   `?workflowType=machine_learning`, which the run and compare pages reached from there drop; the experiment tag
-  `mlflow.experimentKind` does not decide it. The server runs as `--app-name batch-split` (`pipeline.mlflow_app`):
+  `mlflow.experimentKind` does not decide it. The server runs as `--app-name batch-split` (`pipeline.commands.mlflow_app`):
   MLflow's app with one page, the address printed here, that picks "Model training" in the browser as the toggle
   would and opens the experiment's runs.
 - Its runs table shows no metric until columns are picked by hand, per browser; an experiment tag can hold a saved
@@ -34,8 +34,8 @@ DEFAULT_EXPERIMENT = "batch-split"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5000
 UI_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-APP_NAME = "batch-split"  # the `mlflow.app` entry point: pipeline.mlflow_app
-RUNS_PAGE = "/batch-split/runs"  # served by pipeline.mlflow_app
+APP_NAME = "batch-split"  # the `mlflow.app` entry point: pipeline.commands.mlflow_app
+RUNS_PAGE = "/batch-split/runs"  # served by pipeline.commands.mlflow_app
 
 
 def server_command(store: str = DEFAULT_STORE, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> list[str]:
@@ -70,7 +70,7 @@ def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
 
 def experiment_url(host: str, port: int, experiment_id: str) -> str:
     """The address that opens an experiment's runs in the project's view, in the UI's "Model training" view, and
-    keeps the browser there (pipeline.mlflow_app)."""
+    keeps the browser there (pipeline.commands.mlflow_app)."""
     return f"http://{host}:{port}{RUNS_PAGE}?experiment={experiment_id}"
 
 
@@ -150,7 +150,3 @@ def main(argv: list[str] | None = None) -> None:
         print(f"ui: runs of {args.experiment}: {experiment_url(args.host, args.port, experiment_id)}", flush=True)
     command = server_command(args.store, args.host, args.port)
     os.execve(command[0], command, server_env())  # the server replaces this process: Ctrl-C and signals reach it
-
-
-if __name__ == "__main__":
-    main()

@@ -15,6 +15,7 @@ from typing import Any
 from datasets import Dataset
 from transformers import TrainerCallback
 
+from pipeline.adapters.trainer import items_in_batch, prepare_records
 from pipeline.builders.dataset import truncated
 from pipeline.measure.callback import StepMeter
 from pipeline.records import MicroBatch
@@ -26,7 +27,7 @@ def examples(trainer: Any, records: Dataset, batch: MicroBatch, max_length: int)
     args = trainer.args
     if args.padding_free and not args.packing:
         records = truncated(records, trainer.processing_class, max_length)
-    prepared = trainer._prepare_dataset(records, trainer.processing_class, args, False, None, "longest micro-batch")
+    prepared = prepare_records(trainer, records, "longest micro-batch")
     found = iter(prepared)
     by_record = {i: next(found) for row in batch.rows for i in row}
     rows = []
@@ -64,7 +65,7 @@ class FirstBatch(TrainerCallback):
         trainer = self.trainer
         rows = examples(trainer, self.records, self.batch, self.max_length)
         inputs = trainer.data_collator(rows)
-        items = trainer._get_num_items_in_batch([inputs], args.device)
+        items = items_in_batch(trainer, inputs)
         wrapped = trainer.model_wrapped
         with self.meter.aside():
             trainer.training_step(wrapped, inputs, items)
