@@ -113,7 +113,7 @@ def test_the_longest_micro_batch_trains_at_step_one_and_leaves_the_run_as_it_was
     path = tmp_path / "late.jsonl"
     write_chats(path, records=200, shortest=30, longest=120, seed=0, long_at=180, long_tokens=1000)
     overrides = [f"data.path={path}", "batch.effective=8", "batch.split=4x2", "train.steps=4", "train.max_length=1024"]
-    overrides += [f"train.padding={padding}", "model.vocab_size=2048"]
+    overrides += [f"train.padding={padding}", "model.vocab_size=8192"]  # logits large beside the rest
     job = validate(composed(*QUIET, *overrides))
     longest = RunOrder(job.config, epoch=True).longest(sft_kwargs(4, 2, job.config.train, "fp32", "cpu"), 1)
     plain = _run(tmp_path / "plain", Job, *overrides).result
@@ -123,7 +123,10 @@ def test_the_longest_micro_batch_trains_at_step_one_and_leaves_the_run_as_it_was
     assert [s.first_batch_tokens for s in first.steps] == [longest.tokens, 0, 0, 0]
     assert not first.steps[0].steady_candidate and first.steps[1].steady_candidate
     if padding != "packing":  # packed rows are full whichever they are: the longest is no larger than the first
-        assert first.steps[0].peak_bytes > plain.steps[0].peak_bytes + 20 * 2**20
+        assert first.steps[0].peak_bytes > plain.steps[0].peak_bytes + 50 * 2**20, (
+            first.steps[0].peak_bytes,
+            plain.steps[0].peak_bytes,
+        )
 
 
 class Shapes(Job):
