@@ -9,6 +9,8 @@ imported on first use, so that a job's process, which imports this package, does
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 _EXPORTS = {
     "sweep": ("pipeline.api", "sweep"),
@@ -27,3 +29,16 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'pipeline' has no attribute '{name}'")
     module, attribute = _EXPORTS[name]
     return getattr(importlib.import_module(module), attribute)
+
+
+class _Package(types.ModuleType):
+    """`import pipeline.card` (the entry point of `python -m pipeline.card`) binds the submodule on the package; an
+    API name keeps the API's meaning instead."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -28,6 +28,7 @@ CASES = [
     ),
     (["-m", "batch.split=1x4,2x3"], "batch.split: '2x3' x world_size 1 gives 6", "accepted: 1x4, 2x2, 4x1"),
     (["batch.effective=0"], "batch.effective: got 0", "a whole number >= 1"),
+    (["--bogus"], "--bogus: not an option of python -m pipeline.train", "accepted: key=value overrides and the flags"),
     (["-m", "batch.split=1x4,4x1", "--cfg", "job"], "--cfg: shows one job's config, not a sweep's", "without -m"),
     (["repeats=2", "--cfg", "job"], "--cfg: shows one job's config, not a sweep's", "without -m and repeats"),
     (["optimize.confirm_share=0.95"], "optimize.confirm_share: got 0.95", "a number in [0, 0.9)"),
@@ -187,6 +188,7 @@ CASES = [
 ]
 OPTIMIZE_CASES = [
     ([], "mem_cap: required by optimize", "a size like 14GiB"),
+    (["--bogus"], "--bogus: not an option of python -m pipeline.optimize", "key=value overrides"),  # mem_cap missing
     (
         ["mem_cap=1GiB", "optimize.storage=sqlite:////proc/x/x.db"],
         "optimize.storage: 'sqlite:////proc/x/x.db': its folder /proc/x does not exist",
@@ -385,6 +387,29 @@ def test_bad_report_arguments_give_one_line_naming_the_argument_and_write_nothin
         assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {line}\n", ""), args
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlruns"] and not (tmp_path / "mlruns" / "reports").exists()
+
+
+FLAG_CASES = {  # the commands that take flags: a refused flag is one line, as any bad input
+    ("pipeline.report", "--study"): "--study: expected one argument; accepted: see python -m pipeline.report --help",
+    ("pipeline.report", "--confidence", "2"): "--confidence: got '2'; accepted: a level between 0 and 1, e.g. 0.95",
+    ("pipeline.report", "--confidence", "1"): "--confidence: got '1'; accepted: a level between 0 and 1, e.g. 0.95",
+    ("pipeline.report", "--bogus"): "unrecognized arguments: --bogus; accepted: see python -m pipeline.report --help",
+    ("pipeline.card", "--study"): "--study: expected one argument; accepted: see python -m pipeline.card --help",
+    ("pipeline.ui", "--port", "abc"): "--port: invalid int value: 'abc'; accepted: see python -m pipeline.ui --help",
+    ("pipeline.dashboard", "--port"): "--port: expected one argument; accepted: see python -m pipeline.dashboard "
+    "--help",
+    ("pipeline.export", "--bogus"): "--bogus: not an option of python -m pipeline.export; accepted: --stdout, "
+    "--help and key=value overrides",
+}
+
+
+def test_a_refused_flag_of_any_command_is_one_line_and_exit_2(tmp_path):
+    """Not argparse's usage block nor Hydra's lexer error: the flag, why, and where the accepted forms are."""
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        procs = list(pool.map(lambda c: run_cli(*c[1:], cwd=tmp_path, module=c[0], timeout=120), FLAG_CASES))
+    said = {case: (proc.returncode, proc.stderr, proc.stdout) for case, proc in zip(FLAG_CASES, procs, strict=True)}
+    assert said == {case: (2, f"error: {line}\n", "") for case, line in FLAG_CASES.items()}
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_ui_on_a_taken_port_or_a_foreign_address_is_one_line_and_exit_2(tmp_path):

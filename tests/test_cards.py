@@ -11,7 +11,7 @@ import pytest
 import pipeline
 from pipeline.cards.card import Card, load
 from pipeline.cards.merge import merge
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, run_python
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 COMMITTED = Path(__file__).resolve().parents[1] / "bench" / "results" / "cards"
@@ -22,6 +22,17 @@ def a_sweep_card(folder: Path, *extra: str) -> tuple[Card, Path]:
     result = pipeline.sweep(["batch.split=1x4,4x1", "repeats=2", *FAST, *extra])
     card = pipeline.card(result, folder)
     return card, folder / f"{result.name}.json"
+
+
+def test_the_card_entry_point_imported_leaves_pipeline_card_the_function(tmp_path):
+    """`import pipeline.card` (what `python -m pipeline.card` runs) does not turn the API's `pipeline.card` into a
+    module: a notebook that imported the one still calls the other."""
+    code = (
+        "import pipeline, pipeline.card, sys; from pipeline import card; "
+        "print(pipeline.card.__qualname__, card.__qualname__, sys.modules['pipeline.card'].main.__module__)"
+    )
+    proc = run_python("-c", code, cwd=tmp_path)
+    assert proc.stdout.split() == ["write_card", "write_card", "pipeline.commands.card"], proc.stderr
 
 
 @pytest.mark.slow

@@ -299,13 +299,12 @@ def test_a_knob_that_fails_at_run_time_is_decided_once_and_kept_out_of_the_predi
     _claim(proc.stdout)
 
 
-def readme_studies() -> list[str]:
-    """Every `python -m pipeline.optimize` example of the README and the docs that the CPU runs as written: not one
-    of a GPU (a card profile, a hub-size model, the seed's experiment, several ranks), of a shared store, or of bad
-    input."""
-    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+RUN_AS_PAGES = ("README.md", "docs/getting-started.md")  # every command of these runs in tests/test_docs.py
+
+
+def _study_commands(pages: list[Path]) -> set[str]:
     text = "\n".join(p.read_text(encoding="utf-8") for p in pages)
-    found = []
+    found = set()
     for lang, block in re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
         if lang not in ("", "console"):
             continue
@@ -315,12 +314,24 @@ def readme_studies() -> list[str]:
                 continue
             if re.search(r"gpu=|experiment=|model=qwen|torchrun|postgresql|nonexistent", command) or "(GPU)" in line:
                 continue
-            found.append(command)
-    return sorted(set(found))
+            found.add(command)
+    return found
 
 
-def test_the_readme_has_cpu_sized_study_examples():
-    assert len(readme_studies()) >= 2, readme_studies()
+def readme_studies() -> list[str]:
+    """Every `python -m pipeline.optimize` example of the docs that the CPU runs as written: not one of a GPU (a card
+    profile, a hub-size model, the seed's experiment, several ranks), of a shared store, or of bad input; nor one
+    that the README or Getting started shows, which tests/test_docs.py runs with those pages."""
+    docs = _study_commands(sorted((REPO / "docs").glob("*.md")))
+    return sorted(docs - _study_commands([REPO / page for page in RUN_AS_PAGES]))
+
+
+def test_the_docs_have_cpu_sized_study_examples_beside_those_the_pages_test_runs():
+    assert readme_studies() == ["python -m pipeline.optimize mem_cap=14GiB"]
+    assert (
+        "python -m pipeline.optimize mem_cap=0.6GiB optimize.trials=4 batch.effective=8 model.vocab_size=2048 "
+        "train.max_length=256" in _study_commands([REPO / "docs" / "getting-started.md"])
+    )
 
 
 @pytest.mark.slow

@@ -9,16 +9,16 @@ python -m pipeline.card --study tiny-e8-cap0.6GiB-1a2b3c4d
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from pipeline import exits
+from pipeline.commands.arguments import Parser
 from pipeline.commands.report import source_arguments
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.card", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m pipeline.card", description=__doc__.splitlines()[0])
     source_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("cards"), help="folder for <name>.json and <name>.md")
     args = parser.parse_args(argv)

@@ -148,10 +148,16 @@ def _checked_argv(
     """The command line Hydra gets: --help answered here, every job's config checked, repeats expanded."""
     argv = list(sys.argv[1:] if argv is None else argv)
     register_configs()
-    args, _ = args_parser().parse_known_args(argv)
+    args, unknown = args_parser().parse_known_args(argv)
     if args.help:
         print(help_text(prog, doc, sweeps))
         _exit(exits.OK)
+    if unknown:
+        _refuse(
+            ConfigError(
+                unknown[0], f"not an option of python -m {prog}; accepted: key=value overrides and the flags of --help"
+            )
+        )
     informational = args.hydra_help or args.cfg or args.info or args.shell_completion
     try:
         overrides, multirun = _with_repeats(list(args.overrides), bool(args.multirun))

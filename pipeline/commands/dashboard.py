@@ -6,16 +6,16 @@ python -m pipeline.dashboard --storage postgresql+psycopg://user@db-host/optuna 
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from pipeline import exits
+from pipeline.commands.arguments import Parser
 
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.dashboard", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m pipeline.dashboard", description=__doc__.splitlines()[0])
     parser.add_argument("--storage", default=DEFAULT_STORAGE, help="the studies' Optuna storage (optimize.storage)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)

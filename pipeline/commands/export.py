@@ -22,6 +22,14 @@ def main(argv: list[str] | None = None) -> None:
     if any(a in ("-h", "--help") for a in args):
         print(__doc__.strip())
         return
+    unknown = [a for a in args if a.startswith("-") and a != "--stdout"]
+    if unknown:
+        print(
+            f"error: {unknown[0]}: not an option of python -m pipeline.export; accepted: --stdout, --help and "
+            "key=value overrides",
+            file=sys.stderr,
+        )
+        sys.exit(exits.BAD_INPUT)
     to_stdout = "--stdout" in args
     try:
         exported = export([a for a in args if a != "--stdout"])

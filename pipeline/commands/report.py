@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from pipeline import exits
+from pipeline.commands.arguments import Parser, level
 
 DEFAULT_URI = "sqlite:///mlruns/mlflow.db"
 
@@ -28,11 +29,11 @@ def source_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.report", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m pipeline.report", description=__doc__.splitlines()[0])
     source_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("mlruns/reports"), help="folder for the reports")
     parser.add_argument(
-        "--confidence", type=float, help="of the intervals that rank configs (default: the level the jobs ran with)"
+        "--confidence", type=level, help="of the intervals that rank configs (default: the level the jobs ran with)"
     )
     parser.add_argument("--cards", nargs="+", type=Path, help="result cards (python -m pipeline.card) to merge")
     args = parser.parse_args(argv)

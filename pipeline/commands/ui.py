@@ -23,11 +23,12 @@ The command is built here once, for `make ui` and for the test that drives the U
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import socket
 import sys
+
+from pipeline.commands.arguments import Parser
 
 DEFAULT_STORE = "mlruns"
 DEFAULT_EXPERIMENT = "batch-split"
@@ -127,7 +128,7 @@ def _holder(port: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.ui", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m pipeline.ui", description=__doc__.splitlines()[0])
     parser.add_argument("--store", default=DEFAULT_STORE, help="folder holding mlflow.db and artifacts/")
     parser.add_argument("--host", default=DEFAULT_HOST)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
