@@ -73,6 +73,10 @@ def test_a_space_tries_one_config_per_job_and_names_the_twin_it_left_out():
         "either way"
     ]
     assert all(space.droppable(x) for x in left_out)
+    lists = (
+        "++optimize.space={train.dtype:[fp32,bf16],train.adapter_dtype:[fp32,compute],lora.target_modules:[[q_proj]]}"
+    )
+    assert len(space.candidates(compose_job("optimize", [lists, "batch.effective=2", "mem_cap=1GiB"]))[0]) == 6
     alone = "++optimize.space={train.dtype:[fp32],train.adapter_dtype:[compute]}"  # no twin in the space: it runs
     valid, _ = space.candidates(compose_job("optimize", [alone, "batch.effective=2", "mem_cap=1GiB"]))
     assert {dict(c.values)["train.adapter_dtype"] for c in valid} == {"compute"}

@@ -215,7 +215,7 @@ def _combination(values: tuple[tuple[str, Any], ...]) -> str:
 def _one_per_job(valid: list[Candidate], invalid: dict[str, str]) -> list[Candidate]:
     """The candidates less those that run another's job (adapters in the compute dtype when it is fp32): each such
     one goes to `invalid`, with the value it stands for and why, where its twin is in the space."""
-    present = {c.values for c in valid}
+    present = {_combination(c.values) for c in valid}  # as text: a value may be a list (lora.target_modules)
     kept = []
     for c in valid:
         setting = setting_of(
@@ -223,7 +223,7 @@ def _one_per_job(valid: list[Candidate], invalid: dict[str, str]) -> list[Candid
         )
         moved = same_job(setting)
         twin = tuple((k, moved[k][0] if k in moved else v) for k, v in c.values)
-        if twin == c.values or twin not in present:
+        if twin == c.values or _combination(twin) not in present:
             kept.append(c)
             continue
         key = next(k for k, v in c.values if k in moved and v != moved[k][0])
