@@ -210,6 +210,7 @@ def test_what_is_not_a_list_of_overrides_is_refused_in_one_line(tmp_path, capsys
     assert capsys.readouterr().err == "" and not (tmp_path / "mlruns").exists()
 
 
+@pytest.mark.slow  # a script's job in its own process
 def test_a_job_does_not_import_the_module_that_started_it(tmp_path):
     """multiprocessing imports the parent's `__main__` again in each child (`python -m` by its name): the jobs of
     `pipeline.optimize` carried Optuna and SQLAlchemy, 75 MiB more resident on CPU than the same config's job under

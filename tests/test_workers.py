@@ -76,6 +76,7 @@ def _every_config_decided_once(driver: StudyDriver) -> list[str]:
     return ids
 
 
+@pytest.mark.slow  # two workers on one study: several processes
 def test_a_trial_closed_by_another_worker_before_it_is_owned_is_skipped_and_the_study_finishes(
     tiny_study, monkeypatch, capsys
 ):
