@@ -40,7 +40,7 @@ class AdapterDtypeKnob(Knob):
         return Memory()
 
     def same_job_as(self, value: Any, s: Setting) -> tuple[Any, str] | None:
-        if value == AdapterDtype.COMPUTE and resolve(s.train.dtype, s.cuda, s.gpu.bf16) == Dtype.FP32:
+        if value == AdapterDtype.COMPUTE and not in_compute_dtype(s.train, resolve(s.train.dtype, s.cuda, s.gpu.bf16)):
             return AdapterDtype.FP32, "in fp32 the adapters are fp32 either way"
         return None
 
