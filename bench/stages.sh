@@ -1,6 +1,7 @@
 # Shared by the bench scripts that run in one device call: `say` logs a line, `machine` records and says the GPUs
-# and the stack's versions, `stage` runs one command with a share of the call's time. Source it after setting NAME (the log's prefix and file), RES (the results folder),
-# and, for a budget across stages, START (epoch seconds) and BUDGET (seconds; unset: shares alone).
+# and the stack's versions, `stage` runs one command with a share of the call's time. Source it after setting NAME
+# (the log's prefix and file), RES (the results folder), and, for a budget across stages, START (epoch seconds) and
+# BUDGET (seconds; unset: shares alone).
 say() { echo "[$NAME] $*" | tee -a "$RES/$NAME.log"; }
 
 machine() {  # machine [COMMAND...]: GPUs, versions (and what COMMAND prints) into $RES/versions.txt, and said
