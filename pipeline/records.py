@@ -89,11 +89,13 @@ def _from_dict(cls: type, data: dict[str, Any]) -> Any:
 @dataclass(frozen=True)
 class StopRule:
     """When the study ends a job early: over `cap_bytes`, or slower than `prune_threshold_s` over the `prune_after`
-    steps after the first."""
+    steps after step `prune_from`: the first step (its one-off costs), or for a job that compiles its warm-up (where
+    its graphs are compiled and its CUDA graphs recorded)."""
 
     cap_bytes: int | None = None
     prune_after: int | None = None
     prune_threshold_s: float | None = None
+    prune_from: int = 1
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from pipeline.config.validate import validate
 from pipeline.jobs.task import job_spec
 from pipeline.knobs.torch_compile import Compile, compile_layers, decoder_layers
 from pipeline.measure.compiled import CompileWatch
+from pipeline.records import StopRule
 from pipeline.search.answer import reproduce
 from pipeline.search.space import candidates, combinations, splits
 from pipeline.search.trials import TrialRecord
@@ -40,6 +41,17 @@ def test_true_is_regional_and_false_is_off_in_every_record(cfg, compose):
     spec = job_spec(validate(compose("train.torch_compile=true")))
     assert spec.config.train.torch_compile == "regional" and spec.config_id == ids["regional"]
     assert job_spec(validate(cfg)).config.train.torch_compile == "off"
+
+
+def test_a_study_judges_a_compiling_config_for_slowness_after_its_warm_up(compose):
+    """The study's stop rule reaches the job with its prune window moved past the warm-up when the config compiles
+    anything (layers, the loss, the optimizer step); an eager config keeps the window after its first step."""
+    rule = StopRule(cap_bytes=None, prune_after=3, prune_threshold_s=0.2)
+    warm = "measure.warmup_steps=6"
+    for knob in ("train.torch_compile=regional", "train.loss=compiled", "train.optimizer_step=compiled"):
+        assert job_spec(validate(compose(warm, knob)), stop=rule).stop.prune_from == 6, knob
+    assert job_spec(validate(compose(warm)), stop=rule).stop.prune_from == 1
+    assert job_spec(validate(compose(warm, "train.loss=compiled")), stop=StopRule()).stop == StopRule()
 
 
 def _train(*overrides: str):

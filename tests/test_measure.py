@@ -106,6 +106,16 @@ def test_a_slow_trial_is_pruned_on_the_median_after_the_first_step():
     assert _meter_with_steps([9.0, 2.0, 1.2, 1.1, 1.0], stop) == [None] * 5
 
 
+def test_a_compiling_trial_is_judged_only_after_its_warm_up():
+    """Steps 2-4 of a job whose CUDA graphs are being recorded are slow for a one-off reason: a window that starts
+    after the warm-up (`prune_from`) does not prune on them, and still prunes a config slow after it."""
+    slow_start = [9.0, 3.0, 3.0, 3.0, 1.0, 1.0, 1.0, 1.0]
+    assert _meter_with_steps(slow_start, StopRule(prune_after=3, prune_threshold_s=1.3))[3] is Status.PRUNED
+    after_warm_up = StopRule(prune_after=3, prune_threshold_s=1.3, prune_from=4)
+    assert _meter_with_steps(slow_start, after_warm_up) == [None] * 8
+    assert _meter_with_steps([9.0, 3.0, 3.0, 3.0, 1.4, 1.5, 1.4, 1.0], after_warm_up)[6] is Status.PRUNED
+
+
 def test_an_over_cap_step_stops_at_once():
     assert _meter_with_steps([1.0, 1.0], StopRule(cap_bytes=0)) == [None, None]  # no cap set: 0 means none
     assert _meter_with_steps([1.0, 1.0], StopRule(cap_bytes=1)) == [None, None]  # at the cap fits

@@ -78,6 +78,9 @@ def job_spec(job: JobConfig, name: str | None = None, stop: StopRule | None = No
         name = display_name(config.model.name, config.batch.split, varying)
     compiled = any(knob.compiles(config.train) for knob in knobs.registry())
     env = compile_cache_env(Path(config.paths.root) / "compile-cache") if compiled else {}
+    stop = stop or StopRule()
+    if compiled and stop.prune_after:  # judged once compiled and its CUDA graphs recorded: after its warm-up
+        stop = dataclasses.replace(stop, prune_from=max(stop.prune_from, config.measure.warmup_steps))
     return JobSpec(
         config=config,
         config_id=job.config_id,
@@ -87,7 +90,7 @@ def job_spec(job: JobConfig, name: str | None = None, stop: StopRule | None = No
         cap_bytes=job.cap_bytes,
         cap_source=job.cap_source,
         gpu_profiles=gpu_profiles(),
-        stop=stop or StopRule(),
+        stop=stop,
         env=env,
         enforce_cap=not uncapped,
     )

@@ -56,8 +56,8 @@ class StepMeter(TrainerCallback):
         allreduce: AllReduceClock | None = None,
     ) -> None:
         """`stop` ends training early: `cap_bytes` once a step's peak (+ `context_bytes` on CUDA) is over the cap,
-        or when the median of the `prune_after` steps after the first (which carries one-off costs) exceeds
-        `prune_threshold_s`: a slow config is known after a few steps, long before the warm-up ends. No single
+        or when the median of the `prune_after` steps after step `prune_from` (the first, which carries one-off
+        costs; a compiling job's warm-up) exceeds `prune_threshold_s`: a slow config is known after a few steps, long before the warm-up ends. No single
         step decides: one stall (a page fault storm, another process's burst) moves no median of three. Within
         those steps a job is stopped mid-step (StopTraining) once an earlier step of the window already ran over
         IN_STEP_FACTOR x the threshold and this one has run as long: the host clock starts at the previous step's
@@ -118,11 +118,11 @@ class StepMeter(TrainerCallback):
             self._tokens.append(real_tokens(kwargs, ids))
 
     def _stop_within_step(self) -> None:
-        after, threshold = self.stop.prune_after, self.stop.prune_threshold_s
-        if not (after and threshold and 2 <= self.current_step <= 1 + after) or self._distributed:
+        after, threshold, start = self.stop.prune_after, self.stop.prune_threshold_s, self.stop.prune_from
+        if not (after and threshold and start < self.current_step <= start + after) or self._distributed:
             return
         limit = IN_STEP_FACTOR * threshold
-        if not any(s.step > 1 and s.step_time_s - s.compile_s > limit for s in self.steps):
+        if not any(s.step > start and s.step_time_s - s.compile_s > limit for s in self.steps):
             return  # this would be the window's first step that slow: one stall decides nothing
         elapsed = time.perf_counter() - self._last_end_host - (compile_seconds() - self._compiled_until)
         if elapsed > limit:
@@ -251,9 +251,9 @@ class StepMeter(TrainerCallback):
             return Status.KILLED  # the sweep or study that started this job has died: do not train for nobody
         if self.stop.cap_bytes and peak > self.stop.cap_bytes:
             return Status.OVER_CAP
-        after, threshold = self.stop.prune_after, self.stop.prune_threshold_s
-        if after and threshold and step == 1 + after:
-            early = [s.step_time_s - s.compile_s for s in self.steps if s.step > 1] + [step_time]
+        after, threshold, start = self.stop.prune_after, self.stop.prune_threshold_s, self.stop.prune_from
+        if after and threshold and step == start + after:
+            early = [s.step_time_s - s.compile_s for s in self.steps if s.step > start] + [step_time]
             if statistics.median(early) > threshold:
                 return Status.PRUNED
         return None

@@ -103,7 +103,7 @@ def open_study(cfg: DictConfig, name: str, storage: str, cap_bytes: int) -> optu
         study = optuna.create_study(
             study_name=name,
             storage=storage,
-            sampler=make_sampler(cfg.optimize.sampler, cfg.optimize.seed),
+            sampler=make_sampler(cfg.optimize.sampler, cfg.optimize.seed, cfg.optimize.tie_tolerance),
             direction="minimize",
             load_if_exists=True,
         )

@@ -3,7 +3,9 @@
 `model` (`KnobModelSampler`) screens first: the probes' best guess (the centre), then each value of each knob that no
 config has held yet, moved from the fastest config measured so far (adaptive one-factor-at-a-time: a knob that only
 pays beside another, such as a compiled loss beside compiled layers, is tried on top of what already won; a value
-that cannot run alone is moved with the fewest other keys that make it valid). Then it fits the knob model
+that cannot run alone is moved with the fewest other keys that make it valid). A config faster by no more than
+`tolerance` (the study's tie tolerance: one process's noise) does not move the anchor away from one nearer the
+centre, so a change that bought nothing is not carried into every later trial. Then it fits the knob model
 (`search.knob_model`) to every config measured so far and proposes the untried config with the best optimistic
 step time (`optimism` standard deviations under the predicted mean) that the memory predictor says fits. It is an
 Optuna sampler, so the study stays an Optuna study: its trials, storage, workers and dashboard are as with TPE.
@@ -25,6 +27,7 @@ from pipeline.search import knob_model
 
 Params = dict[str, Any]
 OPTIMISM = 1.0  # standard deviations under the predicted mean that a proposal is judged by
+TOLERANCE = 0.05  # a step time within this of the fastest's is no reason to move the screening's anchor
 
 
 class SearchView(Protocol):
@@ -72,12 +75,23 @@ def next_screen(
     return None
 
 
+def anchor(centre: Params, observed: Sequence[tuple[Params, float]], tolerance: float = TOLERANCE) -> Params:
+    """Where the screening moves from: of the configs measured within `tolerance` of the fastest, the one with the
+    fewest keys changed from the centre (among equals, the fastest); the centre before anything was measured."""
+    if not observed:
+        return centre
+    fastest = min(seconds for _, seconds in observed)
+    near = [(sum(p[k] != centre.get(k) for k in p), s, i) for i, (p, s) in enumerate(observed)]
+    return observed[min(n for n in near if n[1] <= fastest * (1 + tolerance))[2]][0]
+
+
 def propose(
     view: SearchView,
     observed: Sequence[tuple[Params, float]],
     taken: set[tuple],
     rng: random.Random,
     optimism: float = OPTIMISM,
+    tolerance: float = TOLERANCE,
 ) -> Params | None:
     """The next config: the screening design's next point, moved from the fastest config measured so far; then the
     untried fitting point whose optimistic predicted step time is lowest (ties drawn); None when every point is
@@ -88,8 +102,8 @@ def propose(
         return None
     centre = view.centre()
     if centre is not None:
-        anchor = min(observed, key=lambda o: o[1])[0] if observed else centre
-        point = next_screen(centre, anchor, points, [dict(k) for k in taken], view.fits)
+        start = anchor(centre, observed, tolerance)
+        point = next_screen(centre, start, points, [dict(k) for k in taken], view.fits)
         if point is not None:
             return point
     fitting = [p for p in untried if view.fits(p)]
@@ -105,8 +119,8 @@ class KnobModelSampler(optuna.samplers.BaseSampler):
     """`propose` as an Optuna sampler. `bind` gives it the study's view once the study is open (the view needs the
     study itself); unbound, or for a parameter outside the space, it samples at random."""
 
-    def __init__(self, seed: int = 0, optimism: float = OPTIMISM) -> None:
-        self.seed, self.optimism = seed, optimism
+    def __init__(self, seed: int = 0, optimism: float = OPTIMISM, tolerance: float = TOLERANCE) -> None:
+        self.seed, self.optimism, self.tolerance = seed, optimism, tolerance
         self.view: SearchView | None = None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
 
@@ -123,7 +137,7 @@ class KnobModelSampler(optuna.samplers.BaseSampler):
             return {}
         observed, taken = self.history(study.get_trials(deepcopy=False))
         rng = random.Random(self.seed * 1_000_003 + trial.number)
-        return propose(self.view, observed, taken, rng, self.optimism) or {}
+        return propose(self.view, observed, taken, rng, self.optimism, self.tolerance) or {}
 
     def history(self, trials: Sequence[FrozenTrial]) -> tuple[list[tuple[Params, float]], set[tuple]]:
         """(params, measured step seconds) of every trial that measured one, and the keys of every config taken:
@@ -157,9 +171,11 @@ class BruteForce(optuna.samplers.BruteForceSampler):
         return None
 
 
-def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int, tolerance: float = TOLERANCE) -> optuna.samplers.BaseSampler:
+    """The study's sampler by name; `tolerance` is the study's tie tolerance, which the model sampler's screening
+    reads as noise."""
     if name == Sampler.MODEL:
-        return KnobModelSampler(seed)
+        return KnobModelSampler(seed, tolerance=tolerance)
     if name == Sampler.RANDOM:
         return optuna.samplers.RandomSampler(seed=seed)
     if name == Sampler.BRUTEFORCE:
