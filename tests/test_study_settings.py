@@ -15,13 +15,13 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from pipeline.compare.sequential import ConfirmationRound
 from pipeline.config.errors import ConfigError
 from pipeline.config.validate import validate
 from pipeline.jobs.answer_code import sft_of
 from pipeline.records import Status
 from pipeline.search import speedup
 from pipeline.search.confirmation import ConfirmationRecord
+from pipeline.search.confirmation.plan import ConfirmationRound
 from pipeline.search.opening import StudyContext, check_binding
 from pipeline.search.space import candidates, check_values
 from pipeline.search.trials import Role, TrialRecord

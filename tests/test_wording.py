@@ -14,13 +14,13 @@ import pytest
 from optuna.trial import TrialState
 
 from pipeline.compare.paired import compare_speedups
-from pipeline.compare.sequential import ConfirmationRound
 from pipeline.render.headline import fastest_line, sweep_gain
 from pipeline.render.rows import Criteria, comparison_rows
 from pipeline.render.runs_table import in_short, parent_tags
 from pipeline.render.table import format_table, rank_text
 from pipeline.search import speedup
 from pipeline.search.confirmation import ConfirmationRecord
+from pipeline.search.confirmation.plan import ConfirmationRound
 from pipeline.search.scaling import world_lines
 from pipeline.search.trials import TrialRecord
 from tests.helpers.records import recorded

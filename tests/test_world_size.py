@@ -9,7 +9,6 @@ import json
 import pytest
 from optuna.trial import TrialState
 
-from pipeline.compare.sequential import ConfirmationRound
 from pipeline.config.devices import cpu_cores
 from pipeline.config.errors import ConfigError
 from pipeline.config.plan import plan_sweep
@@ -17,6 +16,7 @@ from pipeline.jobs import ranks
 from pipeline.records import Status
 from pipeline.search import confirmation
 from pipeline.search.confirmation import ConfirmationRecord
+from pipeline.search.confirmation.plan import ConfirmationRound
 from pipeline.search.scaling import world_lines
 from pipeline.search.space import check_values, combinations, knob_space
 from pipeline.search.trials import Role, TrialRecord

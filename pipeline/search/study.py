@@ -8,7 +8,7 @@
 2. Decide trials until `optimize.trials` configs of the space are decided (`search.telling`: skipped when predicted
    over the cap, measured otherwise, stopped early when over the cap or slow; a failed job is decided once), the
    sampler proposing what the queue does not. Workers sharing the study claim configs (`search.workers`).
-3. The confirmation round (`search.finals`): the finalists in paired rounds of fresh processes, the answer's claim
+3. The confirmation round (`search.confirmation`): the finalists in paired rounds of fresh processes, the answer's claim
    against the baseline always bought.
 4. The answer (`search.answer`): printed and logged, with its speed-up over the baseline or why there is none.
 
@@ -41,8 +41,8 @@ from pipeline.search import baseline, prior, trials, workers
 from pipeline.search.answer import StudyAnswer, StudyFacts, decide, log_answer
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration, Prober
+from pipeline.search.confirmation.jobs import FinalRound
 from pipeline.search.decided import Decided
-from pipeline.search.finals import FinalRound
 from pipeline.search.knob_view import StudyView
 from pipeline.search.opening import StudyContext
 from pipeline.search.sampler import KnobModelSampler

@@ -1,5 +1,5 @@
 """The study's confirmation round as jobs: its finalists chosen from what the study decided, run in paired rounds of
-fresh processes (`search.confirmation` plans and records them), once per study by whichever worker gets there
+fresh processes (`confirmation.plan` plans them, the package records them), once per study by whichever worker gets there
 first, and stored on the study after every round."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class FinalRound:
     def _run(self, record: TrialRecord, number: int, warmup: int, steps: int) -> tuple[float | None, float]:
         """One confirmation run of a finalist: `steps` steady steps after `warmup`, in a fresh process; uncapped
         for a baseline that did not fit (it is measured for its speed, not judged against the cap). Its figure is
-        the trimmed mean of its steady steps (`compare.sequential` says why)."""
+        the trimmed mean of its steady steps (`confirmation.plan` says why)."""
         ctx = self.ctx
         job = ctx.candidate(record.config_id).job.with_length(warmup, steps)  # its identity, so its runs pool
         spec = task.job_spec(job, name=record.label, uncapped=not record.feasible)

@@ -1,6 +1,7 @@
-"""A study's confirmation round: its finalists re-measured in paired rounds of fresh processes
-(`compare.sequential`), once per study by whichever worker gets there first, and stored on the study
-(`ConfirmationRecord`: its one writer and its one reader).
+"""A study's confirmation round, all of it in this folder: here its finalists, settings and record (the one writer
+and the one reader of what the study stores); `plan` the rounds' statistics (their length, number, stopping rule,
+and the leader); `jobs` the round run as jobs on the study. Its finalists are re-measured in paired rounds of fresh
+processes, once per study by whichever worker gets there first.
 
 Finalists, in priority order: the best eligible trial; the baseline, so that the answer's speed-up over it comes
 from pairs; the best eligible trial of every other world size the study searched, so that the answer's speed-up
@@ -20,7 +21,7 @@ import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from pipeline.compare.sequential import COST_MARGIN, MIN_ROUNDS, ConfirmationRound, Finalist, fit
+from pipeline.search.confirmation.plan import COST_MARGIN, MIN_ROUNDS, ConfirmationRound, Finalist, fit
 from pipeline.search.trials import TrialRecord
 
 MIN_STEPS = 3  # steady steps of a confirmation run at least: a median of fewer is one step's noise
