@@ -107,7 +107,7 @@ def _checked(overrides: Sequence[str]) -> list[str]:
 def _run(entry: _Entry, overrides: list[str]) -> Result:
     """The command line's path: its precheck (`cli._checked_argv`), then Hydra (`cli._run_hydra`); then the record."""
     from pipeline.commands import cli
-    from pipeline.config.plan import expand_jobs
+    from pipeline.config.plan import PRECHECKED, expand_jobs
     from pipeline.jobs.context import COMMAND
 
     argv = ["--multirun", *overrides] if entry.multirun else overrides
@@ -115,7 +115,7 @@ def _run(entry: _Entry, overrides: list[str]) -> Result:
         with _refused_as_exception():
             argv = cli._checked_argv(entry.prog, entry.config, entry.doc, argv, entry.extra_check, entry.multirun)
         jobs = expand_jobs([a for a in argv if not a.startswith("-")], entry.multirun)
-        cfg = COMMAND.plan.checked[0].config  # where it records: the same for every job that passed the precheck
+        cfg = PRECHECKED.plan.checked[0].config  # where it records: the same for every job that passed the precheck
         total = len(jobs) - COMMAND.left_out if entry.multirun else 0
         with _stores_as_exception(), _counted(entry.task, total) as task:
             code = cli._run_hydra(entry.config, task, argv)
@@ -141,7 +141,7 @@ def _result(cfg, kind: RunKind, code: int) -> Result:
 def _counted(task: Callable, total: int) -> Iterator[Callable]:
     """`task` as Hydra calls it, counting a sweep's jobs on a progress bar (a notebook's widget; none for a study,
     whose own bar counts its trials)."""
-    from pipeline.jobs.context import checked_job
+    from pipeline.config.plan import checked_job
 
     if not total:
         yield task

@@ -13,6 +13,7 @@ import psutil
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
+from pipeline.config import plan
 from pipeline.jobs import context
 from tests.helpers.configs import composed
 from tests.helpers.services import (  # noqa: F401 - fixtures for every test
@@ -39,7 +40,8 @@ def clean_state(tmp_path, monkeypatch):
     # device locks of this test only: tests run one at a time, but other sessions on the machine must not queue them
     monkeypatch.setenv("BATCH_SPLIT_LOCK_DIR", str(tmp_path.parent / f"{tmp_path.name}-locks"))
     GlobalHydra.instance().clear()
-    context.COMMAND.sweep, context.COMMAND.left_out, context.COMMAND.plan = None, 0, None  # a command: its sweep ended
+    context.COMMAND.sweep, context.COMMAND.left_out = None, 0  # a command: its sweep ended
+    plan.PRECHECKED.plan = None  # and its precheck's configs
     before = {child.pid for child in psutil.Process().children()}
     yield
     GlobalHydra.instance().clear()

@@ -22,7 +22,7 @@ from pipeline.config.compose import CONF_DIR
 from pipeline.config.errors import ConfigError
 from pipeline.config.globs import expand_globs
 from pipeline.config.help import help_text
-from pipeline.config.plan import check_repeats, plan_sweep
+from pipeline.config.plan import PRECHECKED, check_repeats, plan_sweep
 from pipeline.config.schema import register_configs
 from pipeline.config.store_checks import check_stores
 from pipeline.jobs import context, runner
@@ -193,7 +193,7 @@ def _check_plan(
     server started for it stops again when no job will use it."""
     try:
         plan = plan_sweep(config_name, overrides, multirun)
-        context.COMMAND.plan = plan  # each job's config checked once: what its task receives
+        PRECHECKED.plan = plan  # each job's config checked once: what its task receives
         configs = plan.configs
         if all(c.launcher.kind != LauncherKind.FORKSERVER for c in configs) or _launcher(overrides) is None:
             runner.stop_server()

@@ -15,8 +15,8 @@ from pipeline import exits
 from pipeline.commands.cli import run_entry
 from pipeline.config.errors import ConfigError
 from pipeline.config.job import JobConfig
+from pipeline.config.plan import checked_job
 from pipeline.config.store_checks import check_store
-from pipeline.jobs.context import checked_job
 from pipeline.search.opening import check_binding
 from pipeline.search.space import check_values
 

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from pipeline import exits
 from pipeline.commands.cli import run_entry
-from pipeline.jobs.context import checked_job
+from pipeline.config.plan import checked_job
 
 CONFIG = "config"  # conf/config.yaml: one group per experiment axis
 

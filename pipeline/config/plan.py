@@ -1,6 +1,6 @@
 """What a command line runs: its jobs (a multirun expanded as Hydra's basic sweeper runs it, repeats interleaved),
 each config composed and checked once before Hydra runs anything. The plan keeps each config as its check parsed
-it (`config.job`): what each job's task receives (`jobs.context.checked_job`). A world-size sweep leaves out the
+it (`config.job`): what each job's task receives (`checked_job`). A world-size sweep leaves out the
 combinations whose split times world size is not the effective batch."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 import math
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
@@ -154,3 +155,30 @@ def _job_key(job: list[str]) -> tuple[str, ...]:
 def _repeat(job: list[str], cfg: DictConfig) -> int:
     value = dict(map(parse_override, job)).get("repeat")
     return int(value) if value is not None else cfg.repeat
+
+
+@dataclasses.dataclass
+class _Prechecked:
+    """This process's command line as its precheck checked it: set by the command, read by each job's task."""
+
+    plan: SweepPlan | None = None
+
+
+PRECHECKED = _Prechecked()
+
+
+def checked_job(cfg: DictConfig) -> JobConfig | None:
+    """This Hydra job's config (`cfg`, as Hydra composed it) as the command line's precheck checked and parsed it;
+    None for a combination of a world-size sweep that the precheck left out. A job that a launcher runs in another
+    process (submitit) was checked where the command ran: it is checked again where it runs."""
+    if PRECHECKED.plan is not None:
+        try:
+            return PRECHECKED.plan.job(list(HydraConfig.get().overrides.task))
+        except KeyError:
+            pass
+    try:
+        return validate(cfg)
+    except ConfigError as err:
+        if err.field == "batch.split" and layout_mismatch(cfg):
+            return None
+        raise

@@ -1,5 +1,4 @@
-"""What a command passes on to its jobs: each job's config as the command line's precheck checked it (and the jobs
-it left out of the sweep), and the sweep a job belongs to (set by the sweep callback, read by each job's task in this
+"""What a command passes on to its jobs: the jobs its precheck left out of the sweep, and the sweep a job belongs to (set by the sweep callback, read by each job's task in this
 process; the environment carries it only to a launcher running the jobs in other processes or on other machines,
 submitit copying it)."""
 
@@ -10,25 +9,18 @@ import json
 import os
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
 
-from pipeline.config.errors import ConfigError
 from pipeline.config.identity import parse_override
-from pipeline.config.job import JobConfig
-from pipeline.config.plan import SweepPlan
-from pipeline.config.validate import layout_mismatch, validate
 
 CONTEXT_ENV = "BATCH_SPLIT_SWEEP"  # for jobs a launcher runs in other processes only
 
 
 @dataclasses.dataclass
 class _Command:
-    """This process's command: its configs as its precheck checked them, its sweep while one runs, and the jobs its
-    precheck left out of it."""
+    """This process's command: its sweep while one runs, and the jobs its precheck left out of it."""
 
     sweep: SweepContext | None = None
     left_out: int = 0
-    plan: SweepPlan | None = None
 
 
 COMMAND = _Command()
@@ -75,20 +67,3 @@ def job_command() -> list[str]:
     if not HydraConfig.initialized():
         return []
     return [o for o in HydraConfig.get().overrides.task if parse_override(o)[0] not in ("repeat", "repeats")]
-
-
-def checked_job(cfg: DictConfig) -> JobConfig | None:
-    """This Hydra job's config (`cfg`, as Hydra composed it) as the command line's precheck checked and parsed it;
-    None for a combination of a world-size sweep that the precheck left out. A job that a launcher runs in another
-    process (submitit) was checked where the command ran: it is checked again where it runs."""
-    if COMMAND.plan is not None:
-        try:
-            return COMMAND.plan.job(list(HydraConfig.get().overrides.task))
-        except KeyError:
-            pass
-    try:
-        return validate(cfg)
-    except ConfigError as err:
-        if err.field == "batch.split" and layout_mismatch(cfg):
-            return None
-        raise

@@ -20,10 +20,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline import exits, results
 from pipeline.config.identity import parse_override, varying_keys
-from pipeline.config.plan import expand_jobs
+from pipeline.config.plan import checked_job, expand_jobs
 from pipeline.jobs import runner, task
 from pipeline.jobs.answer_code import sweep_answer
-from pipeline.jobs.context import COMMAND, SweepContext, checked_job
+from pipeline.jobs.context import COMMAND, SweepContext
 from pipeline.records import RunKind, RunState, Status
 from pipeline.render import runs_table
 from pipeline.render.rows import Criteria, Row, comparison_rows
