@@ -382,9 +382,10 @@ def test_bad_report_arguments_give_one_line_naming_the_argument_and_write_nothin
         "study first; accepted: the store a sweep or study recorded into (sqlite:///mlruns/mlflow.db, relative to the "
         "folder it ran in)",
     }
-    for args, line in cases.items():
-        proc = run_cli(*args, cwd=tmp_path, module="pipeline.report", timeout=120)
-        assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {line}\n", ""), args
+    with ThreadPoolExecutor(max_workers=2) as pool:  # four processes that only read the store
+        procs = list(pool.map(lambda a: run_cli(*a, cwd=tmp_path, module="pipeline.report", timeout=120), cases))
+    said = {args: (proc.returncode, proc.stderr, proc.stdout) for args, proc in zip(cases, procs, strict=True)}
+    assert said == {args: (2, f"error: {line}\n", "") for args, line in cases.items()}
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlruns"] and not (tmp_path / "mlruns" / "reports").exists()
 
