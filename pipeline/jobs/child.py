@@ -32,8 +32,8 @@ from pipeline.builders.trainer import build_trainer
 from pipeline.config.choices import CPU
 from pipeline.config.schema import typed
 from pipeline.jobs import ranks, watchdog
+from pipeline.jobs.child_setup import ignore_ctrl_c, no_process_locks, quiet, versions, write_json
 from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
-from pipeline.jobs.process import flops_fields, ignore_ctrl_c, no_process_locks, quiet, versions, write_json
 from pipeline.knobs.padding import Padding
 from pipeline.measure import memory
 from pipeline.measure.busy import BusyWindow
@@ -41,6 +41,7 @@ from pipeline.measure.callback import StepMeter, StopTraining
 from pipeline.measure.collective import AllReduceClock
 from pipeline.measure.compiled import CompileWatch
 from pipeline.measure.first_batch import FirstBatch
+from pipeline.measure.flops import flops_fields
 from pipeline.measure.profile import ProfileWindow
 from pipeline.records import JobResult, JobSpec, Status, Step
 

@@ -13,6 +13,10 @@ MFU = real tokens per second * model FLOPs per token / peak dense TFLOP/s of the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -96,3 +100,28 @@ class Shape:
             "up_proj": (h, i),
             "down_proj": (i, h),
         }
+
+
+def count_params(model: torch.nn.Module) -> tuple[int, int]:
+    """(weights of frozen Linear layers incl. the LM head, trainable adapter weights) of a PEFT-wrapped model."""
+    import torch  # the job process's: the commands that only plan or read never import it
+
+    base = sum(
+        module.weight.numel()
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and "lora_" not in name
+    )
+    lora = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return base, lora
+
+
+def flops_fields(model: torch.nn.Module, steps, checkpointing: bool) -> dict:
+    """The trained model's parameter counts and FLOPs per token, at the mean padded length its steps ran."""
+    base, lora = count_params(model)
+    padded_length = sum(s.padded_tokens for s in steps) / max(1, sum(s.samples for s in steps)) if steps else 0
+    m = model.base_model.model.config
+    head_dim = getattr(m, "head_dim", None) or m.hidden_size // m.num_attention_heads
+    fpt = flops_per_token(
+        base, lora, m.num_hidden_layers, padded_length, m.num_attention_heads, head_dim, checkpointing
+    )
+    return {"base_matmul_params": base, "lora_params": lora, "model_flops_per_token": fpt.model}

@@ -1,5 +1,5 @@
-"""The job process's surroundings: the versions it records, the parameters it counts, its quiet output, its
-thread-only progress-bar lock, and the atomic write of its record."""
+"""What the job process (the child side) sets up around its training: Ctrl-C left to its starter, quiet library
+output, a thread-only progress-bar lock, the versions it records, and the atomic write of its record."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ import transformers
 import trl
 
 from pipeline.measure import memory
-from pipeline.measure.flops import flops_per_token
 
 
 def ignore_ctrl_c() -> None:
@@ -42,17 +41,6 @@ def versions() -> dict[str, str]:
         "cuda": str(torch.version.cuda),
         "driver": memory.driver_version(),
     }
-
-
-def count_params(model: torch.nn.Module) -> tuple[int, int]:
-    """(weights of frozen Linear layers incl. the LM head, trainable adapter weights) of a PEFT-wrapped model."""
-    base = sum(
-        module.weight.numel()
-        for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and "lora_" not in name
-    )
-    lora = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return base, lora
 
 
 def write_json(path: Path, record: dict) -> None:
@@ -80,15 +68,3 @@ def no_process_locks() -> None:
     by a timeout, a signal or Ctrl-C never unregisters it, and the tracker warns of a leaked semaphore when the sweep
     ends. The job's bars all run in this one process, so a thread lock is all they need."""
     tqdm.tqdm.set_lock(threading.RLock())
-
-
-def flops_fields(model: torch.nn.Module, steps, checkpointing: bool) -> dict:
-    """The trained model's parameter counts and FLOPs per token, at the mean padded length its steps ran."""
-    base, lora = count_params(model)
-    padded_length = sum(s.padded_tokens for s in steps) / max(1, sum(s.samples for s in steps)) if steps else 0
-    m = model.base_model.model.config
-    head_dim = getattr(m, "head_dim", None) or m.hidden_size // m.num_attention_heads
-    fpt = flops_per_token(
-        base, lora, m.num_hidden_layers, padded_length, m.num_attention_heads, head_dim, checkpointing
-    )
-    return {"base_matmul_params": base, "lora_params": lora, "model_flops_per_token": fpt.model}
