@@ -436,3 +436,29 @@ def test_a_stall_is_no_step_for_its_window_while_the_job_idles(tmp_path):
             'ep_time_s": 6.0}\n' + "".join(json.dumps({"step": n, "step_time_s": 6.0}) + "\n" for n in range(7, 30))
         )
     assert steps.read(140.0) and steps.last == 29 and steps.window() == 60.0
+
+
+def test_a_ctrl_c_inside_a_store_call_lands_after_it_and_a_second_one_at_once():
+    """A study stopped with Ctrl-C mid-write ended `database is locked` (its transaction left open on a pooled SQLite
+    connection, its cleanup's writes waiting on it): the first Ctrl-C now lands once the call has returned, a second
+    one inside the call at once, and the handler is the caller's again after either."""
+    from pipeline.tracking.watched import WatchedClient
+
+    committed = []
+
+    class Store:
+        def write(self, presses: int) -> str:
+            for _ in range(presses):
+                os.kill(os.getpid(), signal.SIGINT)
+            committed.append(presses)
+            return "written"
+
+    client = WatchedClient(Store(), "sqlite:///mlruns/mlflow.db")
+    with pytest.raises(KeyboardInterrupt):
+        client.write(1)
+    assert committed == [1]
+    with pytest.raises(KeyboardInterrupt):
+        client.write(2)
+    assert committed == [1]  # the second press stopped the call before its commit
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert client.write(0) == "written" and committed == [1, 0]

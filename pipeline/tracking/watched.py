@@ -1,9 +1,13 @@
-"""MLflow's client with its calls timed, so that a store that stops answering is said rather than waited on."""
+"""MLflow's client with its calls timed, so that a store that stops answering is said rather than waited on, and
+whole, so that a Ctrl-C never lands inside one."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
 import time
+from collections.abc import Iterator
 
 from mlflow.tracking import MlflowClient
 
@@ -31,7 +35,8 @@ class WatchedClient:
             timer.daemon = True
             timer.start()
             try:
-                value = method(*args, **kwargs)
+                with whole_call():
+                    value = method(*args, **kwargs)
             finally:
                 timer.cancel()
             with self.lock:
@@ -52,3 +57,31 @@ class WatchedClient:
             "before the command stops with an error)",
             flush=True,
         )
+
+
+@contextlib.contextmanager
+def whole_call() -> Iterator[None]:
+    """A Ctrl-C that lands inside a store call takes effect when the call returns; a second one at once (a store that
+    hangs stays interruptible). Interrupted between its write and its commit, a call leaves its SQLite transaction
+    open on a pooled connection, and every later write of the command (its runs marked KILLED) waits on that lock
+    until `database is locked`. Main thread only: Python runs signal handlers there."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    pending = []
+
+    def later(signum, frame) -> None:
+        if pending:  # the second: now
+            signal.signal(signal.SIGINT, previous)
+            previous(signum, frame)
+        pending.append(frame)
+
+    signal.signal(signal.SIGINT, later)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is later:
+            signal.signal(signal.SIGINT, previous)
+    if pending:
+        previous(signal.SIGINT, pending[0])
