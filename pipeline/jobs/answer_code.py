@@ -1,4 +1,4 @@
-"""The answer as code: a config's plain TRL script (`builders.script`), written under `<paths.root>/scripts/`, for
+"""The answer as code: a config's plain TRL script (`answer_script`), written under `<paths.root>/scripts/`, for
 `python -m pipeline.export`, a study's answer and a sweep's winner: composed and checked like a job of the same
 overrides, with the SFTConfig arguments its job trained with (or would train with here)."""
 
@@ -10,7 +10,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.builders.script import script_text
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.compare.paired import Judgement
 from pipeline.config.compose import compose_job
@@ -18,6 +17,7 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.identity import display_name, parse_override
 from pipeline.config.job import JobConfig
 from pipeline.config.validate import validate
+from pipeline.jobs.answer_script import script_text
 from pipeline.jobs.task import job_spec
 from pipeline.render.rows import Row
 from pipeline.tracking.runs import OVERRIDES

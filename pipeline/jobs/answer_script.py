@@ -21,7 +21,7 @@ from pipeline.config.schema import ARCH_KEYS, Config
 from pipeline.knobs import base
 from pipeline.knobs.padding import Padding
 
-BUILDERS = Path(__file__).resolve().parent
+BUILDERS = Path(__file__).resolve().parent.parent / "builders"  # the helpers are the builders' own source
 DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 IMPORTS = (  # (import line, the name the code uses): a script imports what its code uses
     ("import argparse", "argparse"),
