@@ -277,12 +277,13 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
     assert re.search(r"\| tiny 1x4 +\| ok +\|.*\| over-cap +\|", text), text  # the baseline, measured uncapped
     assert text.count("| skipped") == 2
     assert "Device: device not recorded" not in text and "Device: " in text  # the probes ran on it
-    missing = run_cli("--study", "nope", cwd=tmp_path, module="pipeline.report", timeout=300)
-    assert missing.returncode == 2 and re.fullmatch(
-        r"error: --study: no record of study 'nope' in sqlite:///\S+/mlflow\.db; accepted: one recorded there \(newest "
-        rf"first\): {re.escape(study.study_name)}\n",
-        missing.stderr,
-    ), missing.stderr
+    for command in ("pipeline.report", "pipeline.card"):  # an unknown study: the recorded ones named, by both
+        missing = run_cli("--study", "nope", cwd=tmp_path, module=command, timeout=300)
+        assert missing.returncode == 2 and re.fullmatch(
+            r"error: --study: no record of study 'nope' in sqlite:///\S+/mlflow\.db; accepted: one recorded there "
+            rf"\(newest first\): {re.escape(study.study_name)}\n",
+            missing.stderr,
+        ), (command, missing.stderr)
 
 
 def _partial_rounds(cwd) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline import exits
 from pipeline.commands.arguments import Parser
-from pipeline.commands.report import source_arguments
+from pipeline.commands.report import not_recorded, source_arguments
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -36,7 +36,10 @@ def main(argv: list[str] | None = None) -> None:
         tracker = Tracker(args.tracking_uri, args.experiment, str(args.out / "artifacts"), create=False)
         parent = find_parent(tracker, args.sweep, args.study)
         card = build(results.read(tracker, parent.info.run_id))
-    except (ConfigError, ReportError, ExperimentNotFound) as err:
+    except ReportError as err:  # the sweep or study asked for is not recorded: the recorded ones named, as report does
+        print(f"error: {not_recorded(tracker, args) or err}", file=sys.stderr)
+        sys.exit(exits.BAD_INPUT)
+    except (ConfigError, ExperimentNotFound) as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(exits.BAD_INPUT)
     except FilterValueError as err:

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         accepted = ", ".join(err.experiments) or "none yet: a sweep or study makes batch-split"
         _refuse(f"--experiment: {err}; accepted: an experiment recorded there: {accepted}")
     except ReportError as err:
-        _refuse(_not_recorded(tracker, args) or f"{_asked(args)}: {err}")
+        _refuse(not_recorded(tracker, args) or f"{_asked(args)}: {err}")
     except FilterValueError as err:
         _refuse(f"--sweep/--study: {err}; accepted: a sweep id or study name as printed")
     print(f"report: {out / 'report.md'} and {out / 'report.html'} (also logged on its MLflow parent run)")
@@ -80,7 +80,7 @@ def _asked(args: argparse.Namespace) -> str:
     return "--sweep" if args.sweep else "--study" if args.study else "--tracking-uri"
 
 
-def _not_recorded(tracker, args: argparse.Namespace) -> str | None:
+def not_recorded(tracker, args: argparse.Namespace) -> str | None:
     """The sweep or study asked for is not in the store, which has others: named, newest first. None where the store
     has none of that kind (the report's own line then says how to record one)."""
     from pipeline.records import RunKind
