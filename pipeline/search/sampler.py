@@ -23,11 +23,12 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from pipeline.config.choices import Sampler
+from pipeline.config.schema import OptimizeConfig
 from pipeline.search import knob_model
 
 Params = dict[str, Any]
 OPTIMISM = 1.0  # standard deviations under the predicted mean that a proposal is judged by
-TOLERANCE = 0.05  # a step time within this of the fastest's is no reason to move the screening's anchor
+TOLERANCE = OptimizeConfig.tie_tolerance  # the study's default: a gain within it does not move the screening's anchor
 
 
 class SearchView(Protocol):
