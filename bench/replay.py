@@ -130,6 +130,9 @@ class ReplayView:
     def seconds(self, trial) -> float | None:
         return trials.measured_seconds(trials.TrialRecord.of(trial))
 
+    def spread(self, trial):
+        return trials.measured_spread(trials.TrialRecord.of(trial))
+
 
 SKIP_MARGIN = 0.1
 PRUNE_STEPS, PRUNE_FACTOR = 3, 1.3

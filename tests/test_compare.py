@@ -3,6 +3,7 @@ simulated machines whose speed drifts and whose processes each have an offset of
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
@@ -290,6 +291,10 @@ def test_the_warm_up_of_a_confirmation_run_is_the_transient_its_trial_showed():
         confirmation.transient(TrialRecord(0, TrialState.COMPLETE, step_times=steady, warmup_times=(2.0, 0.5, 0.2)))
         == 2
     )
+    # steps 1 and 2 compiled (left out of the warm-up's times); step 3 recorded CUDA graphs, step 4 ran steady
+    compiled = TrialRecord(0, TrialState.COMPLETE, step_times=steady, warmup_times=(0.9, 0.2), warmup_left_out=(1, 2))
+    assert confirmation.transient(compiled) == 3
+    assert confirmation.transient(dataclasses.replace(compiled, warmup_times=(0.2, 0.2))) == 2
 
 
 def test_the_round_survives_the_study_storage_as_it_was():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import statistics
 
 import optuna
 import pytest
@@ -51,6 +52,9 @@ class View:
 
     def seconds(self, trial):
         return trials.measured_seconds(trials.TrialRecord.of(trial))
+
+    def spread(self, trial):
+        return trials.measured_spread(trials.TrialRecord.of(trial))
 
 
 def screening(centre: dict, points: list[dict]) -> list[dict]:
@@ -156,6 +160,42 @@ def test_a_gain_within_the_tie_tolerance_does_not_move_the_screenings_anchor():
     observed = [(CENTRE, 0.40), (fused, 0.398), (taken[2], 1.2), (taken[3], 0.72)]
     found = sampler.propose(View(), observed, {sampler.key(p) for p in taken}, random.Random(0))
     assert found == compiled
+
+
+def test_a_gain_past_the_tolerance_but_inside_the_steps_noise_does_not_move_the_anchor():
+    """A rival measured 5.9% faster than the centre, past the 5% tolerance, with the two configs' steps overlapping
+    (the figures of flex attention against sdpa in an H200 study): the anchor stays at the centre; a gain whose steps
+    do not overlap the fastest's moves it. The intervals ([0.2109, 0.2460] and [0.2062, 0.2268], as there) reach the
+    anchor from the trials' own steps."""
+    rival = {**CENTRE, "train.optimizer": "adamw_torch_fused"}
+    compiled = {**CENTRE, "train.torch_compile": "regional"}
+    steps = {
+        "centre": [0.2460, 0.2050, 0.2300, 0.2109, 0.2230, 0.2600, 0.2150, 0.2252, 0.2080, 0.2400, 0.2200, 0.2500],
+        "rival": [0.2124, 0.2010, 0.2268, 0.2062, 0.2150, 0.2350, 0.2080, 0.2110, 0.2040, 0.2300, 0.2100, 0.2200],
+        "compiled": [0.0595, 0.0601, 0.0588, 0.0611, 0.0592, 0.0597, 0.0603, 0.0590, 0.0599, 0.0594, 0.0606, 0.0591],
+    }
+    chosen = sampler.KnobModelSampler(seed=0)
+    chosen.bind(View())
+    study = optuna.create_study(direction="minimize", sampler=chosen)
+
+    def measure(params, name):
+        study.enqueue_trial(params)
+        trial = study.ask()
+        assert {k: trial.suggest_categorical(k, v) for k, v in SPACE.items()} == params
+        median = statistics.median(steps[name])
+        trials.write(trial, {trials.STATUS: Status.OK, trials.MEDIAN: median, trials.STEP_TIMES: steps[name]})
+        study.tell(trial, median)
+
+    measure(CENTRE, "centre")
+    measure(rival, "rival")
+    observed, _, spreads = chosen.history(study.get_trials(deepcopy=False))
+    assert observed[0][1] / observed[1][1] > 1 + sampler.TOLERANCE
+    assert sampler.anchor(CENTRE, observed) == rival  # the tolerance alone would move it
+    assert (spreads[0].low, spreads[0].high, spreads[1].low, spreads[1].high) == (0.2109, 0.2460, 0.2062, 0.2268)
+    assert sampler.anchor(CENTRE, observed, spreads=spreads) == CENTRE
+    measure(compiled, "compiled")
+    observed, _, spreads = chosen.history(study.get_trials(deepcopy=False))
+    assert sampler.anchor(CENTRE, observed, spreads=spreads) == compiled
 
 
 def test_after_screening_the_sampler_proposes_the_combination_the_model_expects_fastest():

@@ -12,6 +12,7 @@ from pipeline.search import prior, trials
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.opening import StudyContext
 from pipeline.search.space import choice_of
+from pipeline.summaries import Interval
 
 
 class StudyView:
@@ -37,3 +38,6 @@ class StudyView:
 
     def seconds(self, trial: FrozenTrial) -> float | None:
         return trials.measured_seconds(trials.TrialRecord.of(trial))
+
+    def spread(self, trial: FrozenTrial) -> Interval | None:
+        return trials.measured_spread(trials.TrialRecord.of(trial))

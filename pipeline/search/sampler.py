@@ -4,11 +4,12 @@
 config has held yet, moved from the fastest config measured so far (adaptive one-factor-at-a-time: a knob that only
 pays beside another, such as a compiled loss beside compiled layers, is tried on top of what already won; a value
 that cannot run alone is moved with the fewest other keys that make it valid). A config faster by no more than
-`tolerance` (the study's tie tolerance: one process's noise) does not move the anchor away from one nearer the
-centre, so a change that bought nothing is not carried into every later trial. Then it fits the knob model
-(`search.knob_model`) to every config measured so far and proposes the untried config with the best optimistic
-step time (`optimism` standard deviations under the predicted mean) that the memory predictor says fits. It is an
-Optuna sampler, so the study stays an Optuna study: its trials, storage, workers and dashboard are as with TPE.
+`tolerance` (the study's tie tolerance: one process's noise), or whose steps' interval overlaps the fastest's, does not
+move the anchor away from one nearer the centre, so a change that bought nothing decided is not carried into every
+later trial. Then it fits the knob model (`search.knob_model`) to every config measured so far and proposes the
+untried config with the best optimistic step time (`optimism` standard deviations under the predicted mean) that the
+memory predictor says fits. It is an Optuna sampler, so the study stays an Optuna study: its trials, storage, workers
+and dashboard are as with TPE.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pipeline.config.choices import Sampler
 from pipeline.config.schema import OptimizeConfig
 from pipeline.search import knob_model
+from pipeline.summaries import Interval
 
 Params = dict[str, Any]
 OPTIMISM = 1.0  # standard deviations under the predicted mean that a proposal is judged by
@@ -33,7 +35,8 @@ TOLERANCE = OptimizeConfig.tie_tolerance  # the study's default: a gain within i
 
 class SearchView(Protocol):
     """What the model sampler needs of a study: its space (key -> Optuna choices), its valid points, whether the
-    memory predictor says a point fits, the screening design's centre, and a trial's measured step time."""
+    memory predictor says a point fits, the screening design's centre, and a trial's measured step time and the
+    interval of its median."""
 
     space: dict[str, list[Any]]
 
@@ -44,6 +47,8 @@ class SearchView(Protocol):
     def centre(self) -> Params | None: ...
 
     def seconds(self, trial: FrozenTrial) -> float | None: ...
+
+    def spread(self, trial: FrozenTrial) -> Interval | None: ...
 
 
 def key(params: Params) -> tuple:
@@ -76,14 +81,29 @@ def next_screen(
     return None
 
 
-def anchor(centre: Params, observed: Sequence[tuple[Params, float]], tolerance: float = TOLERANCE) -> Params:
-    """Where the screening moves from: of the configs measured within `tolerance` of the fastest, the one with the
-    fewest keys changed from the centre (among equals, the fastest); the centre before anything was measured."""
+def anchor(
+    centre: Params,
+    observed: Sequence[tuple[Params, float]],
+    tolerance: float = TOLERANCE,
+    spreads: Sequence[Interval | None] = (),
+) -> Params:
+    """Where the screening moves from: of the configs not told apart from the fastest, the one with the fewest keys
+    changed from the centre (among equals, the fastest); the centre before anything was measured. Not told apart:
+    within `tolerance` of the fastest, or, where `spreads` (each observation's interval of its median step, in
+    `observed`'s order) holds both, an interval that overlaps the fastest's."""
     if not observed:
         return centre
-    fastest = min(seconds for _, seconds in observed)
-    near = [(sum(p[k] != centre.get(k) for k in p), s, i) for i, (p, s) in enumerate(observed)]
-    return observed[min(n for n in near if n[1] <= fastest * (1 + tolerance))[2]][0]
+    spreads = list(spreads) + [None] * (len(observed) - len(spreads))
+    first = min(range(len(observed)), key=lambda i: observed[i][1])
+    fastest, top = observed[first][1], spreads[first]
+
+    def tied(i: int) -> bool:
+        seconds, spread = observed[i][1], spreads[i]
+        overlaps = spread is not None and top is not None and spread.low <= top.high
+        return seconds <= fastest * (1 + tolerance) or overlaps
+
+    near = [(sum(p[k] != centre.get(k) for k in p), s, i) for i, (p, s) in enumerate(observed) if tied(i)]
+    return observed[min(near)[2]][0]
 
 
 def propose(
@@ -93,17 +113,18 @@ def propose(
     rng: random.Random,
     optimism: float = OPTIMISM,
     tolerance: float = TOLERANCE,
+    spreads: Sequence[Interval | None] = (),
 ) -> Params | None:
-    """The next config: the screening design's next point, moved from the fastest config measured so far; then the
-    untried fitting point whose optimistic predicted step time is lowest (ties drawn); None when every point is
-    taken."""
+    """The next config: the screening design's next point, moved from the fastest config measured so far (`anchor`;
+    `spreads` are the observations' intervals); then the untried fitting point whose optimistic predicted step time
+    is lowest (ties drawn); None when every point is taken."""
     points = view.points()
     untried = [p for p in points if key(p) not in taken]
     if not untried:
         return None
     centre = view.centre()
     if centre is not None:
-        start = anchor(centre, observed, tolerance)
+        start = anchor(centre, observed, tolerance, spreads)
         point = next_screen(centre, start, points, [dict(k) for k in taken], view.fits)
         if point is not None:
             return point
@@ -136,15 +157,17 @@ class KnobModelSampler(optuna.samplers.BaseSampler):
     def sample_relative(self, study, trial, search_space) -> dict[str, Any]:
         if not search_space or self.view is None:
             return {}
-        observed, taken = self.history(study.get_trials(deepcopy=False))
+        observed, taken, spreads = self.history(study.get_trials(deepcopy=False))
         rng = random.Random(self.seed * 1_000_003 + trial.number)
-        return propose(self.view, observed, taken, rng, self.optimism, self.tolerance) or {}
+        return propose(self.view, observed, taken, rng, self.optimism, self.tolerance, spreads) or {}
 
-    def history(self, trials: Sequence[FrozenTrial]) -> tuple[list[tuple[Params, float]], set[tuple]]:
-        """(params, measured step seconds) of every trial that measured one, and the keys of every config taken:
-        measured, decided, or being measured now."""
+    def history(
+        self, trials: Sequence[FrozenTrial]
+    ) -> tuple[list[tuple[Params, float]], set[tuple], list[Interval | None]]:
+        """(params, measured step seconds) of every trial that measured one, the keys of every config taken
+        (measured, decided, or being measured now), and each measured trial's interval of its median step."""
         names = set(self.view.space)
-        observed, taken = [], set()
+        observed, taken, spreads = [], set(), []
         for trial in trials:
             params = {k: v for k, v in trial.params.items() if k in names}
             if set(params) != names:
@@ -155,7 +178,8 @@ class KnobModelSampler(optuna.samplers.BaseSampler):
             seconds = self.view.seconds(trial)
             if seconds is not None and math.isfinite(seconds) and seconds > 0:
                 observed.append((params, seconds))
-        return observed, taken
+                spreads.append(self.view.spread(trial))
+        return observed, taken, spreads
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> Any:
         return self._fallback.sample_independent(study, trial, param_name, param_distribution)

@@ -125,6 +125,7 @@ class TrialTeller:
         warmup = candidate.config.measure.warmup_steps
         steady = [s.step_time_s for s in steady_steps(result, warmup)]
         early = [s.step_time_s for s in result.steps if s.step <= warmup and s.steady_candidate]
+        left_out = [s.step for s in result.steps if s.step <= warmup and not s.steady_candidate]
         trials.write(
             trial,
             {
@@ -136,6 +137,7 @@ class TrialTeller:
                 trials.TOKENS: _shown(summary.per_second(summary.tokens_per_step), 0),
                 trials.STEP_TIMES: steady,
                 trials.WARMUP_TIMES: early,
+                trials.WARMUP_LEFT_OUT: left_out,
                 trials.LOSSES: [step.loss for step in result.steps],
                 trials.RUN_ID: outcome.run_id,
                 trials.NOTE: result.stopped or result.error or "",

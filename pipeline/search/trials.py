@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from pipeline.measure.stats import max_relative_deviation
+from pipeline.measure.stats import max_relative_deviation, median_ci
 from pipeline.records import Status
 from pipeline.summaries import Interval
 
@@ -24,6 +24,7 @@ STATUS, NOTE, PREDICTED, PEAK, FEASIBLE = "status", "reason", "predicted_gib", "
 MEDIAN, CI, TOKENS, STEP_TIMES = "step_time_median_s", "ci", "tokens_per_s", "step_times"
 GPU_SECONDS, RUN_ID, SFT, KNOBS, ROLE, OWNER = "gpu_seconds", "run_id", "sft_kwargs", "knobs", "role", "owner"
 LOSSES, WARMUP_TIMES = "losses", "warmup_times"
+WARMUP_LEFT_OUT = "warmup_left_out"  # the warm-up's step numbers not in warmup_times (they compiled, or were profiled)
 WORLD_SIZE = "world_size"  # the ranks (devices) of the trial's job
 BUSY, PROFILE = "gpu_busy", "profile"  # NVML's busy share of its steady steps; its profile's figures per step
 LONGEST = "longest_batch"  # the run's micro-batch its fit is judged on: tokens, real tokens, step, trained first
@@ -63,6 +64,7 @@ class TrialRecord:
     tokens_per_s: float | None = None
     step_times: tuple[float, ...] = ()  # the steady steps: the trial's step noise
     warmup_times: tuple[float, ...] = ()  # the steps before them (compiling steps left out): its transient
+    warmup_left_out: tuple[int, ...] = ()  # the step numbers left out of warmup_times
     losses: tuple[float, ...] = ()  # per step, for the deviation from the baseline
     gpu_seconds: float = 0.0
     run_id: str | None = None
@@ -109,6 +111,7 @@ class TrialRecord:
             tokens_per_s=a.get(TOKENS),
             step_times=tuple(a.get(STEP_TIMES, ())),
             warmup_times=tuple(a.get(WARMUP_TIMES, ())),
+            warmup_left_out=tuple(a.get(WARMUP_LEFT_OUT, ())),
             losses=tuple(a.get(LOSSES, ())),
             gpu_seconds=a.get(GPU_SECONDS, 0.0),
             run_id=a.get(RUN_ID),
@@ -132,6 +135,12 @@ def measured_seconds(record: TrialRecord) -> float | None:
         return record.median
     ran = record.warmup_times[1:]
     return statistics.median(ran) if ran else None
+
+
+def measured_spread(record: TrialRecord) -> Interval | None:
+    """The 95% interval of a trial's median steady step, from its own steps (the same in a study and its replay,
+    which stores no interval); None where it ran no steady step (pruned, skipped, failed)."""
+    return median_ci(sorted(record.step_times)) if record.step_times else None
 
 
 def records(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -> list[TrialRecord]:

@@ -183,10 +183,14 @@ TRANSIENT = 1.25  # an early step this much slower than every steady step is sti
 
 def transient(record: TrialRecord) -> int:
     """The steps a fresh process of this config needs before its steps are steady, as its trial showed: up to and
-    including the last early step well over every steady one (at least the first, which carries one-off costs)."""
+    including the last early step that compiled or ran well over every steady one (at least the first, which carries
+    one-off costs). A compiled config's CUDA graphs are recorded in the steps after it compiled: counted by number,
+    those steps stay out of the round's figures."""
     limit = TRANSIENT * max(record.step_times, default=0.0)
-    slow = [i for i, seconds in enumerate(record.warmup_times, start=1) if seconds > limit]
-    return max([1, *slow])
+    left_out = set(record.warmup_left_out)
+    numbers = (n for n in range(1, len(record.warmup_times) + len(left_out) + 1) if n not in left_out)
+    slow = [n for n, seconds in zip(numbers, record.warmup_times, strict=False) if seconds > limit]
+    return max([1, *left_out, *slow])
 
 
 Run = Callable[[TrialRecord, int, int, int], tuple[float | None, float]]  # (finalist, round, warm-up, steps)
