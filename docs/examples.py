@@ -185,8 +185,11 @@ def prepare(folder: Path) -> Path:
 
 
 def environment(folder: Path, **extra: str) -> dict[str, str]:
-    """A user's shell in `folder`: its `.venv/bin` first on PATH, this checkout's code importable, no MLflow URI."""
+    """A user's shell in `folder`: its `.venv/bin` first on PATH, this checkout's code importable, no MLflow URI, and
+    nothing of an enclosing make (`make docs-examples ARGS=...` would pass ARGS on to the pages' make commands)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO), **extra}
+    for name in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "ARGS"):
+        env.pop(name, None)
     env["PATH"] = f"{folder / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("VIRTUAL_ENV", None)
