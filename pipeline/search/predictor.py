@@ -14,20 +14,12 @@ its rows' squared lengths, a padding-free row being one):
 - the speed knobs:     each knob's memory term (`pipeline.knobs`): checkpointing keeps each layer's input and
                        recomputes one layer; compiled layers keep a share of eager's activations (`torch_compile`),
                        which applies without checkpointing only; a knob without a term changes nothing.
-The analytic sum is the shape of the answer; the probes fix its two free numbers: `scale` multiplies the per-token
-terms (activations and loss buffers), `offset` is what the formula does not see (CUDA context and allocator slack
-on a GPU; the interpreter and libraries on CPU). Two probes at the smallest and largest micro-batch give both; one
-probe gives the offset with scale 1.
-
-Measurements then take over from the formula: peak memory is linear in the tokens of the micro-batch it was measured
-on (T, with S in the tokens' worth the formula gives it) for fixed knobs, so a config whose knobs (checkpointing,
-bytes per element, length) were measured at two token counts is predicted by the line through them (least squares
-over all), and one measured at a single count by the calibrated slope through that point. The micro-batch is the
-run's longest (`search.longest`): records of varying length make the token count, not the number of sequences, what
-memory grows with. A line measured under another compile choice is used with its slope scaled by the formula's ratio of
-activations (compiling changes what grows with the micro-batch, not the weights). Only where no measurement shares
-its knobs does the calibrated formula answer alone (the probes calibrate one setting of the knobs; the formula's
-per-token terms for another are off by up to ~20%).
+The probes fix the sum's two free numbers: `scale` multiplies the per-token terms, `offset` is what the formula does
+not see (CUDA context and allocator slack; on CPU the interpreter). Measurements then take over: for fixed knobs the
+peak is linear in the tokens of the run's longest micro-batch (`search.longest`), so a config measured at two token
+counts is predicted by the line through them, one measured once by the calibrated slope through that point (a line
+measured under another compile choice, with its slope scaled by the formula's ratio of activations); the calibrated
+formula answers alone only where no measurement shares the config's knobs.
 """
 
 from __future__ import annotations

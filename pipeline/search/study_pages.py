@@ -1,28 +1,13 @@
 """optuna-dashboard's app, its study pages changed where they would mislead: the best trial, the over-the-cap trials,
 the repeated proposals, and long attributes.
 
-A study keeps an over-the-cap config (measured, or predicted and skipped) as a COMPLETE trial with its step time and a
-positive constraint: Optuna's own sense of an infeasible trial, which `optuna best-trial` and the sampler read right.
-optuna-dashboard 0.21 reads it otherwise (optuna_dashboard/_app.py `get_study_detail`, its bundle's history, slice,
-parallel-coordinate and distribution plots): the lowest COMPLETE value is "best", constraints ignored, and every
-COMPLETE value is plotted, infeasible ones as grey dots: an over-the-cap config that ran faster than anything that fits
-reads as the fastest. This WSGI wrapper changes each study-detail answer (`/api/studies/<id>`) so that:
-
-- `best_trials` is the trial the study answered with, else the feasible COMPLETE trial with the lowest value (as
-  Optuna's `study.best_trial` decides), or none;
-- an infeasible trial's value is left out of the answer, so that no plot puts it among the step times; the trial is
-  still listed, in the timeline's "Infeasible" colour, with its step time, status and reason as user attributes;
-- a proposal of a config already decided (`repeat_of`: told as that decision was, never measured) is left out, so
-  that it is not one more completed trial. The page asks for the trials after the `after`-th it holds, and counts in
-  the list it was given: `after` is counted here in the list without them.
-
-It also gives the pages a style sheet that wraps long values (a trial's `sft_kwargs`, `losses`), which
-optuna-dashboard prints on one line each (the trials page was 5,900 px wide), and shows a trial's attributes whole
-(they scrolled in a box 150 px high, its `reason` out of sight) and the study's attributes table whole at 1280 px.
-And its script labels an infeasible trial by what it is: the badge optuna-dashboard writes from a trial's state
-(`Complete`, in the primary colour) reads `Infeasible` for a complete trial with a positive constraint, the word of
-its own timeline (`STATE_BADGE`, rewritten in the script it serves; a script without it is served as it is).
-"""
+A study keeps an over-the-cap config as a COMPLETE trial with a positive constraint (Optuna's own sense of
+infeasible); optuna-dashboard 0.21 ignores constraints and would show it as the best, and plot it among the step
+times. This WSGI wrapper changes each study-detail answer (`/api/studies/<id>`): `best_trials` is the trial the study
+answered with (else Optuna's feasible best); an infeasible trial keeps its row but not its value; a proposal of an
+already decided config (`repeat_of`) is left out, with the page's `after` counter counted without them. Its style
+sheet wraps long attributes and shows them whole, and its script labels an infeasible trial's badge `Infeasible`
+(`STATE_BADGE`; a script without it is served as it is)."""
 
 from __future__ import annotations
 
