@@ -40,6 +40,9 @@ while IFS= read -r line; do
     debugpy|pyzmq|jedi|parso|pexpect|ptyprocess|prompt-toolkit|pure-eval|stack-data|asttokens|executing|\
     matplotlib-inline|comm|traitlets|widgetsnbextension|fastjsonschema|jsonschema|jsonschema-specifications|\
     referencing|rpds-py|tornado|nest-asyncio2|psycopg|psycopg-binary|decorator|wcwidth) continue;; esac
+  # the documentation site's builder: not for the GPU runs either
+  case "$name" in babel|backrefs|ghp-import|griffelib|mergedeep|mkdocs|mkdocs-*|mkdocstrings|mkdocstrings-*|paginate|\
+    pymdown-extensions|pyyaml-env-tag|watchdog) continue;; esac
   skip=0
   for kept in $image; do [ "$name" = "$kept" ] && skip=1 && break; done
   [ $skip = 1 ] || wanted+=("$line")

@@ -174,7 +174,7 @@ def replay(grid: Grid, name: str, seed: int, trials_budget: int, predicted_error
     box = Machine(rng)
     view = ReplayView(grid, predicted_error, random.Random(seed + 1))
     study = optuna.create_study(direction="minimize", sampler=sampler.make_sampler(name, seed))
-    if isinstance(study.sampler, sampler.KnobModelSampler):
+    if isinstance(study.sampler, sampler.ViewSampler):
         study.sampler.bind(view)
     base = grid.find(grid.baseline)
     # the probes: the smallest and largest micro-batch of the baseline's knobs, short and uncapped

@@ -215,6 +215,11 @@ OPTIMIZE_CASES = [
         "optimize.space.train.dtype: value 'fp8'",
         "fp32",
     ),
+    (  # a split of another effective batch
+        ["mem_cap=1GiB", "++optimize.space={batch.split:[2x2,3x1]}"],
+        "optimize.space.batch.split: got 3x1",
+        "accepted: a list of splits of effective batch 4: 1x4, 2x2, 4x1",
+    ),
     (["mem_cap=1GiB", "optimize.sampler=grid"], "optimize.sampler: got 'grid'", "model, tpe, random, bruteforce, gp"),
     (  # was dropped without a word, and the study ran
         ["mem_cap=1GiB", "++optimize.space={train.dtype:[]}"],

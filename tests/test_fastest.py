@@ -52,6 +52,8 @@ def test_the_fastest_preset_holds_every_knob_this_setting_can_run_and_names_what
     assert "train.padding" in space.knob_space(_fastest("data.distribution=uniform", "data.min_length=16"))
     narrowed = space.knob_space(_fastest("++optimize.space={train.loss:[trl]}"))
     assert narrowed["train.loss"] == ["trl"]  # optimize.space names a knob's values
+    splits = space.candidates(_fastest("++optimize.space={batch.split:[2x2,4x1]}"))[0]
+    assert {dict(c.values)["batch.split"] for c in splits} == {"2x2", "4x1"}  # and the splits'
     label = valid[0].label
     assert "attn=" not in label and "mode=" not in label  # one value on this setting: it names no config
 

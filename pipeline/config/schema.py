@@ -166,7 +166,7 @@ class MeasureConfig:
 @dataclass
 class OptimizeConfig:
     """The Optuna study of `python -m pipeline.optimize`: splits are always searched (the divisors of
-    effective / world_size); `space` adds knobs as config keys with their candidate values (empty: fixed), the world
+    effective / world_size, or those `space` names under `batch.split`); `space` adds knobs as config keys with their candidate values (empty: fixed), the world
     size among them (`world_size: [1, 2]`: the splits of each world size, every one checked against the devices)."""
 
     trials: int = 12

@@ -27,6 +27,30 @@ def check_name(field: str, value: object, longest: int, refused: str, accepted: 
         raise ConfigError(field, f"got {json.dumps(text)[:80]}, which holds {json.dumps(bad)}; accepted: {accepted}")
 
 
+def check_splits(values: object, cfg: DictConfig) -> None:
+    """`optimize.space.batch.split` narrows the splits searched: a list of splits of the effective batch (at a world
+    size the study searches)."""
+    sizes = cfg.optimize.space.get("world_size") or [cfg.world_size]
+    effective = cfg.batch.effective
+    accepted = sorted(
+        {
+            f"{m}x{effective // w // m}"
+            for w in sizes
+            if effective % w == 0
+            for m in range(1, effective // w + 1)
+            if (effective // w) % m == 0
+        },
+        key=lambda s: [int(n) for n in s.split("x")],
+    )
+    listed = OmegaConf.to_container(values) if OmegaConf.is_list(values) else values
+    form = f"a list of splits of effective batch {effective}: {', '.join(accepted)}"
+    if not isinstance(listed, list) or not listed:
+        raise ConfigError("optimize.space.batch.split", f"got {listed}; accepted: {form}")
+    wrong = [str(v) for v in listed if str(v) not in accepted]
+    if wrong:
+        raise ConfigError("optimize.space.batch.split", f"got {', '.join(wrong)}; accepted: {form}")
+
+
 def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
     at_least("optimize.trials", o.trials, 1)
     at_least("optimize.probe_steps", o.probe_steps, 2)
@@ -54,7 +78,8 @@ def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
         )
     for key, values in o.space.items():
         if key == "batch.split":
-            raise ConfigError("optimize.space", "batch.split is always searched; accepted: other config keys")
+            check_splits(values, cfg)
+            continue
         if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
             raise ConfigError(f"optimize.space.{key}", "unknown config key; accepted: keys like train.dtype")
         if not isinstance(values, list | tuple) and not OmegaConf.is_list(values):

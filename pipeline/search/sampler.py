@@ -1,4 +1,5 @@
-"""The study's samplers: Optuna's TPE, random and brute force, and `model`, which combines what each knob gains.
+"""The study's samplers: Optuna's TPE and random, brute force (every valid config once), and `model`, which combines
+what each knob gains.
 
 `model` (`KnobModelSampler`) screens first: the probes' best guess (the centre), then each value of each knob that no
 config has held yet, moved from the fastest config measured so far (adaptive one-factor-at-a-time: a knob that only
@@ -137,12 +138,12 @@ def propose(
     return pool[min(scored)[2]]
 
 
-class KnobModelSampler(optuna.samplers.BaseSampler):
-    """`propose` as an Optuna sampler. `bind` gives it the study's view once the study is open (the view needs the
-    study itself); unbound, or for a parameter outside the space, it samples at random."""
+class ViewSampler(optuna.samplers.BaseSampler):
+    """A sampler that proposes from the study's view (`SearchView`): `bind` gives it the view once the study is open
+    (the view needs the study itself); unbound, or for a parameter outside the space, it samples at random."""
 
-    def __init__(self, seed: int = 0, optimism: float = OPTIMISM, tolerance: float = TOLERANCE) -> None:
-        self.seed, self.optimism, self.tolerance = seed, optimism, tolerance
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
         self.view: SearchView | None = None
         self._fallback = optuna.samplers.RandomSampler(seed=seed)
 
@@ -157,9 +158,10 @@ class KnobModelSampler(optuna.samplers.BaseSampler):
     def sample_relative(self, study, trial, search_space) -> dict[str, Any]:
         if not search_space or self.view is None:
             return {}
-        observed, taken, spreads = self.history(study.get_trials(deepcopy=False))
-        rng = random.Random(self.seed * 1_000_003 + trial.number)
-        return propose(self.view, observed, taken, rng, self.optimism, self.tolerance, spreads) or {}
+        return self.propose(study.get_trials(deepcopy=False), trial) or {}
+
+    def propose(self, trials: Sequence[FrozenTrial], trial: FrozenTrial) -> Params | None:
+        raise NotImplementedError
 
     def history(
         self, trials: Sequence[FrozenTrial]
@@ -188,12 +190,27 @@ class KnobModelSampler(optuna.samplers.BaseSampler):
         self._fallback.reseed_rng()
 
 
-class BruteForce(optuna.samplers.BruteForceSampler):
-    """Optuna's brute force, with the study's own loop deciding when it ends: Optuna's stops an `optimize` call once
-    every point was tried, and raises in an ask-and-tell loop, which the study is."""
+class KnobModelSampler(ViewSampler):
+    """`propose` (the screening, then the knob model's proposals) as an Optuna sampler."""
 
-    def after_trial(self, study, trial, state, values) -> None:
-        return None
+    def __init__(self, seed: int = 0, optimism: float = OPTIMISM, tolerance: float = TOLERANCE) -> None:
+        super().__init__(seed)
+        self.optimism, self.tolerance = optimism, tolerance
+
+    def propose(self, trials: Sequence[FrozenTrial], trial: FrozenTrial) -> Params | None:
+        observed, taken, spreads = self.history(trials)
+        rng = random.Random(self.seed * 1_000_003 + trial.number)
+        return propose(self.view, observed, taken, rng, self.optimism, self.tolerance, spreads)
+
+
+class BruteForce(ViewSampler):
+    """Every valid config of the space once, in the space's order: the first that no trial has taken. (Optuna's
+    BruteForceSampler walks the product of the keys' values, invalid combinations included, and fails once a trial
+    without them, the baseline outside the space, is in the study.)"""
+
+    def propose(self, trials: Sequence[FrozenTrial], trial: FrozenTrial) -> Params | None:
+        _, taken, _ = self.history(trials)
+        return next((p for p in self.view.points() if key(p) not in taken), None)
 
 
 def make_sampler(name: str, seed: int, tolerance: float = TOLERANCE) -> optuna.samplers.BaseSampler:

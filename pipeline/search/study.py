@@ -45,7 +45,7 @@ from pipeline.search.confirmation.jobs import FinalRound
 from pipeline.search.decided import Decided
 from pipeline.search.knob_view import StudyView
 from pipeline.search.opening import StudyContext
-from pipeline.search.sampler import KnobModelSampler
+from pipeline.search.sampler import KnobModelSampler, ViewSampler
 from pipeline.search.space import Candidate, suggest
 from pipeline.search.telling import TrialTeller
 
@@ -58,7 +58,7 @@ class StudyDriver:
         self.teller = TrialTeller(self.ctx)
         self.final = FinalRound(self.ctx)
         self.base: Candidate | None = None
-        if isinstance(self.study.sampler, KnobModelSampler):
+        if isinstance(self.study.sampler, ViewSampler):
             self.study.sampler.bind(StudyView(self.ctx))
 
     @property

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# What the replays and the memory predictor are tuned and tested on, recorded on one H200 in a queue that outlives a
+# device call (its own session), collected by later calls:
+#   spread-seed   the seed's compiled answer (regional layers with CUDA graphs, compiled loss) in fresh processes:
+#                 5 sharing one compile cache as a study does (warm), 3 each with an empty cache of its own (cold),
+#                 2 pinned to four cores (taskset), 3 profiled (device and host time per step); `bench.spread` prints them
+#   spread-small  the same answer's shape on Qwen3-0.6B, 1,024 tokens, effective batch 8 (8x1), 5 warm processes
+#   grid-chats    every config of split x padding x compilation x mode x loss on variable-length chats (Qwen3-0.6B,
+#                 max_length 1,024, effective batch 8), once, uncapped (the replay applies the 20 GiB cap)
+#   grid-small    every config of split x compilation x mode x loss x Liger on Qwen3-0.6B at 1,024 tokens, effective
+#                 batch 8, once, uncapped
+# Each grid is a bruteforce study with no pruning and no skipping, under a cap of the whole card (WHOLE); it resumes from its store, so a queue cut short
+# is continued by `start` on a machine that still holds DIR, or next time from the store brought back.
+# Every call copies the logs, the spread tables and the grids (JSON and store) into OUT as one tarball.
+#
+# Here, once: bash bench/fetch_wheels.sh
+# There (carry [".whl"], timeout_s 600): bash bench/record_h200.sh start   # the first call
+#                                        bash bench/record_h200.sh         # later calls: follow and collect
+# STAGES picks the stages (default: all four, in that order).
+# Rehearsal on a CPU (the tiny model, small spaces): REHEARSAL=1 bash bench/record_h200.sh start
+set -uo pipefail
+out=${OUT:-bench-out}
+dir=${DIR:-/root/record}
+py=${PYTHON:-python3}
+wait_s=${WAIT_S:-560}
+stages=${STAGES:-spread-seed spread-small grid-chats grid-small}
+mkdir -p "$out" "$dir"
+
+if [ "${REHEARSAL:-0}" = 1 ]; then
+  seed=(model=tiny gpu=cpu batch.split=4x1 batch.effective=4 train.steps=8 measure.warmup_steps=2)
+  small=("${seed[@]}" train.max_length=256 data.length=256)
+  chats_model=(model=tiny gpu=cpu model.vocab_size=2048 train.max_length=512 batch.effective=8 batch.split=8x1)
+  chats_space='{batch.split:[4x2,8x1],train.padding:[longest,padding_free],train.loss:[trl,compiled]}'
+  small_model=(model=tiny gpu=cpu model.vocab_size=2048 train.max_length=256 data.length=256 batch.effective=8
+    batch.split=8x1)
+  small_space='{batch.split:[4x2,8x1],train.loss:[trl,model,compiled]}'
+  grid_steps=(train.steps=6 measure.warmup_steps=2) records=160 cold=2 warm=2 pinned=1 profiled=1 cores=0 whole=8GiB
+else
+  seed=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1 train.adapter_dtype=compute train.dtype=bf16
+    train.gradient_checkpointing=false train.torch_compile=regional train.compile_mode=reduce-overhead
+    train.loss=compiled train.steps=24 measure.warmup_steps=6)
+  small=(model=qwen3-0.6b gpu=auto mem_cap=20GiB train.max_length=1024 data.length=1024 batch.effective=8
+    batch.split=8x1 train.adapter_dtype=compute train.dtype=bf16 train.gradient_checkpointing=false
+    train.torch_compile=regional train.compile_mode=reduce-overhead train.loss=compiled train.steps=24
+    measure.warmup_steps=6)
+  chats_model=(model=qwen3-0.6b gpu=auto train.max_length=1024 batch.effective=8 batch.split=8x1 train.dtype=bf16
+    train.adapter_dtype=compute train.gradient_checkpointing=false)
+  chats_space='{batch.split:[4x2,8x1],train.padding:[longest,max_length,padding_free,buckets],train.torch_compile:[off,regional],train.compile_mode:[default,reduce-overhead],train.loss:[trl,compiled]}'
+  small_model=(model=qwen3-0.6b gpu=auto train.max_length=1024 data.length=1024 batch.effective=8 batch.split=8x1
+    train.dtype=bf16
+    train.adapter_dtype=compute train.gradient_checkpointing=false)
+  small_space='{batch.split:[4x2,8x1],train.torch_compile:[off,regional],train.compile_mode:[default,reduce-overhead],train.loss:[trl,model,compiled,liger],train.liger_kernel:[false,true]}'
+  grid_steps=(train.steps=12 measure.warmup_steps=4) records=2000 cold=3 warm=5 pinned=2 profiled=3 cores=4-7 whole=130GiB
+  if [ ! -d /tmp/site ]; then
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      || exit 1
+  fi
+  export PYTHONPATH=/tmp/site
+fi
+
+grid() {  # grid NAME CAP_GIB SPACE SETTING...: a bruteforce study over SPACE, exported to NAME.json
+  local name=$1 cap=$2 space=$3
+  shift 3
+  "$py" -m pipeline.optimize "$@" mem_cap=$whole "${grid_steps[@]}" "++optimize.space=$space" optimize.sampler=bruteforce \
+    optimize.trials=200 optimize.prune_factor=100 optimize.skip_margin=100 optimize.confirm=never \
+    optimize.study_name="$name" paths.root="$dir/$name"
+  "$py" -m bench.grid_export "sqlite:///$dir/$name/optuna.db" "$name" --cap-gib "$cap" \
+    --steps "${grid_steps[0]#train.steps=}" --warmup "${grid_steps[1]#measure.warmup_steps=}" \
+    --setting "$* optimize.space=$space (recorded uncapped; cap $cap GiB applied by the replay)" > "$dir/$name.json"
+}
+
+stage() {  # stage NAME: one stage of the queue, from the copy in DIR
+  case "$1" in
+    spread-seed)
+      "$py" -m pipeline.train -m "${seed[@]}" repeats=$warm paths.root="$dir/seed-warm"
+      for i in $(seq 1 $cold); do "$py" -m pipeline.train "${seed[@]}" paths.root="$dir/seed-cold-$i"; done
+      taskset -c "$cores" "$py" -m pipeline.train -m "${seed[@]}" repeats=$pinned paths.root="$dir/seed-pinned"
+      "$py" -m pipeline.train -m "${seed[@]}" repeats=$profiled measure.profile=true paths.root="$dir/seed-profiled"
+      colds=$(seq -s, -f "$dir/seed-cold-%g" 1 $cold)
+      "$py" -m bench.spread warm="$dir/seed-warm" cold="$colds" pinned="$dir/seed-pinned" \
+        profiled="$dir/seed-profiled" --warmup 6 --caches $(seq -f "$dir/seed-cold-%g/compile-cache" 1 $cold) \
+        "$dir/seed-warm/compile-cache" ;;
+    spread-small)
+      "$py" -m pipeline.train -m "${small[@]}" repeats=$warm paths.root="$dir/small-warm"
+      "$py" -m bench.spread warm="$dir/small-warm" --warmup 6 ;;
+    grid-chats)
+      [ -e "$dir/chats.jsonl" ] || "$py" -m bench.chats "$dir/chats.jsonl" --records $records --shortest 30 --longest 1000
+      grid grid-chats 20 "$chats_space" "${chats_model[@]}" data=jsonl data.path="$dir/chats.jsonl" \
+        optimize.fit_over=epoch ;;
+    grid-small)
+      grid grid-small 20 "$small_space" "${small_model[@]}" ;;
+  esac
+}
+
+case "${1:-follow}" in
+  queue)
+    cd "$dir/repo" && export PYTHONPATH="$dir/repo:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+    for s in $stages; do
+      t0=$(date +%s)
+      stage "$s" > "$dir/$s.log" 2>&1
+      echo "$s: exit $? after $(($(date +%s) - t0)) s" >> "$dir/queue.log"
+    done
+    touch "$dir/queue.done"
+    exit 0 ;;
+  start)
+    if [ ! -e "$dir/queue.started" ]; then
+      mkdir -p "$dir/repo" && cp -r pipeline conf bench pyproject.toml "$dir/repo/" && date +%s > "$dir/queue.started"
+      setsid bash "$dir/repo/bench/record_h200.sh" queue < /dev/null > "$dir/queue.out" 2>&1 &
+    fi ;;
+esac
+deadline=$(($(date +%s) + wait_s))
+collect() {  # the logs, spread tables and grids so far, as one tarball in OUT
+  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db queue.out 2>/dev/null)
+}
+while collect; [ ! -e "$dir/queue.done" ] && [ "$(date +%s)" -lt "$deadline" ]; do
+  sleep 10
+done
+echo "queue: $(tr '\n' ';' < "$dir/queue.log" 2>/dev/null) done: $([ -e "$dir/queue.done" ] && echo yes || echo no)"
+for f in "$dir"/*.log; do
+  [ -e "$f" ] || continue
+  echo "== $(basename "$f"): $(grep -c '^\[job\].*: ok' "$f") jobs ok"
+  grep -E '^\|.*\| [0-9]+ \||^autotuned|^\[study\].*valid configs|^error' "$f" | tail -8
+done
