@@ -4,6 +4,8 @@
 #   spread-seed   the seed's compiled answer (regional layers with CUDA graphs, compiled loss) in fresh processes:
 #                 5 sharing one compile cache as a study does (warm), 3 each with an empty cache of its own (cold),
 #                 2 pinned to four cores (taskset), 3 profiled (device and host time per step); `bench.spread` prints them
+#   spread-causes the seed's answer, 4 processes each: profiled (where the host's time goes), without the memory cap,
+#                 and with the allocator's expandable segments
 #   spread-small  the same answer's shape on Qwen3-0.6B, 1,024 tokens, effective batch 8 (8x1), 5 warm processes
 #   grid-chats    every config of split x padding x compilation x mode x loss on variable-length chats (Qwen3-0.6B,
 #                 max_length 1,024, effective batch 8), once, uncapped (the replay applies the 20 GiB cap)
@@ -27,14 +29,14 @@ stages=${STAGES:-spread-seed spread-small grid-chats grid-small}
 mkdir -p "$out" "$dir"
 
 if [ "${REHEARSAL:-0}" = 1 ]; then
-  seed=(model=tiny gpu=cpu batch.split=4x1 batch.effective=4 train.steps=8 measure.warmup_steps=2)
+  seed=(model=tiny gpu=cpu mem_cap=14GiB batch.split=4x1 batch.effective=4 train.steps=10 measure.warmup_steps=2)
   small=("${seed[@]}" train.max_length=256 data.length=256)
   chats_model=(model=tiny gpu=cpu model.vocab_size=2048 train.max_length=512 batch.effective=8 batch.split=8x1)
   chats_space='{batch.split:[4x2,8x1],train.padding:[longest,padding_free],train.loss:[trl,compiled]}'
   small_model=(model=tiny gpu=cpu model.vocab_size=2048 train.max_length=256 data.length=256 batch.effective=8
     batch.split=8x1)
   small_space='{batch.split:[4x2,8x1],train.loss:[trl,model,compiled]}'
-  grid_steps=(train.steps=6 measure.warmup_steps=2) records=160 cold=2 warm=2 pinned=1 profiled=1 cores=0 whole=8GiB
+  grid_steps=(train.steps=6 measure.warmup_steps=2) records=160 cold=2 warm=2 pinned=1 profiled=1 cores=0 whole=8GiB causes=1
 else
   seed=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1 train.adapter_dtype=compute train.dtype=bf16
     train.gradient_checkpointing=false train.torch_compile=regional train.compile_mode=reduce-overhead
@@ -50,7 +52,7 @@ else
     train.dtype=bf16
     train.adapter_dtype=compute train.gradient_checkpointing=false)
   small_space='{batch.split:[4x2,8x1],train.torch_compile:[off,regional],train.compile_mode:[default,reduce-overhead],train.loss:[trl,model,compiled,liger],train.liger_kernel:[false,true]}'
-  grid_steps=(train.steps=12 measure.warmup_steps=4) records=2000 cold=3 warm=5 pinned=2 profiled=3 cores=4-7 whole=130GiB
+  grid_steps=(train.steps=12 measure.warmup_steps=4) records=2000 cold=3 warm=5 pinned=2 profiled=3 cores=4-7 whole=130GiB causes=4
   if [ ! -d /tmp/site ]; then
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
       || exit 1
@@ -80,6 +82,16 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
       "$py" -m bench.spread warm="$dir/seed-warm" cold="$colds" pinned="$dir/seed-pinned" \
         profiled="$dir/seed-profiled" --warmup 6 --caches $(seq -f "$dir/seed-cold-%g/compile-cache" 1 $cold) \
         "$dir/seed-warm/compile-cache" ;;
+    spread-causes)  # which of the memory cap, the allocator's segments and Python's collector the slow processes need
+      mkdir -p "$dir/causes-cache"
+      for v in profiled nocap expandable; do mkdir -p "$dir/causes-$v" && ln -sfn "$dir/causes-cache" "$dir/causes-$v/compile-cache"; done
+      "$py" -m pipeline.train -m "${seed[@]}" repeats=$causes measure.profile=true paths.root="$dir/causes-profiled"
+      uncapped=(); for a in "${seed[@]}"; do [[ $a == mem_cap=* ]] || uncapped+=("$a"); done
+      "$py" -m pipeline.train -m "${uncapped[@]}" repeats=$causes paths.root="$dir/causes-nocap"
+      PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$py" -m pipeline.train -m "${seed[@]}" repeats=$causes \
+        paths.root="$dir/causes-expandable"
+      "$py" -m bench.spread profiled="$dir/causes-profiled" nocap="$dir/causes-nocap" \
+        expandable="$dir/causes-expandable" --warmup 6 ;;
     spread-small)
       "$py" -m pipeline.train -m "${small[@]}" repeats=$warm paths.root="$dir/small-warm"
       "$py" -m bench.spread warm="$dir/small-warm" --warmup 6 ;;

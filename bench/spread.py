@@ -60,14 +60,22 @@ def line(run: dict, warmup: int) -> tuple[str, float | None]:
         said.append(
             f"profile: device {profile['device_ms']:.1f} ms host {profile['host_ms']:.1f} ms "
             f"launches {profile['launches_per_step']:.0f} graphs {profile.get('graph_launches_per_step', 0):.0f} "
-            f"kernels {profile['kernels_per_step']:.0f} syncs {profile['syncs_per_step']:.1f}"
+            f"kernels {profile['kernels_per_step']:.0f} syncs {profile['syncs_per_step']:.1f}; host in ops "
+            f"{profile['host_op_ms']:.1f} ms, in CUDA calls {profile['host_runtime_api_ms']:.1f} ms, outside ops "
+            f"{profile['host_outside_ops_ms']:.1f} ms; top ops "
+            + ", ".join(f"{o['name']} {o['self_cpu_ms_per_step']:.1f}" for o in profile["top_ops_by_self_cpu"][:5])
         )
     return "  ".join(s for s in said if s), median
 
 
 def picks(cache: Path) -> dict[str, str]:
-    """Each autotuned Triton kernel's pick in a compile cache: the kernel file's name -> its best config."""
-    return {p.name: p.read_text() for p in cache.rglob("*.best_config")}
+    """Each autotuned Triton kernel's pick in a compile cache: the kernel file's name -> its best config's launch
+    parameters (block sizes, warps, stages; not the timing or hashes the file also holds)."""
+    found = {}
+    for path in cache.rglob("*.best_config"):
+        config = json.loads(path.read_text())
+        found[path.name] = json.dumps({k: v for k, v in config.items() if k.isupper() or k.startswith("num_")})
+    return found
 
 
 def main(argv: list[str] | None = None) -> None:
