@@ -55,6 +55,9 @@ def line(run: dict, warmup: int) -> tuple[str, float | None]:
         f"ms {phases}",
         f"busy {result['gpu_busy']:.2f}" if result.get("gpu_busy") is not None else "",
         f"compile {result['timings'].get('compile_s', 0):.1f} s",
+        f"host cpus {host['cpus']} nodes {host['nodes']} load {host['load_1m']}"
+        if (host := result.get("host"))
+        else "",
     ]
     if profile:
         said.append(

@@ -233,6 +233,7 @@ class JobResult:
     gpu_busy: float | None = None  # NVML's utilisation over the steady steps (CUDA only)
     profile: dict[str, Any] | None = None  # the torch.profiler summary, with measure.profile=true
     compile_note: str | None = None  # what compilation did: regions, graphs, and where it fell back (CUDA graphs)
+    host: dict[str, Any] | None = None  # where the training thread ran: CPUs, their nodes, the load (measure.host)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

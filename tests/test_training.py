@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from pipeline.config.validate import validate
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
 from pipeline.measure.callback import IN_STEP_FACTOR
+from pipeline.measure.host import node_of
 from pipeline.measure.summary import summarize_job
 from pipeline.records import Fit, JobResult, Status, StopRule
 from tests.helpers.configs import composed
@@ -106,8 +108,17 @@ def test_record_holds_steps_phases_and_memory(tmp_path):
     )
     lines = (tmp_path / "job" / "steps.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == list(range(1, 9))
+    # where the training thread ran: after the warm-up and at the end, on CPUs it was allowed
+    assert len(result.host["cpus"]) == 2 and set(result.host["cpus"]) <= os.sched_getaffinity(0)
+    assert result.host["allowed"] == len(os.sched_getaffinity(0)) and len(result.host["nodes"]) == 2
     # the record survives its trip through JSON unchanged (the process boundary)
     assert JobResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+
+def test_a_cpus_memory_node_is_read_from_the_system_and_none_where_it_says_none(tmp_path):
+    (tmp_path / "cpu3" / "node1").mkdir(parents=True)
+    (tmp_path / "cpu4").mkdir()
+    assert node_of(3, tmp_path) == 1 and node_of(4, tmp_path) is None
 
 
 def test_pretrained_model_from_a_local_directory(tmp_path):

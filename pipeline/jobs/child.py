@@ -42,6 +42,7 @@ from pipeline.measure.collective import AllReduceClock
 from pipeline.measure.compiled import CompileWatch
 from pipeline.measure.first_batch import FirstBatch
 from pipeline.measure.flops import flops_fields
+from pipeline.measure.host import HostWatch
 from pipeline.measure.profile import ProfileWindow
 from pipeline.records import JobResult, JobSpec, Status, Step
 
@@ -66,6 +67,7 @@ class Job:
         self.sft_kwargs: dict | None = None
         self.busy: BusyWindow | None = None
         self.profiler: ProfileWindow | None = None
+        self.host: HostWatch | None = None
         self.compiled: str | None = None  # what is compiled, for the compile note
         self.compile_watch: CompileWatch | None = None
         self.backend: str | None = None  # the ranks' process group (a torchrun job): nccl or gloo
@@ -151,6 +153,8 @@ class Job:
         if cuda and self.device_memory.handle is not None:
             self.busy = BusyWindow(self.device_memory.handle, after=measure.warmup_steps)
             callbacks.append(self.busy)
+        self.host = HostWatch(measure.warmup_steps)
+        callbacks.append(self.host)
         if measure.profile and self.writer:
             # the steps right after the warm-up; they are then no steady steps (the profiler costs host time)
             self.profiler = ProfileWindow(
@@ -248,6 +252,7 @@ class Job:
             gpu_busy=self.busy.busy if self.busy else None,
             profile=self.profiler.summary if self.profiler else None,
             compile_note=self.compile_watch.note(self.compiled) if self.compile_watch else None,
+            host=self.host.summary() if self.host else None,
             placement=self.placement,
             memory=memory.job_memory(
                 self.placement,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import optuna
@@ -27,9 +27,9 @@ from optuna.trial import FrozenTrial, TrialState
 from pipeline.config.choices import Sampler
 from pipeline.config.schema import OptimizeConfig
 from pipeline.search import knob_model
+from pipeline.search.screening import Params, anchor, key, next_screen, together
 from pipeline.summaries import Interval
 
-Params = dict[str, Any]
 OPTIMISM = 1.0  # standard deviations under the predicted mean that a proposal is judged by
 TOLERANCE = OptimizeConfig.tie_tolerance  # the study's default: a gain within it does not move the screening's anchor
 
@@ -52,61 +52,6 @@ class SearchView(Protocol):
     def spread(self, trial: FrozenTrial) -> Interval | None: ...
 
 
-def key(params: Params) -> tuple:
-    return tuple(sorted(params.items()))
-
-
-def next_screen(
-    centre: Params,
-    anchor: Params,
-    points: Sequence[Params],
-    taken: Sequence[Params],
-    fits: Callable[[Params], bool] = lambda p: True,
-) -> Params | None:
-    """The screening design's next point: the centre; then, for the first value (in the space's order) that no taken
-    config holds, the untried point nearest the anchor with that value that fits (fewest keys changed; among equals,
-    the first in the space's order); None once every value was held or none of a value's points fits."""
-    done = {key(p) for p in taken}
-    if key(centre) not in done and fits(centre):
-        return centre
-    held = {(name, p[name]) for p in taken for name in p}
-    for name in centre:
-        for value in dict.fromkeys(p[name] for p in points):
-            if (name, value) in held:
-                continue
-            holding = [p for p in points if p[name] == value and key(p) not in done]
-            holding.sort(key=lambda p: sum(p[k] != anchor[k] for k in anchor))  # stable: the space's order
-            found = next((p for p in holding if fits(p)), None)
-            if found is not None:
-                return found
-    return None
-
-
-def anchor(
-    centre: Params,
-    observed: Sequence[tuple[Params, float]],
-    tolerance: float = TOLERANCE,
-    spreads: Sequence[Interval | None] = (),
-) -> Params:
-    """Where the screening moves from: of the configs not told apart from the fastest, the one with the fewest keys
-    changed from the centre (among equals, the fastest); the centre before anything was measured. Not told apart:
-    within `tolerance` of the fastest, or, where `spreads` (each observation's interval of its median step, in
-    `observed`'s order) holds both, an interval that overlaps the fastest's."""
-    if not observed:
-        return centre
-    spreads = list(spreads) + [None] * (len(observed) - len(spreads))
-    first = min(range(len(observed)), key=lambda i: observed[i][1])
-    fastest, top = observed[first][1], spreads[first]
-
-    def tied(i: int) -> bool:
-        seconds, spread = observed[i][1], spreads[i]
-        overlaps = spread is not None and top is not None and spread.low <= top.high
-        return seconds <= fastest * (1 + tolerance) or overlaps
-
-    near = [(sum(p[k] != centre.get(k) for k in p), s, i) for i, (p, s) in enumerate(observed) if tied(i)]
-    return observed[min(near)[2]][0]
-
-
 def propose(
     view: SearchView,
     observed: Sequence[tuple[Params, float]],
@@ -117,8 +62,8 @@ def propose(
     spreads: Sequence[Interval | None] = (),
 ) -> Params | None:
     """The next config: the screening design's next point, moved from the fastest config measured so far (`anchor`;
-    `spreads` are the observations' intervals); then the untried fitting point whose optimistic predicted step time
-    is lowest (ties drawn); None when every point is taken."""
+    `spreads` are the observations' intervals); then the winners tried together (`together`); then the untried
+    fitting point whose optimistic predicted step time is lowest (ties drawn); None when every point is taken."""
     points = view.points()
     untried = [p for p in points if key(p) not in taken]
     if not untried:
@@ -127,6 +72,7 @@ def propose(
     if centre is not None:
         start = anchor(centre, observed, tolerance, spreads)
         point = next_screen(centre, start, points, [dict(k) for k in taken], view.fits)
+        point = point or together(centre, observed, tolerance, spreads, points, taken, view.fits)
         if point is not None:
             return point
     fitting = [p for p in untried if view.fits(p)]

@@ -155,3 +155,14 @@ def description(name: str, summary: JobSummary, more: list[str] | tuple[str, ...
         )
         lines.append(", ".join([*drift, f"cv {100 * s.cv:.0f}%"]))
     return "\n\n".join([*lines, *more])
+
+
+def host_text(host: dict | None) -> str | None:
+    """What a run's `host` tag says of where its training thread ran: `cpu 5 (node 0), then cpu 7 (node 1); 16
+    allowed, load 1.2`."""
+    if not host:
+        return None
+    places = [
+        f"cpu {c}" + (f" (node {n})" if n is not None else "") for c, n in zip(host["cpus"], host["nodes"], strict=True)
+    ]
+    return f"{', then '.join(places)}; {host['allowed']} allowed, load {host['load_1m']}"

@@ -160,6 +160,8 @@ def end_job(
         tags["error"] = result.error[:5000]
     if result.compile_note:
         tags["compile_note"] = result.compile_note[:500]
+    if result.host:
+        tags["host"] = figures.host_text(result.host)
     if result.placement and result.placement.emulated:
         tags["memory_note"] = (
             f"memory emulated as {result.placement.emulated}, speed measured on {result.placement.device_name}"

@@ -1,0 +1,165 @@
+"""The model sampler's screening design: the centre (the probes' best guess), then each value of each knob moved once
+from the anchor (the fastest config so far, unless a config nearer the centre is not told apart from it), then the
+winners tried together: the config that holds every value that gained on the anchor it was moved from, and each value
+that gained nothing beside an anchor the winners have since left (a compiled loss screened beside Liger kernels that
+lost) tried again beside them. A gain is a config faster than its anchor and told apart from it: by more than the tie
+tolerance, and with the steps' intervals apart where both are known."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.config.schema import OptimizeConfig
+from pipeline.summaries import Interval
+
+Params = dict[str, Any]
+TOLERANCE = OptimizeConfig.tie_tolerance  # the study's default: a gain within it does not move the screening's anchor
+
+
+def key(params: Params) -> tuple:
+    return tuple(sorted(params.items()))
+
+
+def next_screen(
+    centre: Params,
+    anchor: Params,
+    points: Sequence[Params],
+    taken: Sequence[Params],
+    fits: Callable[[Params], bool] = lambda p: True,
+) -> Params | None:
+    """The screening design's next point: the centre; then, for the first value (in the space's order) that no taken
+    config holds, the untried point nearest the anchor with that value that fits (fewest keys changed; among equals,
+    the first in the space's order); None once every value was held or none of a value's points fits."""
+    done = {key(p) for p in taken}
+    if key(centre) not in done and fits(centre):
+        return centre
+    held = {(name, p[name]) for p in taken for name in p}
+    for name in centre:
+        for value in dict.fromkeys(p[name] for p in points):
+            if (name, value) in held:
+                continue
+            holding = [p for p in points if p[name] == value and key(p) not in done]
+            holding.sort(key=lambda p: sum(p[k] != anchor[k] for k in anchor))  # stable: the space's order
+            found = next((p for p in holding if fits(p)), None)
+            if found is not None:
+                return found
+    return None
+
+
+def anchor(
+    centre: Params,
+    observed: Sequence[tuple[Params, float]],
+    tolerance: float = TOLERANCE,
+    spreads: Sequence[Interval | None] = (),
+) -> Params:
+    """Where the screening moves from: of the configs not told apart from the fastest, the one with the fewest keys
+    changed from the centre (among equals, the fastest); the centre before anything was measured. Not told apart:
+    within `tolerance` of the fastest, or, where `spreads` (each observation's interval of its median step, in
+    `observed`'s order) holds both, an interval that overlaps the fastest's."""
+    if not observed:
+        return centre
+    spreads = list(spreads) + [None] * (len(observed) - len(spreads))
+    first = min(range(len(observed)), key=lambda i: observed[i][1])
+    fastest, top = observed[first][1], spreads[first]
+
+    def tied(i: int) -> bool:
+        seconds, spread = observed[i][1], spreads[i]
+        overlaps = spread is not None and top is not None and spread.low <= top.high
+        return seconds <= fastest * (1 + tolerance) or overlaps
+
+    near = [(sum(p[k] != centre.get(k) for k in p), s, i) for i, (p, s) in enumerate(observed) if tied(i)]
+    return observed[min(near)[2]][0]
+
+
+def told_apart(
+    fast: float, slow: float, tolerance: float, fast_spread: Interval | None, slow_spread: Interval | None
+) -> bool:
+    """Whether `fast` seconds beat `slow` by more than `tolerance` and, where both intervals are known, apart."""
+    overlaps = fast_spread is not None and slow_spread is not None and slow_spread.low <= fast_spread.high
+    return slow > fast * (1 + tolerance) and not overlaps
+
+
+@dataclass(frozen=True)
+class Move:
+    """One measured config and the anchor it was moved from (where the configs before it left the anchor): the values
+    it changed, and whether it gained on that anchor."""
+
+    params: Params
+    anchor: Params
+    gained: bool
+    seconds: float
+
+    @property
+    def changed(self) -> Params:
+        return {k: v for k, v in self.params.items() if self.anchor.get(k) != v}
+
+
+def moves(
+    centre: Params, observed: Sequence[tuple[Params, float]], tolerance: float, spreads: Sequence[Interval | None]
+) -> list[Move]:
+    """Every measured config but the centre, in the order measured, against the anchor before it."""
+    spreads = list(spreads) + [None] * (len(observed) - len(spreads))
+    found = []
+    for i, (params, seconds) in enumerate(observed):
+        if i == 0 or key(params) == key(centre):
+            continue
+        start = anchor(centre, observed[:i], tolerance, spreads[:i])
+        at = next((j for j in range(i) if key(observed[j][0]) == key(start)), None)
+        if at is None:
+            continue
+        gained = told_apart(seconds, observed[at][1], tolerance, spreads[i], spreads[at])
+        found.append(Move(params, start, gained, seconds))
+    return found
+
+
+def winners(found: Sequence[Move]) -> Params:
+    """Every value that gained on its anchor; of two gains of one key, the faster config's value."""
+    best: dict[str, tuple[float, Any]] = {}
+    for move in found:
+        if move.gained:
+            for k, v in move.changed.items():
+                if k not in best or move.seconds < best[k][0]:
+                    best[k] = (move.seconds, v)
+    return {k: v for k, (_, v) in best.items()}
+
+
+def nearest(
+    target: Params, holding: Params, points: Sequence[Params], taken: set[tuple], fits: Callable[[Params], bool]
+) -> Params | None:
+    """The untried point that fits, holds every value of `holding`, and changes the fewest keys of `target` (among
+    equals, the first in the space's order); None where that point was taken already."""
+    ranked = sorted(
+        (p for p in points if all(p.get(k) == v for k, v in holding.items())),
+        key=lambda p: sum(p[k] != target.get(k) for k in p),
+    )
+    best = next((p for p in ranked if fits(p)), None)
+    return None if best is None or key(best) in taken else best
+
+
+def together(
+    centre: Params,
+    observed: Sequence[tuple[Params, float]],
+    tolerance: float,
+    spreads: Sequence[Interval | None],
+    points: Sequence[Params],
+    taken: set[tuple],
+    fits: Callable[[Params], bool] = lambda p: True,
+) -> Params | None:
+    """After the screening: the anchor with every winning value, then each value that gained nothing where its anchor
+    held a value the winners do not, moved onto them; None once each was taken."""
+    found = moves(centre, observed, tolerance, spreads)
+    won = winners(found)
+    target = {**anchor(centre, observed, tolerance, spreads), **won}
+    point = nearest(target, won, points, taken, fits)
+    if point is not None:
+        return point
+    for move in found:
+        beside_a_loser = any(target.get(k) != v for k, v in move.anchor.items() if k not in move.changed)
+        if move.gained or not beside_a_loser:
+            continue
+        point = nearest({**target, **move.changed}, {**won, **move.changed}, points, taken, fits)
+        if point is not None:
+            return point
+    return None
