@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 
 from pipeline.records import Status
 from pipeline.search import knob_model, sampler, trials
+from pipeline.search.screening import Tried, together
 
 SPACE = {
     "batch.split": ["1x4", "2x2", "4x1"],
@@ -188,14 +189,20 @@ def test_a_gain_past_the_tolerance_but_inside_the_steps_noise_does_not_move_the_
 
     measure(CENTRE, "centre")
     measure(rival, "rival")
-    observed, _, spreads = chosen.history(study.get_trials(deepcopy=False))
+    observed, spreads = _measured(chosen, study)
     assert observed[0][1] / observed[1][1] > 1 + sampler.TOLERANCE
     assert sampler.anchor(CENTRE, observed) == rival  # the tolerance alone would move it
     assert (spreads[0].low, spreads[0].high, spreads[1].low, spreads[1].high) == (0.2109, 0.2460, 0.2062, 0.2268)
     assert sampler.anchor(CENTRE, observed, spreads=spreads) == CENTRE
     measure(compiled, "compiled")
-    observed, _, spreads = chosen.history(study.get_trials(deepcopy=False))
+    observed, spreads = _measured(chosen, study)
     assert sampler.anchor(CENTRE, observed, spreads=spreads) == compiled
+
+
+def _measured(chosen: sampler.KnobModelSampler, study: optuna.Study) -> tuple[list, list]:
+    """The sampler's observations of a study: (params, seconds) and each one's interval."""
+    tried, _ = chosen.history(study.get_trials(deepcopy=False))
+    return [(t.params, t.seconds) for t in tried if t.seconds], [t.spread for t in tried if t.seconds]
 
 
 def test_after_screening_the_sampler_proposes_the_combination_the_model_expects_fastest():
@@ -277,3 +284,47 @@ def test_the_brute_force_sampler_tries_every_valid_config_once_beside_a_baseline
         seen.append(params)
         study.tell(trial, truth(params))
     assert seen == valid
+
+
+TRIO = {
+    "train.liger_kernel": [True, False],
+    "train.loss": ["trl", "compiled"],
+    "train.torch_compile": ["off", "regional"],
+}
+TRIO_POINTS = [dict(zip(TRIO, combo, strict=True)) for combo in itertools.product(*TRIO.values())]
+
+
+def _trio(liger: bool, loss: str, compiled: str) -> dict:
+    return {"train.liger_kernel": liger, "train.loss": loss, "train.torch_compile": compiled}
+
+
+def test_a_value_that_measured_nothing_beside_a_value_that_lost_is_tried_again_beside_the_winners():
+    """The centre holds Liger kernels; the compiled loss beside them ran out of memory (it builds the logits); Liger
+    off then gained, and compiled layers on top of it: the compiled loss is tried again beside the winners."""
+    centre = _trio(True, "trl", "off")
+    tried = [
+        Tried(centre, 1.0),
+        Tried(_trio(True, "compiled", "off")),  # out of memory: no step time
+        Tried(_trio(False, "trl", "off"), 0.8),
+        Tried(_trio(False, "trl", "regional"), 0.5),
+    ]
+    taken = {sampler.key(t.params) for t in tried}
+    assert sampler.next_screen(centre, tried[-1].params, TRIO_POINTS, [t.params for t in tried]) is None
+    assert together(centre, tried, 0.05, TRIO_POINTS, taken) == _trio(False, "compiled", "regional")
+    # a value that lost, told apart slower, is not tried again: nothing more to propose
+    lost = [*tried[:1], Tried(_trio(True, "compiled", "off"), 1.4), *tried[2:]]
+    assert together(centre, lost, 0.05, TRIO_POINTS, taken) is None
+
+
+def test_two_values_that_gained_from_one_anchor_at_once_are_tried_together():
+    """Two workers moved from the centre at once, Liger off and compiled layers: both gained on it, and the
+    screening's anchor then moved to the faster alone. The config holding both comes before the model's proposals."""
+    centre = _trio(True, "trl", "off")
+    tried = [Tried(centre, 1.0), Tried(_trio(False, "trl", "off"), 0.8), Tried(_trio(True, "trl", "regional"), 0.5)]
+    tried.append(Tried(_trio(True, "compiled", "regional"), 0.49))  # the loss, screened on the anchor: a tie
+    taken = {sampler.key(t.params) for t in tried}
+    assert together(centre, tried, 0.05, TRIO_POINTS, taken) == _trio(False, "trl", "regional")
+    view = View(points=TRIO_POINTS, centre=centre)
+    view.space = TRIO
+    observed = [(t.params, t.seconds) for t in tried]
+    assert sampler.propose(view, observed, taken, random.Random(0)) == _trio(False, "trl", "regional")

@@ -27,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 from pipeline.config.choices import Sampler
 from pipeline.config.schema import OptimizeConfig
 from pipeline.search import knob_model
-from pipeline.search.screening import Params, anchor, key, next_screen, together
+from pipeline.search.screening import Params, Tried, anchor, key, next_screen, together
 from pipeline.summaries import Interval
 
 OPTIMISM = 1.0  # standard deviations under the predicted mean that a proposal is judged by
@@ -60,10 +60,12 @@ def propose(
     optimism: float = OPTIMISM,
     tolerance: float = TOLERANCE,
     spreads: Sequence[Interval | None] = (),
+    tried: Sequence[Tried] | None = None,
 ) -> Params | None:
     """The next config: the screening design's next point, moved from the fastest config measured so far (`anchor`;
-    `spreads` are the observations' intervals); then the winners tried together (`together`); then the untried
-    fitting point whose optimistic predicted step time is lowest (ties drawn); None when every point is taken."""
+    `spreads` are the observations' intervals); then the winners tried together (`together`; `tried`: every config
+    taken in order, those that measured nothing too; by default the observations); then the untried fitting point
+    whose optimistic predicted step time is lowest (ties drawn); None when every point is taken."""
     points = view.points()
     untried = [p for p in points if key(p) not in taken]
     if not untried:
@@ -72,7 +74,9 @@ def propose(
     if centre is not None:
         start = anchor(centre, observed, tolerance, spreads)
         point = next_screen(centre, start, points, [dict(k) for k in taken], view.fits)
-        point = point or together(centre, observed, tolerance, spreads, points, taken, view.fits)
+        if tried is None:
+            tried = [Tried(p, t, spread) for (p, t), spread in zip(observed, _aligned(spreads, observed), strict=True)]
+        point = point or together(centre, tried, tolerance, points, taken, view.fits)
         if point is not None:
             return point
     fitting = [p for p in untried if view.fits(p)]
@@ -82,6 +86,10 @@ def propose(
     model = knob_model.fit(knob_model.Encoding.of(view.space, centre), observed)
     scored = [(model.optimistic(p, optimism), rng.random(), i) for i, p in enumerate(pool)]
     return pool[min(scored)[2]]
+
+
+def _aligned(spreads: Sequence[Interval | None], observed: Sequence) -> list[Interval | None]:
+    return list(spreads) + [None] * (len(observed) - len(spreads))
 
 
 class ViewSampler(optuna.samplers.BaseSampler):
@@ -109,25 +117,22 @@ class ViewSampler(optuna.samplers.BaseSampler):
     def propose(self, trials: Sequence[FrozenTrial], trial: FrozenTrial) -> Params | None:
         raise NotImplementedError
 
-    def history(
-        self, trials: Sequence[FrozenTrial]
-    ) -> tuple[list[tuple[Params, float]], set[tuple], list[Interval | None]]:
-        """(params, measured step seconds) of every trial that measured one, the keys of every config taken
-        (measured, decided, or being measured now), and each measured trial's interval of its median step."""
+    def history(self, trials: Sequence[FrozenTrial]) -> tuple[list[Tried], set[tuple]]:
+        """Every config taken (measured, decided, or being measured now), in the order taken, with its measured step
+        seconds and their interval where it measured any; and their keys."""
         names = set(self.view.space)
-        observed, taken, spreads = [], set(), []
+        tried, taken = [], set()
         for trial in trials:
             params = {k: v for k, v in trial.params.items() if k in names}
-            if set(params) != names:
-                continue
-            if trial.state == TrialState.WAITING:
+            if set(params) != names or trial.state == TrialState.WAITING:
                 continue
             taken.add(key(params))
             seconds = self.view.seconds(trial)
             if seconds is not None and math.isfinite(seconds) and seconds > 0:
-                observed.append((params, seconds))
-                spreads.append(self.view.spread(trial))
-        return observed, taken, spreads
+                tried.append(Tried(params, seconds, self.view.spread(trial)))
+            else:
+                tried.append(Tried(params))
+        return tried, taken
 
     def sample_independent(self, study, trial, param_name, param_distribution) -> Any:
         return self._fallback.sample_independent(study, trial, param_name, param_distribution)
@@ -144,9 +149,11 @@ class KnobModelSampler(ViewSampler):
         self.optimism, self.tolerance = optimism, tolerance
 
     def propose(self, trials: Sequence[FrozenTrial], trial: FrozenTrial) -> Params | None:
-        observed, taken, spreads = self.history(trials)
+        tried, taken = self.history(trials)
+        measured = [t for t in tried if t.seconds is not None]
+        observed, spreads = [(t.params, t.seconds) for t in measured], [t.spread for t in measured]
         rng = random.Random(self.seed * 1_000_003 + trial.number)
-        return propose(self.view, observed, taken, rng, self.optimism, self.tolerance, spreads)
+        return propose(self.view, observed, taken, rng, self.optimism, self.tolerance, spreads, tried)
 
 
 class BruteForce(ViewSampler):
@@ -155,7 +162,7 @@ class BruteForce(ViewSampler):
     without them, the baseline outside the space, is in the study.)"""
 
     def propose(self, trials: Sequence[FrozenTrial], trial: FrozenTrial) -> Params | None:
-        _, taken, _ = self.history(trials)
+        _, taken = self.history(trials)
         return next((p for p in self.view.points() if key(p) not in taken), None)
 
 

@@ -82,36 +82,53 @@ def told_apart(
 
 
 @dataclass(frozen=True)
+class Tried:
+    """A config a trial took, in the order taken: its measured step seconds and their interval, or None where it
+    measured none (out of memory, over the cap, failed, skipped by prediction)."""
+
+    params: Params
+    seconds: float | None = None
+    spread: Interval | None = None
+
+
+@dataclass(frozen=True)
 class Move:
-    """One measured config and the anchor it was moved from (where the configs before it left the anchor): the values
-    it changed, and whether it gained on that anchor."""
+    """One config taken and the config it was moved from (`moves`): the values it changed, whether it gained on it,
+    and whether it lost (measured, and told apart slower)."""
 
     params: Params
     anchor: Params
+    seconds: float | None
     gained: bool
-    seconds: float
+    lost: bool
 
     @property
     def changed(self) -> Params:
         return {k: v for k, v in self.params.items() if self.anchor.get(k) != v}
 
 
-def moves(
-    centre: Params, observed: Sequence[tuple[Params, float]], tolerance: float, spreads: Sequence[Interval | None]
-) -> list[Move]:
-    """Every measured config but the centre, in the order measured, against the anchor before it."""
-    spreads = list(spreads) + [None] * (len(observed) - len(spreads))
+def moves(centre: Params, tried: Sequence[Tried], tolerance: float) -> list[Move]:
+    """Every config taken after the first measured one (the centre's), against its parent: of the configs measured
+    before it, the one it changes the fewest keys of (the anchor of the time among equals). The parent, not the
+    anchor alone: two workers move from one anchor at once, and the second config taken is then measured after the
+    first, which may have moved the anchor."""
     found = []
-    for i, (params, seconds) in enumerate(observed):
-        if i == 0 or key(params) == key(centre):
+    for i, t in enumerate(tried):
+        before = [b for b in tried[:i] if b.seconds is not None]
+        if not before or key(t.params) == key(centre):
             continue
-        start = anchor(centre, observed[:i], tolerance, spreads[:i])
-        at = next((j for j in range(i) if key(observed[j][0]) == key(start)), None)
-        if at is None:
-            continue
-        gained = told_apart(seconds, observed[at][1], tolerance, spreads[i], spreads[at])
-        found.append(Move(params, start, gained, seconds))
+        start = anchor(centre, [(b.params, b.seconds) for b in before], tolerance, [b.spread for b in before])
+        parent = min(before, key=lambda b, t=t, start=start: _apart(b.params, t.params, start))
+        gained = t.seconds is not None and told_apart(t.seconds, parent.seconds, tolerance, t.spread, parent.spread)
+        lost = t.seconds is not None and told_apart(parent.seconds, t.seconds, tolerance, parent.spread, t.spread)
+        found.append(Move(t.params, parent.params, t.seconds, gained, lost))
     return found
+
+
+def _apart(candidate: Params, params: Params, start: Params) -> tuple[int, bool]:
+    """How far a measured config lies from `params`: the keys it changes, then whether it is not the anchor (min()
+    keeps the first measured among equals)."""
+    return sum(candidate.get(k) != v for k, v in params.items()), key(candidate) != key(start)
 
 
 def winners(found: Sequence[Move]) -> Params:
@@ -140,24 +157,28 @@ def nearest(
 
 def together(
     centre: Params,
-    observed: Sequence[tuple[Params, float]],
+    tried: Sequence[Tried],
     tolerance: float,
-    spreads: Sequence[Interval | None],
     points: Sequence[Params],
     taken: set[tuple],
     fits: Callable[[Params], bool] = lambda p: True,
 ) -> Params | None:
-    """After the screening: the anchor with every winning value, then each value that gained nothing where its anchor
-    held a value the winners do not, moved onto them; None once each was taken."""
-    found = moves(centre, observed, tolerance, spreads)
+    """After the screening: the anchor with every winning value; then each value that did not lose (tied, or measured
+    nothing: out of memory, over the cap) where its anchor held a value the winners have left, moved onto them; None
+    once each was taken."""
+    found = moves(centre, tried, tolerance)
+    measured = [t for t in tried if t.seconds is not None]
+    if not measured:
+        return None
     won = winners(found)
-    target = {**anchor(centre, observed, tolerance, spreads), **won}
+    start = anchor(centre, [(t.params, t.seconds) for t in measured], tolerance, [t.spread for t in measured])
+    target = {**start, **won}
     point = nearest(target, won, points, taken, fits)
     if point is not None:
         return point
     for move in found:
         beside_a_loser = any(target.get(k) != v for k, v in move.anchor.items() if k not in move.changed)
-        if move.gained or not beside_a_loser:
+        if move.gained or move.lost or not beside_a_loser:
             continue
         point = nearest({**target, **move.changed}, {**won, **move.changed}, points, taken, fits)
         if point is not None:
