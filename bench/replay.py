@@ -168,10 +168,13 @@ def _prior_order(grid: Grid, view: ReplayView, box: Machine, base: dict[str, Any
     return sorted(grid.configs, key=lambda c: (not view.fits(c.params), estimate(c), index[sampler.key(c.params)]))
 
 
-def replay(grid: Grid, name: str, seed: int, trials_budget: int, predicted_error: float = 0.03) -> Outcome:
-    """One study of `grid` with sampler `name` on a fresh simulated machine."""
+def replay(
+    grid: Grid, name: str, seed: int, trials_budget: int, predicted_error: float = 0.03, offset: float | None = None
+) -> Outcome:
+    """One study of `grid` with sampler `name` on a fresh simulated machine (`offset`: each process's own speed,
+    uniform within +-offset; None: the machine's default)."""
     rng = random.Random(seed)
-    box = Machine(rng)
+    box = Machine(rng) if offset is None else Machine(rng, offset=offset)
     view = ReplayView(grid, predicted_error, random.Random(seed + 1))
     study = optuna.create_study(direction="minimize", sampler=sampler.make_sampler(name, seed))
     if isinstance(study.sampler, sampler.ViewSampler):
@@ -275,10 +278,12 @@ def _confirm(study, grid: Grid, box: Machine, spent: float, decided: int) -> Out
     return Outcome(answer, answer.step_s / grid.best.step_s, seconds, decided)
 
 
-def summary(grid: Grid, name: str, replays: int, trials_budget: int, seed: int = 0) -> dict[str, float]:
+def summary(
+    grid: Grid, name: str, replays: int, trials_budget: int, seed: int = 0, offset: float | None = None
+) -> dict[str, float]:
     """How `replays` studies with sampler `name` fare on `grid` (the round's own lines left out)."""
     with contextlib.redirect_stdout(io.StringIO()):
-        outcomes = [replay(grid, name, seed + i, trials_budget) for i in range(replays)]
+        outcomes = [replay(grid, name, seed + i, trials_budget, offset=offset) for i in range(replays)]
     shares = sorted(o.seconds / grid.seconds for o in outcomes)
     return {
         "found": sum(o.found() for o in outcomes) / replays,
@@ -295,6 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samplers", nargs="+", default=["model", "tpe", "random"])
     parser.add_argument("--replays", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--offset", type=float, default=None, help="each process's speed within +-this (default 0.15)")
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     grid = Grid.load(args.grid)
@@ -302,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| sampler | answer within 5% of the grid's best | device time / grid's (mean, p90) | decided |")
     print("|---|---|---|---|")
     for name in args.samplers:
-        s = summary(grid, name, args.replays, args.trials)
+        s = summary(grid, name, args.replays, args.trials, offset=args.offset)
         print(
             f"| {name} | {s['found']:.1%} | {s['share_mean']:.1%}, {s['share_p90']:.1%} | {s['decided_mean']:.1f} |",
             flush=True,
