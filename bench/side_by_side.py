@@ -1,0 +1,112 @@
+"""Scripts side by side in rotated rounds of fresh processes: each round runs every script once, each in a process of
+its own, the order rotated from round to round; a run's figure is the 20%-trimmed mean of its step times after
+`--warmup`; each script's ratio to the reference (the first named) is the geometric mean over the rounds of the
+round's ratio, with a t-interval (neighbouring processes share the machine's drift, so it cancels in a pair).
+
+    python -m bench.side_by_side --rounds 4 --warmup 5 --out DIR \\
+        seed="python bench/plain_trl.py --split 4x1 --steps 30" \\
+        unsloth="env PYTHONPATH=/tmp/uns-site python bench/unsloth_recipe.py --split 4x1 --steps 30"
+
+Each command is given `--out FILE` and must write there a JSON with `step_times_s`, `losses` and
+`peak_reserved_bytes` (bench/plain_trl.py and bench/unsloth_recipe.py do). Prints a line a run and a table at the
+end: each script's median step, its ratio to the reference with the interval, its peak and its losses' largest
+relative deviation from the reference's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from scipy.stats import t as student_t
+
+from pipeline.measure.stats import trimmed_mean
+
+GIB = 2**30
+
+
+def rounds_order(names: list[str], number: int) -> list[str]:
+    """Round `number`'s order: the names rotated by it."""
+    k = number % len(names)
+    return names[k:] + names[:k]
+
+
+def interval(ratios: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Geometric mean of per-round ratios and its t-interval (the point alone for one round)."""
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), math.exp(mean), math.exp(mean)
+    half = student_t.ppf(0.5 + level / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
+def run_one(command: str, out: Path, warmup: int) -> dict:
+    """One process of `command`; its record, with its figure (`figure`, None where it failed) and wall seconds."""
+    started = time.perf_counter()
+    done = subprocess.run([*shlex.split(command), "--out", str(out)], capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0 or not out.is_file():
+        return {"figure": None, "wall_s": wall, "error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
+    record = json.loads(out.read_text(encoding="utf-8"))
+    steady = record["step_times_s"][warmup:]
+    return {**record, "figure": trimmed_mean(steady) if steady else None, "wall_s": wall}
+
+
+def deviation(losses: list[float], reference: list[float]) -> float | None:
+    """The largest relative deviation of one run's losses from the reference run's, over the steps both logged."""
+    pairs = [(a, b) for a, b in zip(losses, reference, strict=False) if b]
+    return max(abs(a - b) / abs(b) for a, b in pairs) if pairs else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scripts", nargs="+", help="NAME=COMMAND; the first is the reference")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=Path("side-by-side"))
+    args = parser.parse_args(argv)
+    commands = dict(s.split("=", 1) for s in args.scripts)
+    names = list(commands)
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    for number in range(args.rounds):
+        for name in rounds_order(names, number):
+            run = run_one(commands[name], args.out / f"{name}-{number}.json", args.warmup)
+            runs[name].append(run)
+            said = f"{run['figure']:.4f} s" if run["figure"] else f"failed: {run.get('error')}"
+            print(f"[round {number}] {name}: {said} (wall {run['wall_s']:.0f} s)", flush=True)
+    reference = names[0]
+    print("| script | step s (median of runs) | time vs " + reference + " (95%, paired) | peak GiB | loss dev |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        figures = [r["figure"] for r in runs[name] if r["figure"]]
+        if not figures:
+            print(f"| {name} | failed | - | - | - |")
+            continue
+        pairs = [
+            (r["figure"], b["figure"])
+            for r, b in zip(runs[name], runs[reference], strict=True)
+            if r["figure"] and b["figure"]
+        ]
+        ratio = (
+            "-"
+            if name == reference or not pairs
+            else "{:.2f}x [{:.2f}, {:.2f}]".format(*interval([a / b for a, b in pairs]))
+        )
+        peak = max((r.get("peak_reserved_bytes") or 0) for r in runs[name]) / GIB
+        dev = deviation(runs[name][0].get("losses") or [], runs[reference][0].get("losses") or [])
+        print(
+            f"| {name} | {statistics.median(figures):.4f} | {ratio} | {peak:.2f} | "
+            f"{'-' if dev is None else f'{dev:.1e}'} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
