@@ -355,6 +355,43 @@ def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
     assert outside_existed or not Path("/nonexistent").exists()  # a refused storage's folder is not made either
 
 
+UNKNOWN_KEYS = {  # a key no section has, added (+, ++) or set: refused with that section's keys, nothing run
+    ("pipeline.train", "+launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, timeout_s",
+    ("pipeline.train", "++launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, timeout_s",
+    (
+        "pipeline.train",
+        "+launcher.world_size=3",
+    ): "launcher.world_size: unknown key; accepted keys here: kind, timeout_s",
+    ("pipeline.train", "launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, timeout_s",
+    ("pipeline.train", "+measure.foo=1"): (
+        "measure.foo: unknown key; accepted keys here: busy_threshold, confidence, max_cv, max_drift, profile, "
+        "profile_steps, warmup_steps"
+    ),
+    (
+        "pipeline.train",
+        "+tracking.foo=1",
+    ): "tracking.foo: unknown key; accepted keys here: artifact_root, experiment, uri",
+    ("pipeline.train", "+paths.foo=1"): "paths.foo: unknown key; accepted keys here: root",
+    ("pipeline.optimize", "+launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, timeout_s",
+}
+
+
+def test_an_unknown_key_of_any_section_is_one_line_with_the_sections_keys(tmp_path):
+    """Not only the groups of conf/: launcher, measure, tracking and paths refuse a key they lack before any job
+    runs, in one line that lists what they accept, and nothing is written."""
+
+    def run(case):
+        module, override = case
+        folder = tmp_path / f"{module}{override}"
+        folder.mkdir()
+        proc = run_cli(override, "mem_cap=4GiB", cwd=folder, module=module, timeout=120)
+        return proc.returncode, proc.stderr, proc.stdout, sorted(p.name for p in folder.iterdir())
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        said = dict(zip(UNKNOWN_KEYS, pool.map(run, UNKNOWN_KEYS), strict=True))
+    assert said == {case: (2, f"error: {line}\n", "", []) for case, line in UNKNOWN_KEYS.items()}
+
+
 def test_bad_report_arguments_give_one_line_naming_the_argument_and_write_nothing(tmp_path):
     """`pipeline.report` over a real store holding one sweep: an unknown experiment, sweep or study, or a store that
     is not there, is one line naming the argument and what is accepted (what the store has), exit code 2, and the
