@@ -233,6 +233,8 @@ class JobResult:
     gpu_busy: float | None = None  # NVML's utilisation over the steady steps (CUDA only)
     profile: dict[str, Any] | None = None  # the torch.profiler summary, with measure.profile=true
     compile_note: str | None = None  # what compilation did: regions, graphs, and where it fell back (CUDA graphs)
+    stalled_steps: tuple[int, ...] = ()  # steady steps longer than the stall limit: no steady steps (`jobs.stall`)
+    stall_limit_s: float | None = None  # that limit, where any step was over it
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -247,6 +249,7 @@ class JobResult:
                 **data,
                 "status": Status(data["status"]),
                 "steps": tuple(Step.from_json(s) for s in data.get("steps") or ()),
+                "stalled_steps": tuple(data.get("stalled_steps") or ()),
                 "placement": _from_dict(Placement, placement) if placement else None,
                 "memory": _from_dict(Memory, {**memory, "rank_peak_bytes": tuple(memory.get("rank_peak_bytes") or ())})
                 if memory

@@ -95,7 +95,7 @@ CASES = [
     (["model=pretrained", "model.name_or_path=/etc"], "model.name_or_path: '/etc' has no config.json", "hub model"),
     (["model=pretrained", "model.name_or_path=few.jsonl"], "model.name_or_path: 'few.jsonl' is not a folder", "hub"),
     (["model.hidden_size=abc"], "model.hidden_size: got 'abc'", "an integer"),
-    (["train.foo=1"], "train.foo: unknown key", "steps, max_length"),
+    (["train.foo=1"], "train.foo: unknown key", "learning_rate, liger_kernel"),
     (["+train.foo=1"], "train.foo: unknown key", "steps"),
     (["+colour=red"], "colour: unknown key", "batch, data"),
     (["~model"], "model: required but not set", "accepted: model=pretrained or model=qwen3-0.6b"),
@@ -120,6 +120,7 @@ CASES = [
         "sqlite:///",
     ),
     (["launcher.kind=ssh"], "launcher.kind: got 'ssh'", "forkserver, subprocess"),
+    (["launcher.stall_s=0"], "launcher.stall_s: got 0", "accepted: seconds > 0 or null"),
     (
         ["world_size=3"],
         "batch.split: '4x1' x world_size 3 gives 12",
@@ -356,13 +357,13 @@ def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
 
 
 UNKNOWN_KEYS = {  # a key no section has, added (+, ++) or set: refused with that section's keys, nothing run
-    ("pipeline.train", "+launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, timeout_s",
-    ("pipeline.train", "++launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, timeout_s",
+    ("pipeline.train", "+launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
+    ("pipeline.train", "++launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
     (
         "pipeline.train",
         "+launcher.world_size=3",
-    ): "launcher.world_size: unknown key; accepted keys here: kind, timeout_s",
-    ("pipeline.train", "launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, timeout_s",
+    ): "launcher.world_size: unknown key; accepted keys here: kind, stall_s, timeout_s",
+    ("pipeline.train", "launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
     ("pipeline.train", "+measure.foo=1"): (
         "measure.foo: unknown key; accepted keys here: busy_threshold, confidence, max_cv, max_drift, profile, "
         "profile_steps, warmup_steps"
@@ -372,7 +373,7 @@ UNKNOWN_KEYS = {  # a key no section has, added (+, ++) or set: refused with tha
         "+tracking.foo=1",
     ): "tracking.foo: unknown key; accepted keys here: artifact_root, experiment, uri",
     ("pipeline.train", "+paths.foo=1"): "paths.foo: unknown key; accepted keys here: root",
-    ("pipeline.optimize", "+launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, timeout_s",
+    ("pipeline.optimize", "+launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
 }
 
 

@@ -153,7 +153,7 @@ def _keys_near(full_key: str) -> list[str]:
     schema = SECTIONS.get(parent.split(".")[0]) if parent else Config
     if schema is None:
         return sorted(SECTIONS)
-    return [f.name for f in dataclasses.fields(schema) if schema is not Config or f.name not in INTERNAL_KEYS]
+    return sorted(f.name for f in dataclasses.fields(schema) if schema is not Config or f.name not in INTERNAL_KEYS)
 
 
 def _type_message(message: str) -> str:

@@ -211,6 +211,7 @@ class LauncherConfig:
 
     kind: str = chosen(LauncherKind.FORKSERVER, "forkserver: forked from a server that imported the stack once")
     timeout_s: float | None = None  # a job still running after this is killed (null: never)
+    stall_s: float | None = None  # a steady step longer is a stall, left out and noted (null: 10x the median, >= 30 s)
 
 
 @dataclass
