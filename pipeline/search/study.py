@@ -46,7 +46,7 @@ from pipeline.search.decided import Decided
 from pipeline.search.knob_view import StudyView
 from pipeline.search.opening import StudyContext
 from pipeline.search.sampler import KnobModelSampler
-from pipeline.search.space import Candidate, suggest
+from pipeline.search.space import Candidate, left_out_lines, suggest
 from pipeline.search.telling import TrialTeller
 
 
@@ -145,8 +145,7 @@ class StudyDriver:
             flush=True,
         )
         if ctx.left_out:
-            print("[study] left out of the space (this setting cannot run them): ", end="")
-            print("; ".join(x.text() for x in ctx.left_out), flush=True)
+            print("[study] " + "\n".join(left_out_lines(ctx.left_out)), flush=True)
 
     def _answer(self, finished: bool) -> StudyAnswer:
         ctx, o = self.ctx, self.ctx.cfg.optimize
