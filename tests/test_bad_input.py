@@ -487,6 +487,41 @@ def test_the_ui_on_a_taken_port_or_a_foreign_address_is_one_line_and_exit_2(tmp_
     assert db.read_bytes() == before
 
 
+def test_the_ui_on_a_port_this_user_may_not_bind_says_so_naming_the_port(tmp_path):
+    """`python -m pipeline.ui --port 1` as a user who may not listen below the system's first unprivileged port: one
+    line naming --port, why (permission) and a port to use instead, not --host (the address is fine). As root the
+    bind would succeed: the command runs without the right to bind those ports (CAP_NET_BIND_SERVICE dropped from
+    its bounding set, as an ordinary user has it), so the kernel refuses the bind for real."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.helpers.env import child_env
+
+    with open("/proc/sys/net/ipv4/ip_unprivileged_port_start", encoding="ascii") as setting:
+        start = int(setting.read())
+    if start <= 1:
+        pytest.skip("every user may listen on port 1 on this system (net.ipv4.ip_unprivileged_port_start)")
+    prefix = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root, and no setpriv to drop CAP_NET_BIND_SERVICE with")
+        prefix = ["setpriv", "--bounding-set", "-net_bind_service"]
+    command = [*prefix, sys.executable, "-m", "pipeline.ui", "--store", "mlruns", "--port", "1"]
+    proc = subprocess.run(command, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    (line,) = proc.stderr.splitlines()
+    pattern = (
+        rf"error: --port: this user may not listen on port 1 \(permission denied; below port {start} only root, or a "
+        rf"process with CAP_NET_BIND_SERVICE, may listen\); accepted: a port from {start} up that is free, e\.g\. "
+        r"--port (\d+) \(make ui PORT=\1\)"
+    )
+    assert re.fullmatch(pattern, line) and "--host" not in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_help_says_what_the_tool_does_and_lists_real_options(tmp_path):
     proc = run_cli("--help", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
