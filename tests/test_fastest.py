@@ -97,8 +97,7 @@ def test_a_space_tries_one_config_per_job_and_names_the_twin_it_left_out():
     valid, left_out = space.candidates(compose_job("optimize", [fp32, "batch.effective=2", "mem_cap=1GiB"]))
     assert {dict(c.values)["train.adapter_dtype"] for c in valid} == {"fp32"}
     assert [x.text() for x in left_out] == [
-        "train.adapter_dtype=compute: the same job as fp32 here: in fp32 the adapters are fp32 "
-        "either way"
+        "train.adapter_dtype=compute: the same job as fp32 here: in fp32 the adapters are fp32 either way"
     ]
     assert all(space.droppable(x) for x in left_out)
     lists = (
