@@ -39,7 +39,10 @@ def jobs_exit_code(outcomes: Iterable[tuple[Status, Fit]]) -> tuple[int, str]:
     if not bad:
         return OK, f"{len(outcomes)} of {len(outcomes)} jobs finished"
     detail = ", ".join(f"{n} {what}" for what, n in sorted(bad.items()))
-    return FAILED, f"{sum(bad.values())} of {len(outcomes)} jobs did not finish under their cap ({detail})"
+    # the cap is named where a job went over one: a job that failed, or ran out of memory, had no cap to miss
+    over = any(Fit.OVER_CAP in (status, fit) for status, fit in outcomes)
+    missed = "did not finish under their cap" if over else "did not finish"
+    return FAILED, f"{sum(bad.values())} of {len(outcomes)} jobs {missed} ({detail})"
 
 
 class ExitCode:

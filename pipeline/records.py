@@ -234,6 +234,8 @@ class JobResult:
     profile: dict[str, Any] | None = None  # the torch.profiler summary, with measure.profile=true
     compile_note: str | None = None  # what compilation did: regions, graphs, and where it fell back (CUDA graphs)
     host: dict[str, Any] | None = None  # where the training thread ran: CPUs, their nodes, the load (measure.host)
+    stalled_steps: tuple[int, ...] = ()  # steady steps longer than the stall limit: no steady steps (`jobs.stall`)
+    stall_limit_s: float | None = None  # that limit, where any step was over it
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -248,6 +250,7 @@ class JobResult:
                 **data,
                 "status": Status(data["status"]),
                 "steps": tuple(Step.from_json(s) for s in data.get("steps") or ()),
+                "stalled_steps": tuple(data.get("stalled_steps") or ()),
                 "placement": _from_dict(Placement, placement) if placement else None,
                 "memory": _from_dict(Memory, {**memory, "rank_peak_bytes": tuple(memory.get("rank_peak_bytes") or ())})
                 if memory

@@ -53,6 +53,8 @@ class JobSummary:
     drift: float | None = None  # median of the last third of steady steps over the first third's
     gpu_busy: float | None = None  # share of the steady steps during which the GPU ran a kernel (NVML)
     allreduce_s: float | None = None  # median per steady step of DDP's gradient all-reduce (several ranks only)
+    stalled_steps: int = 0  # steady steps left out as stalls (`jobs.stall`)
+    stalled_max_s: float | None = None  # the longest of them
 
     @property
     def median(self) -> float | None:
@@ -109,6 +111,8 @@ class JobSummary:
         drift = None if self.drift is None else 100 * (self.drift - 1)  # as the console says it: `drift +15%`
         out.update(final_loss=self.final_loss, step_time_drift_pct=drift, gpu_busy=self.gpu_busy)
         out.update(allreduce_median_s=self.allreduce_s)
+        if self.stalled_steps:
+            out.update(stalled_steps=self.stalled_steps, stalled_max_s=self.stalled_max_s)
         return {k: float(v) for k, v in out.items() if v is not None}
 
     @classmethod
@@ -147,6 +151,8 @@ class JobSummary:
             drift=_drift(metrics),
             gpu_busy=metrics.get("gpu_busy"),
             allreduce_s=metrics.get("allreduce_median_s"),
+            stalled_steps=int(metrics.get("stalled_steps", 0)),
+            stalled_max_s=metrics.get("stalled_max_s"),
         )
 
 

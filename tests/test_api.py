@@ -9,11 +9,14 @@ import math
 import re
 
 import pytest
+from sqlalchemy.exc import SQLAlchemyError
 
 import pipeline
+from pipeline.search import confirmation
 from tests.helpers.cli import run_cli, run_python
 from tests.helpers.kernel import cell_output, kernel, kernel_process, run_cell
-from tests.helpers.runs import mlflow_runs
+from tests.helpers.runs import mlflow_runs, the_study
+from tests.helpers.settings import ROUND_STUDY
 from tests.helpers.wait import process_gone, wait_for_steps, wait_until
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
@@ -178,6 +181,52 @@ def test_an_interrupted_sweep_or_study_in_a_jupyter_kernel_ends_its_runs_and_pro
         assert client.manager.is_alive()
     kinds = sorted((r.data.tags["kind"], r.info.status) for r in mlflow_runs(tmp_path) if r.info.status == "KILLED")
     assert kinds == [("job", "KILLED"), ("probe", "KILLED"), ("study", "KILLED"), ("sweep", "KILLED")]
+
+
+def _study_attrs(folder) -> dict:
+    """The user attributes of the one study of `folder`'s store; empty while it is being created."""
+    try:
+        return the_study(f"sqlite:///{folder / 'mlruns' / 'optuna.db'}").user_attrs
+    except (ValueError, SQLAlchemyError):  # no study yet, or its tables not there yet
+        return {}
+
+
+def _round_runs_kept(folder) -> set[tuple[str, int]]:
+    """The (finalist, round) of every run the study's confirmation round has kept on the study so far."""
+    attrs = _study_attrs(folder)
+    if confirmation.PARTIAL not in attrs:
+        return set()
+    times = confirmation.ConfirmationRecord.of(attrs[confirmation.PARTIAL]).state.times
+    return {(name, number) for name, rounds in times.items() for number in rounds}
+
+
+@pytest.mark.slow
+def test_a_study_interrupted_in_its_round_goes_on_from_there_when_called_again_in_the_kernel(tmp_path):
+    """The kernel's interrupt once a run of the confirmation round has finished (and been kept on the study), then
+    the same call in the same kernel: the round goes on where it stopped. In the MLflow store every run the round had
+    kept is there once, FINISHED, never measured again, and every run of the finished round is there once."""
+    study = [*ROUND_STUDY, "optimize.confirm_rounds=3", "optimize.confirm_share=0.85"]
+    with kernel(tmp_path) as client:
+        cell = client.execute(f"import pipeline\npipeline.study({study!r})")
+        kept = wait_until(
+            lambda: _round_runs_kept(tmp_path), 600, "a run of the round kept", alive=client.manager.is_alive
+        )
+        client.manager.interrupt_kernel()
+        _, error = cell_output(client, cell, 300)
+        assert error is not None and error.startswith("KeyboardInterrupt"), error
+        kept = _round_runs_kept(tmp_path)  # one more may have ended before the interrupt landed
+        out, error = run_cell(client, f"found = pipeline.study({study!r})\nprint(found.exit_code)", 600)
+    assert error is None and out.strip().endswith("0"), out[-3000:]
+    assert "it goes on from there" in out, out[-3000:]
+    confirm = [r for r in mlflow_runs(tmp_path) if r.data.tags.get("kind") == "confirm"]
+    finished = [
+        (r.data.tags["display_name"], int(r.data.tags["round"])) for r in confirm if r.info.status == "FINISHED"
+    ]
+    assert len(finished) == len(set(finished)), sorted(finished)  # no run of the round measured twice
+    assert kept and kept <= set(finished), (kept, finished)
+    assert [r.info.status for r in confirm if r.info.status != "FINISHED"] in ([], ["KILLED"])
+    final = confirmation.ConfirmationRecord.of(_study_attrs(tmp_path)[confirmation.ATTR])
+    assert final.finished and {(n, r) for n, rounds in final.state.times.items() for r in rounds} == set(finished)
 
 
 def cli_error(tmp_path, *args: str, module: str = "pipeline.train") -> str:

@@ -95,7 +95,7 @@ CASES = [
     (["model=pretrained", "model.name_or_path=/etc"], "model.name_or_path: '/etc' has no config.json", "hub model"),
     (["model=pretrained", "model.name_or_path=few.jsonl"], "model.name_or_path: 'few.jsonl' is not a folder", "hub"),
     (["model.hidden_size=abc"], "model.hidden_size: got 'abc'", "an integer"),
-    (["train.foo=1"], "train.foo: unknown key", "steps, max_length"),
+    (["train.foo=1"], "train.foo: unknown key", "learning_rate, liger_kernel"),
     (["+train.foo=1"], "train.foo: unknown key", "steps"),
     (["+colour=red"], "colour: unknown key", "batch, data"),
     (["~model"], "model: required but not set", "accepted: model=pretrained or model=qwen3-0.6b"),
@@ -120,6 +120,7 @@ CASES = [
         "sqlite:///",
     ),
     (["launcher.kind=ssh"], "launcher.kind: got 'ssh'", "forkserver, subprocess"),
+    (["launcher.stall_s=0"], "launcher.stall_s: got 0", "accepted: seconds > 0 or null"),
     (
         ["world_size=3"],
         "batch.split: '4x1' x world_size 3 gives 12",
@@ -360,6 +361,43 @@ def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
     assert outside_existed or not Path("/nonexistent").exists()  # a refused storage's folder is not made either
 
 
+UNKNOWN_KEYS = {  # a key no section has, added (+, ++) or set: refused with that section's keys, nothing run
+    ("pipeline.train", "+launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
+    ("pipeline.train", "++launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
+    (
+        "pipeline.train",
+        "+launcher.world_size=3",
+    ): "launcher.world_size: unknown key; accepted keys here: kind, stall_s, timeout_s",
+    ("pipeline.train", "launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
+    ("pipeline.train", "+measure.foo=1"): (
+        "measure.foo: unknown key; accepted keys here: busy_threshold, confidence, max_cv, max_drift, profile, "
+        "profile_steps, warmup_steps"
+    ),
+    (
+        "pipeline.train",
+        "+tracking.foo=1",
+    ): "tracking.foo: unknown key; accepted keys here: artifact_root, experiment, uri",
+    ("pipeline.train", "+paths.foo=1"): "paths.foo: unknown key; accepted keys here: root",
+    ("pipeline.optimize", "+launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
+}
+
+
+def test_an_unknown_key_of_any_section_is_one_line_with_the_sections_keys(tmp_path):
+    """Not only the groups of conf/: launcher, measure, tracking and paths refuse a key they lack before any job
+    runs, in one line that lists what they accept, and nothing is written."""
+
+    def run(case):
+        module, override = case
+        folder = tmp_path / f"{module}{override}"
+        folder.mkdir()
+        proc = run_cli(override, "mem_cap=4GiB", cwd=folder, module=module, timeout=120)
+        return proc.returncode, proc.stderr, proc.stdout, sorted(p.name for p in folder.iterdir())
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        said = dict(zip(UNKNOWN_KEYS, pool.map(run, UNKNOWN_KEYS), strict=True))
+    assert said == {case: (2, f"error: {line}\n", "", []) for case, line in UNKNOWN_KEYS.items()}
+
+
 def test_bad_report_arguments_give_one_line_naming_the_argument_and_write_nothing(tmp_path):
     """`pipeline.report` over a real store holding one sweep: an unknown experiment, sweep or study, or a store that
     is not there, is one line naming the argument and what is accepted (what the store has), exit code 2, and the
@@ -452,6 +490,41 @@ def test_the_ui_on_a_taken_port_or_a_foreign_address_is_one_line_and_exit_2(tmp_
         proc = run_cli("--store", "mlruns", *args, cwd=tmp_path, module="pipeline.ui", timeout=60)
         assert (proc.returncode, proc.stderr, proc.stdout) == (2, f"error: {expected}\n", ""), args
     assert db.read_bytes() == before
+
+
+def test_the_ui_on_a_port_this_user_may_not_bind_says_so_naming_the_port(tmp_path):
+    """`python -m pipeline.ui --port 1` as a user who may not listen below the system's first unprivileged port: one
+    line naming --port, why (permission) and a port to use instead, not --host (the address is fine). As root the
+    bind would succeed: the command runs without the right to bind those ports (CAP_NET_BIND_SERVICE dropped from
+    its bounding set, as an ordinary user has it), so the kernel refuses the bind for real."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.helpers.env import child_env
+
+    with open("/proc/sys/net/ipv4/ip_unprivileged_port_start", encoding="ascii") as setting:
+        start = int(setting.read())
+    if start <= 1:
+        pytest.skip("every user may listen on port 1 on this system (net.ipv4.ip_unprivileged_port_start)")
+    prefix = []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root, and no setpriv to drop CAP_NET_BIND_SERVICE with")
+        prefix = ["setpriv", "--bounding-set", "-net_bind_service"]
+    command = [*prefix, sys.executable, "-m", "pipeline.ui", "--store", "mlruns", "--port", "1"]
+    proc = subprocess.run(command, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, ""), proc.stderr
+    (line,) = proc.stderr.splitlines()
+    pattern = (
+        rf"error: --port: this user may not listen on port 1 \(permission denied; below port {start} only root, or a "
+        rf"process with CAP_NET_BIND_SERVICE, may listen\); accepted: a port from {start} up that is free, e\.g\. "
+        r"--port (\d+) \(make ui PORT=\1\)"
+    )
+    assert re.fullmatch(pattern, line) and "--host" not in line, line
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_help_says_what_the_tool_does_and_lists_real_options(tmp_path):

@@ -235,6 +235,69 @@ def test_the_first_rounds_are_secured_by_shorter_runs_when_runs_cost_more_than_p
     assert rigid > 50.0  # without the shorter runs the third round would not have fitted
 
 
+def _finalist_record(number: int, label: str, step_s: float, role: Role = Role.TRIAL) -> TrialRecord:
+    steps = tuple(step_s * (1 + 0.02 * (i % 3 - 1)) for i in range(10))
+    return TrialRecord(
+        number,
+        TrialState.COMPLETE,
+        label=label,
+        status=Status.OK,
+        median=statistics.median(steps),
+        step_times=steps,
+        warmup_times=(3 * step_s,),
+        gpu_seconds=5.0 + sum(steps) + 3 * step_s,
+        feasible=True,
+        role=role,
+    )
+
+
+def test_a_round_stopped_after_a_run_goes_on_from_its_stored_record_and_measures_no_run_twice(tmp_path, capsys):
+    """An interrupt (a notebook's stop button: KeyboardInterrupt) in the round's fifth run, its record so far stored
+    on a real Optuna study after every run; the same call reads it back and goes on: the four runs kept are not
+    measured again, the round begun ends, and every run of the finished round was measured exactly once."""
+    import optuna
+
+    chosen = [
+        _finalist_record(0, "A", 0.20),
+        _finalist_record(1, "X", 0.40, Role.BASELINE),
+        _finalist_record(2, "B", 0.21),
+    ]
+    settings = confirm_settings(mode="always", max_rounds=5, share=0.9)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="stopped", storage=storage)
+    rng, measured = random.Random(3), []
+
+    def run(record: TrialRecord, number: int, warmup: int, steps: int) -> tuple[float, float]:
+        if len(measured) == 4 and stopping:
+            raise KeyboardInterrupt
+        measured.append((record.label, number))
+        return {"A": 0.20, "X": 0.40, "B": 0.21}[record.label] * math.exp(rng.gauss(0.0, 0.02)), 10.0
+
+    def save(record: confirmation.ConfirmationRecord) -> None:
+        study.set_user_attr(confirmation.PARTIAL, record.to_attr())
+
+    stopping = True
+    with pytest.raises(KeyboardInterrupt):
+        confirmation.run_round(chosen, "X", settings, 600.0, run, save)
+    stored = confirmation.ConfirmationRecord.of(
+        optuna.load_study(study_name="stopped", storage=storage).user_attrs[confirmation.PARTIAL]
+    )
+    assert (stored.runs, stored.rounds, stored.finished) == (4, 2, False)
+    first, measured[:] = list(measured), []
+    stopping = False
+    record = confirmation.run_round(chosen, "X", settings, 600.0, run, save, stopped=stored)
+    assert "the last one stopped after 4 run(s) in 2 round(s); it goes on from there" in capsys.readouterr().out
+    assert not set(first) & set(measured), (first, measured)
+    ran = sorted((name, number) for name, rounds in record.state.times.items() for number in rounds)
+    assert sorted(first + measured) == ran and record.finished and record.rounds >= 3
+    assert measured[0] in {(name, 1) for name in "AXB"}  # the round begun goes on first
+    measured.clear()
+    again = confirmation.run_round(chosen[:2], "X", settings, 600.0, run, save, stopped=stored)  # other finalists
+    assert "it planned other finalists or another warm-up, so it runs again" in capsys.readouterr().out
+    assert sorted(measured) == sorted((n, r) for n, rounds in again.state.times.items() for r in rounds)
+    assert ("A", 0) in measured  # from its first round: the stored runs pair with nothing it plans
+
+
 def test_a_runs_figure_is_not_moved_by_one_stalled_step():
     steps = [0.20, 0.21, 0.19, 0.20, 0.21]
     stalled = [0.20, 0.21, 0.19, 2.0, 0.21]

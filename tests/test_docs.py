@@ -38,7 +38,6 @@ README_MAX_LINES = 150
 # Commands the pages show that no test runs, each with why.
 NOT_RUN = {
     "make test": "the test suite itself, this test among it (.ci/run runs it)",
-    "git clone https://github.com/OWNER/batch-split && cd batch-split": "needs the network; the test runs in a checkout",
     "python3.11 -m venv .venv": "makes the environment the test runs in",
     ".venv/bin/python -m pip install torch==2.13.0": "installs into the environment the test runs in",
     '.venv/bin/python -m pip install -c constraints.txt -e ".[dev,cluster,docs]"': "the same",
@@ -60,6 +59,16 @@ def test_the_readme_is_short_and_links_into_the_docs():
     linked = set(re.findall(r"\]\((docs/[^)#]+)", "\n".join(lines)))
     missing = [str(p) for p in linked if not (REPO / p).exists()]
     assert not missing and {"docs/getting-started.md", "docs/reference/configuration.md"} <= linked, (missing, linked)
+
+
+PLACEHOLDER = re.compile(r"\bOWNER\b|\bYOUR[-_][A-Z]|<your[ -][a-z]|github\.com/[A-Z]+/")
+
+
+def test_no_page_or_notebook_holds_a_placeholder_the_reader_must_replace():
+    """A command shown or run with a made-up owner (github.com/OWNER/...) fails for whoever copies it."""
+    pages = [README, *sorted((REPO / "docs").rglob("*.md")), REPO / "docs" / "quickstart.ipynb"]
+    found = [f"{p.relative_to(REPO)}: {m.group(0)}" for p in pages for m in PLACEHOLDER.finditer(p.read_text("utf-8"))]
+    assert not found, found
 
 
 def test_the_site_builds_strict_with_no_warning(tmp_path):

@@ -58,6 +58,34 @@ def test_the_fastest_preset_holds_every_knob_this_setting_can_run_and_names_what
     assert "attn=" not in label and "mode=" not in label  # one value on this setting: it names no config
 
 
+def test_on_the_cpu_every_value_the_fastest_preset_leaves_out_is_named_on_its_own_line():
+    """Every value a knob offers a study over everything is tried by some valid config or named with why: the
+    attention kernels the CPU does not search (flash attention needs a CUDA device, flex attention compiles a slower
+    kernel there) as much as fp16; the study says them one a line under one heading, never run together."""
+    from pipeline import knobs
+
+    valid, left_out = space.candidates(_fastest())
+    tried = {(key, space.override_text(value)) for c in valid for key, value in c.values}
+    named = {(x.key, space.override_text(x.value)): x.text() for x in left_out}
+    offered = {
+        (k.key, space.override_text(v.value if hasattr(v, "value") else v))
+        for k in knobs.registry()
+        for v in k.searched
+    }
+    assert not offered - tried - set(named), sorted(offered - tried - set(named))
+    assert named[("model.attn_implementation", "flash_attention_2")] == (
+        "model.attn_implementation=flash_attention_2: needs a CUDA device"
+    )
+    assert named[("model.attn_implementation", "flex_attention")].startswith(
+        "model.attn_implementation=flex_attention: "
+    )
+    assert named[("train.dtype", "fp16")].startswith("train.dtype=fp16: fp16 needs a CUDA device")  # said once
+    lines = space.left_out_lines(left_out)
+    assert lines == ["left out of the space, each with why:", *(f"  {x.text()}" for x in left_out)]
+    assert len(lines) == len(left_out) + 1 and not any("; model." in line or "; train." in line for line in lines)
+    assert space.left_out_lines([]) == []
+
+
 def test_a_space_tries_one_config_per_job_and_names_the_twin_it_left_out():
     """Adapters in the compute dtype run the job of fp32 adapters when the dtype is fp32: the study tries that job
     once, and a value that only ever makes such a twin is left out with the value it stands for."""
@@ -71,8 +99,7 @@ def test_a_space_tries_one_config_per_job_and_names_the_twin_it_left_out():
     valid, left_out = space.candidates(compose_job("optimize", [fp32, "batch.effective=2", "mem_cap=1GiB"]))
     assert {dict(c.values)["train.adapter_dtype"] for c in valid} == {"fp32"}
     assert [x.text() for x in left_out] == [
-        "train.adapter_dtype=compute: train.adapter_dtype: the same job as fp32 here: in fp32 the adapters are fp32 "
-        "either way"
+        "train.adapter_dtype=compute: the same job as fp32 here: in fp32 the adapters are fp32 either way"
     ]
     assert all(space.droppable(x) for x in left_out)
     lists = (

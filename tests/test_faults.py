@@ -383,32 +383,88 @@ def test_an_interrupted_study_counts_its_killed_trials_device_time(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_job_stopped_mid_run_is_said_and_so_is_its_going_on(tmp_path):
-    """The job stopped (SIGSTOP) once it trains, past a stall's window (30 s, for the tiny model's steps of a
-    fraction of a second): one line says it has logged no step since its last, one more that it steps again once
-    SIGCONT lets it go on, and the job ends as if nothing happened (nothing was said)."""
+def test_a_job_stopped_mid_run_is_said_left_out_of_its_steady_steps_and_noted(tmp_path):
+    """The job stopped (SIGSTOP) once it trains, past its stall limit (launcher.stall_s=2; the tiny model's steps take
+    a fraction of a second): one line says it has logged no step since its last, one more that it steps again once
+    SIGCONT lets it go on. The step the stop fell in is no steady step: its run counts the others, says which it left
+    out and why (a tag, metrics, its page), and so do the job's last line and the sweep's table."""
     jobs = tmp_path / "jobs"
     jobs.mkdir()
+    total = 300
     cmd = Command(
         "pipeline.train",
-        *("train.steps=300", "data.num_samples=64", *FAST),
+        *("-m", "batch.split=4x1", f"train.steps={total}", "data.num_samples=64", "launcher.stall_s=2", *FAST),
         cwd=tmp_path,
         env=child_env(TMPDIR=str(jobs)),
     )
     steps = wait_for_steps(jobs, 3, alive=cmd.running)
     job = json.loads((steps.parent / "process.json").read_text())["pid"]
     os.kill(job, signal.SIGSTOP)
+    stopped = time.monotonic()
     try:
+        logged = len(steps.read_text(encoding="utf-8").splitlines())
         said = cmd.wait_for("[job] tiny 4x1: no step for ", 120)
+        wait_until(lambda: time.monotonic() - stopped >= 3.0, 10, "3 s stopped")  # a bound, not a race: >= 3 s
     finally:
         os.kill(job, signal.SIGCONT)
+    assert logged <= total - 2  # a step still to end after SIGCONT: its time holds the 3 s stopped
     assert cmd.finish(300) == 0, cmd.output[-3000:]
     out = cmd.output
     stalled = re.fullmatch(r"\[job\] tiny 4x1: no step for (\d+) s \(last at step (\d+)\); waiting\n", said)
-    assert stalled and int(stalled[1]) >= 30, said
+    assert stalled and int(stalled[1]) >= 2, said
     again = re.findall(r"^\[job\] tiny 4x1: steps again \(step (\d+)\), after (\d+) s$", out, re.M)
-    assert len(again) == 1 and int(again[0][0]) > int(stalled[2]) and int(again[0][1]) >= 30, out[-3000:]
-    assert out.count("no step for") == 1 and "[job] tiny 4x1: ok, step " in out
+    assert len(again) == 1 and int(again[0][0]) > int(stalled[2]) and int(again[0][1]) >= 2, out[-3000:]
+    assert out.count("no step for") == 1
+    ended = re.search(
+        r"^\[job\] tiny 4x1: ok, step [\d.]+ s; step (\d+) took ([\d.]+) s, over the stall limit of 2 s: left out "
+        r"of the steady steps$",
+        out,
+        re.M,
+    )
+    assert ended and int(ended[1]) >= logged and float(ended[2]) >= 3.0, out[-3000:]
+    (run,) = [r for r in mlflow_runs(tmp_path) if r.data.tags.get("kind") == "job"]
+    metrics, tags = run.data.metrics, run.data.tags
+    assert run.info.status == "FINISHED" and tags["stall_note"] == ended.group(0).split("; ", 1)[1]
+    assert metrics["stalled_steps"] == 1 and metrics["stalled_max_s"] >= 3.0
+    assert metrics["steady_steps"] == total - 1 - 1  # the warm-up's one step and the stalled one left out
+    assert metrics["step_time_p90_s"] < 2.0  # no stopped time in the steady steps
+    assert "1 stalled step left out (" in tags["mlflow.note.content"]
+    row = next(line for line in out.splitlines() if line.startswith("| tiny 4x1 "))
+    assert re.search(r"1 stalled step left out \(\d+ s\)", row), row
+
+
+def test_a_step_over_the_stall_limit_leaves_the_steady_steps_and_is_noted():
+    """The rule after a job ended: a steady step over launcher.stall_s (or, unset, ten typical steps and at least
+    30 s) is marked on the result, leaves the statistics (its 41 s no longer makes a cv over 400%), and the run's
+    metrics, page and the table's notes say so; a limit under most steps is the job's pace, not a stall."""
+    from pipeline.jobs import stall
+    from pipeline.measure.summary import summarize_job
+    from pipeline.records import RunKind
+    from pipeline.render.rows import Criteria, notes
+    from pipeline.summaries import JobSummary, RecordedJob
+    from pipeline.tracking import figures
+    from tests.helpers.records import result
+
+    times = [5.0] + [0.05 + 0.001 * (i % 3) for i in range(2, 20)]
+    times[6] = 41.0  # step 7: stopped for 40 s
+    job = result(times)
+    before = summarize_job(job, 1, 0.95)
+    assert before.step_time.n == 18 and before.step_time.cv > 4  # what it was: one steady step of 41 s, cv 400%+
+    for stall_s, limit in ((None, stall.STALL_MIN_S), (2.0, 2.0)):
+        marked = stall.mark(job, 1, stall_s)
+        assert (marked.stalled_steps, marked.stall_limit_s) == ((7,), limit)
+        summary = summarize_job(marked, 1, 0.95)
+        assert summary.step_time.n == 17 and summary.step_time.cv < 0.05 and summary.step_time.p90 < 0.06
+        assert (summary.stalled_steps, summary.stalled_max_s) == (1, 41.0)
+    assert figures.stall_note(marked) == "step 7 took 41.0 s, over the stall limit of 2 s: left out of the steady steps"
+    assert stall.mark(job, 1, 0.01) == job  # every step over it: no stall, the job's own pace
+    assert stall.mark(result([0.05] * 20), 1, None) == result([0.05] * 20)
+    back = JobSummary.from_metrics(summary.status, summary.fit, figures.metrics(summary))
+    assert (back.stalled_steps, back.stalled_max_s) == (1, 41.0)
+    assert "1 stalled step left out (41 s)" in figures.description("tiny 4x1", back)
+    runs = [RecordedJob(f"r{i}", "tiny 4x1", "c", i, RunKind.JOB, s) for i, s in enumerate([back, before])]
+    criteria = Criteria(max_drift=10.0, max_cv=100.0, busy_threshold=0.0)
+    assert notes(runs, criteria) == ["1 stalled step left out (41 s) in 1 of 2 runs"]
 
 
 def test_a_stall_is_no_step_for_its_window_while_the_job_idles(tmp_path):

@@ -320,7 +320,7 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
     assert confirmation.ATTR not in attrs
     stored = confirmation.ConfirmationRecord.of(attrs[confirmation.PARTIAL])
     assert not stored.finished and 1 <= stored.rounds < 3
-    stopped = "confirmation round (the study stopped during the round; the same command runs it again): "
+    stopped = "confirmation round (the study stopped during the round; the same command goes on with it): "
     assert f"{stopped}{stored.rounds} round{'s' if stored.rounds > 1 else ''} of" in out, out[-3000:]
     assert "the confirmation round is off" not in out
     said = [line for line in out.splitlines() if line.startswith("  ") and not line.startswith("  what each knob")]
@@ -331,7 +331,7 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
         == "  no speed-up over the baseline is claimed: the baseline itself (the command line's config) is the "
         "fastest that fits"
         or claim.startswith("  no speed-up over the baseline is claimed: ")
-        and claim.endswith("(the study stopped during its round; the same command runs it again)")
+        and claim.endswith("(the study stopped during its round; the same command goes on with it)")
         or f"paired over {stored.rounds} rounds with the baseline" in claim
     ), claim
 
@@ -345,7 +345,7 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
         timeout=600,
     )
     assert again.returncode == 0, again.stdout[-3000:]
-    assert f"the last one stopped after {stored.rounds} round(s); it runs again" in again.stdout
+    assert f" run(s) in {stored.rounds} round(s); it goes on from there" in again.stdout
     final = confirmation.ConfirmationRecord.of(_study(tmp_path).user_attrs[confirmation.ATTR])
     assert final.finished and final.rounds == 3
     assert "confirmation round: 3 rounds of" in again.stdout

@@ -121,7 +121,7 @@ def test_a_preset_space_leaves_out_what_this_setting_cannot_run_and_names_it(com
     valid, left_out = candidates(cfg)
     assert {c.params["train.dtype"] for c in valid} == {"bf16"}
     assert [x.text() for x in left_out] == [
-        "train.dtype=fp16: train.dtype: fp16 needs a CUDA device; accepted with gpu=cpu here: auto, fp32, bf16"
+        "train.dtype=fp16: fp16 needs a CUDA device; accepted with gpu=cpu here: auto, fp32, bf16"
     ]
 
 

@@ -100,7 +100,7 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     text = "".join(output)
     assert proc.returncode == 1, text[-3000:]  # a job failed: the sweep ran the rest, and its exit status says so
     assert "2/2 jobs done" in text
-    assert "[sweep] 1 of 2 jobs did not finish under their cap (1 failed)" in text.splitlines()
+    assert "[sweep] 1 of 2 jobs did not finish (1 failed)" in text.splitlines()
 
     runs = all_runs(client_for(tmp_path))
     jobs = {r.data.params["train.steps"]: r for r in runs if r.data.tags.get("kind") != "sweep"}
@@ -293,7 +293,7 @@ def test_a_killed_repeat_carries_no_rank_and_a_line_says_how_many_pairs_the_rank
     os.kill(pid, signal.SIGKILL)
     assert cmd.finish(900) == 1, cmd.output[-3000:]
     out = cmd.output
-    assert "[sweep] 1 of 8 jobs did not finish under their cap (1 failed)" in out, out[-3000:]
+    assert "[sweep] 1 of 8 jobs did not finish (1 failed)" in out, out[-3000:]
     line = re.search(
         r"^\[sweep\] tiny (1x4|4x1) is ranked from 3 of 4 paired rounds with tiny (1x4|4x1) \(no figure from tiny 1x4 "
         r"#1\)$",
@@ -369,7 +369,7 @@ def test_a_failed_job_makes_the_exit_status_1_and_the_sweep_goes_on(tmp_path):
         "'trl-lib/Capybara' is not in the local cache" in proc.stdout
     )
     assert "Traceback" not in proc.stdout + proc.stderr
-    assert proc.stdout.rstrip().splitlines()[-1] == "[sweep] 1 of 2 jobs did not finish under their cap (1 failed)"
+    assert proc.stdout.rstrip().splitlines()[-1] == "[sweep] 1 of 2 jobs did not finish (1 failed)"
     runs = {r.data.tags["display_name"]: r for r in all_runs(client_for(tmp_path)) if r.data.tags["kind"] == "job"}
     assert runs["tiny 4x1 data=capybara"].info.status == "FAILED"
     assert runs["tiny 4x1 data=synthetic"].info.status == "FINISHED"

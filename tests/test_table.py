@@ -264,6 +264,32 @@ def test_the_runs_table_gives_the_fastests_rank_in_short_and_the_parent_who_won_
     assert parent_tags(single)[0] == {"rank": "m 4x1: lowest median (not ranked: one run)", "time_vs_fastest": "-"}
 
 
+def test_a_cap_is_named_only_where_a_job_went_over_one():
+    """The sweep's last line and the runs table's parent row say `under the cap` only where a job went over one:
+    a job that failed, or ran out of memory, with no cap set did not miss a cap."""
+    from pipeline import exits
+    from pipeline.records import Fit, RunKind, Status
+    from pipeline.render.runs_table import parent_tags
+    from pipeline.summaries import JobSummary, RecordedJob
+
+    failed, oom = (Status.FAILED, Fit.FAILED), (Status.OOM, Fit.OOM)
+    assert exits.jobs_exit_code([(Status.OK, Fit.NO_CAP), failed]) == (1, "1 of 2 jobs did not finish (1 failed)")
+    assert exits.jobs_exit_code([oom]) == (1, "1 of 1 jobs did not finish (1 oom)")
+    assert exits.jobs_exit_code([(Status.OK, Fit.OVER_CAP), failed]) == (
+        1,
+        "2 of 2 jobs did not finish under their cap (1 failed, 1 over-cap)",
+    )
+    assert exits.jobs_exit_code([(Status.OK, Fit.NO_CAP)]) == (0, "1 of 1 jobs finished")
+
+    def job(name: str, status: Status, fit: Fit) -> RecordedJob:
+        return RecordedJob(name, name, name, 0, RunKind.JOB, JobSummary(status=status, fit=fit))
+
+    lost = [job("m 1x4", *failed), job("m 4x1", *oom)]
+    assert parent_tags(comparison_rows(lost, Criteria()))[0]["rank"] == "no config finished"
+    over = [job("m 1x4", *failed), job("m 4x1", Status.OVER_CAP, Fit.OVER_CAP)]
+    assert parent_tags(comparison_rows(over, Criteria()))[0]["rank"] == "no config finished under the cap"
+
+
 def test_the_figures_a_person_reads_in_mlflow_are_logged_as_the_console_prints_them():
     """MLflow's table prints a value whole: step times to four significant digits and at least four decimals (the
     tables' `.4f`), rates to four significant digits, memory to at least three decimals; metrics that say nothing

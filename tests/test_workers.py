@@ -8,16 +8,21 @@ and B's next write to its own trial raised `UpdateFinishedTrialError`, which end
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import optuna
 import pytest
 from optuna.trial import TrialState
+from tqdm import tqdm
 
 from pipeline.config.validate import validate
 from pipeline.jobs import task
 from pipeline.liveness import Owner
 from pipeline.records import RunKind
-from pipeline.search import baseline, workers
+from pipeline.search import baseline, study, workers
 from pipeline.search.study import StudyDriver
+from pipeline.search.trials import CONFIG_ID
 
 
 def _two_handles(tmp_path) -> tuple[optuna.Study, optuna.Study]:
@@ -189,3 +194,68 @@ def test_a_baseline_a_dead_worker_was_measuring_is_queued_again_with_its_role(ti
     assert [t.user_attrs.get("role") for t in waiting] == ["baseline"], [t.user_attrs for t in waiting]
     driver._fail_stale()  # nothing new has died: nothing more is queued
     assert len(driver.study.get_trials(states=(TrialState.WAITING,))) == 1
+
+
+SPACE = {f"config-{i}" for i in range(6)}
+
+
+def test_claims_made_at_once_never_overrun_the_budget(tmp_path):
+    """Three workers, each with its own handle on one sqlite storage, two configs of a budget of three decided. All
+    three ask for a trial before any of them claims (each had seen room for one more), then each claims a config of
+    its own, in whatever order the threads run: the earliest trial keeps the budget's last place and the others give
+    theirs up, so three configs are decided or measured, never five."""
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    first = optuna.create_study(study_name="shared", storage=storage)
+    for config in ("config-0", "config-1"):
+        trial = first.ask()
+        trial.set_user_attr(CONFIG_ID, config)
+        first.tell(trial, 1.0)
+    asked = threading.Barrier(3)
+
+    def worker(config: str) -> tuple[int, bool]:
+        handle = optuna.load_study(study_name="shared", storage=storage)
+        trial = handle.ask()
+        workers.own(trial)
+        asked.wait()  # every worker has asked, none has claimed yet
+        trial.set_user_attr(CONFIG_ID, config)
+        return trial.number, workers.within_budget(handle, trial.number, config, SPACE, budget=3)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        judged = sorted(pool.map(worker, ["config-2", "config-3", "config-4"]))
+    assert judged == [(2, True), (3, False), (4, False)]
+
+
+@pytest.fixture
+def one_trial_study(tmp_path, compose):
+    """A study of the tiny model's three splits with a budget of one trial, on this test's own store."""
+    overrides = [
+        "mem_cap=4GiB",
+        "batch.effective=4",
+        "optimize.trials=1",
+        "optimize.confirm=never",
+        "train.steps=4",
+        "measure.warmup_steps=1",
+    ]
+    driver = StudyDriver(cfg := compose(*overrides), overrides, validate(cfg).cap_bytes)
+    driver.ctx.placement_dtype = "fp32"  # what the calibration finds on the CPU: its probes are not what is tested
+    return driver, optuna.load_study(study_name=driver.name, storage=driver.storage)
+
+
+def test_a_worker_measures_nothing_once_another_holds_the_budgets_last_trial(one_trial_study, monkeypatch):
+    """Another worker has asked for a trial and claims the budget's one config while this worker looks for a trial
+    to decide (before or after its own ask: either way). This worker measures nothing: it waits on that claim, or
+    gives up its own trial, and its trials end FAIL, none decided and no job run."""
+    driver, other = one_trial_study
+    monkeypatch.setattr(study, "HEARTBEAT_S", 0.0)  # its wait on the other worker: one look, no pause
+    theirs = other.ask()
+    workers.own(theirs)
+    ran = []
+    monkeypatch.setattr(task, "run", lambda *args, **kwargs: ran.append(args))
+    looking = threading.Thread(target=driver._next_trial, args=(tqdm(disable=True),))
+    looking.start()
+    theirs.set_user_attr(CONFIG_ID, driver.valid[0].config_id)
+    looking.join(timeout=120)
+    assert not looking.is_alive() and ran == []
+    mine = [t for t in driver.study.get_trials() if t.number != theirs.number]
+    assert all(t.state in (TrialState.FAIL, TrialState.WAITING) for t in mine), [(t.number, t.state) for t in mine]
+    assert driver._open_ids() == {driver.valid[0].config_id}  # the claimed config alone: waited on, not decided

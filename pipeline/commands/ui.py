@@ -90,13 +90,39 @@ def cannot_listen(host: str, port: int) -> str | None:
         try:
             sock.bind(address)
         except OSError as err:
+            if err.errno in (errno.EACCES, errno.EPERM):
+                return _denied(host, port)
             if err.errno != errno.EADDRINUSE:
                 return f"--host: cannot listen on {host} ({os.strerror(err.errno)}); accepted: {HOST_FORM}"
         else:
             return None
-    free = next((p for p in range(port + 1, min(port + 50, 65536)) if _free(host, p)), None)
-    instead = f", e.g. --port {free} (make ui PORT={free})" if free else ""
-    return f"--port: {host}:{port} is in use{_holder(port)}; accepted: a free port{instead}"
+    return f"--port: {host}:{port} is in use{_holder(port)}; accepted: a free port{_instead(host, port + 1)}"
+
+
+def _instead(host: str, start: int) -> str:
+    """`, e.g. --port N (make ui PORT=N)` for the first free port from `start` (within 50), or nothing."""
+    free = next((p for p in range(start, min(start + 50, 65536)) if _free(host, p)), None)
+    return f", e.g. --port {free} (make ui PORT={free})" if free else ""
+
+
+def _denied(host: str, port: int) -> str:
+    """A port this user may not listen on: one below the system's first unprivileged port, for a user without the
+    right to bind those (root's CAP_NET_BIND_SERVICE), or one a security policy keeps from it. The address is fine."""
+    start = _first_unprivileged_port()
+    why = f"; below port {start} only root, or a process with CAP_NET_BIND_SERVICE, may listen" if port < start else ""
+    return (
+        f"--port: this user may not listen on port {port} (permission denied{why}); accepted: a port from {start} up "
+        f"that is free{_instead(host, max(start, DEFAULT_PORT))}"
+    )
+
+
+def _first_unprivileged_port() -> int:
+    """Linux's `net.ipv4.ip_unprivileged_port_start` (1024 by default; 1024 where the system does not say)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_unprivileged_port_start", encoding="ascii") as setting:
+            return int(setting.read())
+    except (OSError, ValueError):
+        return 1024
 
 
 HOST_FORM = "an address of this machine, such as 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"

@@ -24,7 +24,7 @@ from omegaconf.errors import (
 )
 
 from pipeline.config.errors import ConfigError
-from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, choices_of, register_configs
+from pipeline.config.schema import GROUPS, INTERNAL_KEYS, SECTIONS, Config, choices_of, register_configs
 from pipeline.config.store_checks import check_writable_dir
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -72,13 +72,14 @@ def compose_job(config_name: str, overrides: list[str]) -> DictConfig:
 
 
 def _check_known_keys(cfg: DictConfig) -> None:
-    """`+key=value` can add keys the schema lacks; refuse them like any unknown key."""
+    """`+key=value` and `++key=value` can add keys the schema lacks, to any section; refuse them like any unknown
+    key, with the section's keys."""
     known = {f.name for f in dataclasses.fields(Config)}
     accepted = ", ".join(sorted(known - set(INTERNAL_KEYS)))
     for key in cfg:
         if key not in known:
             raise ConfigError(str(key), f"unknown key; accepted keys here: {accepted}")
-    for group, schema in GROUPS.items():
+    for group, schema in SECTIONS.items():
         fields = {f.name for f in dataclasses.fields(schema)}
         for key in cfg[group]:
             if key not in fields:
@@ -149,10 +150,10 @@ def _missing_option(err: MissingConfigException) -> ConfigError:
 
 def _keys_near(full_key: str) -> list[str]:
     parent = full_key.rpartition(".")[0]
-    schema = GROUPS.get(parent.split(".")[0]) if parent else Config
+    schema = SECTIONS.get(parent.split(".")[0]) if parent else Config
     if schema is None:
-        return ["see conf/"]
-    return [f.name for f in dataclasses.fields(schema) if schema is not Config or f.name not in INTERNAL_KEYS]
+        return sorted(SECTIONS)
+    return sorted(f.name for f in dataclasses.fields(schema) if schema is not Config or f.name not in INTERNAL_KEYS)
 
 
 def _type_message(message: str) -> str:

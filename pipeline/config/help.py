@@ -42,7 +42,7 @@ def help_text(prog: str, doc: str, sweeps: bool = True) -> str:
         "",
         ("-m runs a sweep (one isolated job per combination); " if sweeps else "")
         + "--cfg job prints the composed config; --hydra-help shows Hydra's own options.",
-        "Exit status: 0 all jobs finished under their cap, 1 a job failed or went over it, 2 bad input, "
-        "3 nothing fits (optimize), 130 interrupted.",
+        "Exit status: 0 all jobs finished (under the cap, where one is set), 1 a job failed or went over the cap, "
+        "2 bad input, 3 nothing fits (optimize), 130 interrupted.",
     ]
     return "\n".join(lines)

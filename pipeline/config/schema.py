@@ -211,6 +211,7 @@ class LauncherConfig:
 
     kind: str = chosen(LauncherKind.FORKSERVER, "forkserver: forked from a server that imported the stack once")
     timeout_s: float | None = None  # a job still running after this is killed (null: never)
+    stall_s: float | None = None  # a steady step longer is a stall, left out and noted (null: 10x the median, >= 30 s)
 
 
 @dataclass
@@ -250,11 +251,20 @@ GROUPS: dict[str, type] = {
     "optimize": OptimizeConfig,
 }
 
+# every section of the config with a schema, the groups and those config.yaml sets itself: a key of one must be a field
+SECTIONS: dict[str, type] = {
+    **GROUPS,
+    "measure": MeasureConfig,
+    "tracking": TrackingConfig,
+    "launcher": LauncherConfig,
+    "paths": PathsConfig,
+}
+
 
 def field_choices() -> dict[str, tuple[type[StrEnum], tuple[str, ...]]]:
     """Every field with a fixed set of values, by its dotted key: (its enum, its aliases)."""
     found = {}
-    for section, schema in {**GROUPS, "launcher": LauncherConfig}.items():
+    for section, schema in SECTIONS.items():
         for f in dataclasses.fields(schema):
             if "choices" in f.metadata:
                 found[f"{section}.{f.name}"] = (f.metadata["choices"], f.metadata["aliases"])
@@ -265,7 +275,7 @@ def choices_of(key: str) -> tuple[str, ...] | None:
     """The accepted values of the field at `key` (its enum's, then its aliases), or None for a field without a
     fixed set; true and false for a boolean field."""
     section, _, name = key.partition(".")
-    schema = {**GROUPS, "launcher": LauncherConfig}.get(section)
+    schema = SECTIONS.get(section)
     spec = next((f for f in dataclasses.fields(schema) if f.name == name), None) if schema else None
     if spec is None:
         return None

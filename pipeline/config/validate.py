@@ -206,8 +206,9 @@ def validate(cfg: DictConfig) -> JobConfig:
     job = parse(cfg)  # its memory cap is checked here
     at_least("repeats", cfg.repeats, 1)
     check_world_size(cfg)
-    if cfg.launcher.timeout_s is not None and cfg.launcher.timeout_s <= 0:
-        raise ConfigError("launcher.timeout_s", f"got {cfg.launcher.timeout_s}; accepted: seconds > 0 or null")
+    for key in ("timeout_s", "stall_s"):
+        if cfg.launcher[key] is not None and cfg.launcher[key] <= 0:
+            raise ConfigError(f"launcher.{key}", f"got {cfg.launcher[key]}; accepted: seconds > 0 or null")
     check_name(
         "tracking.experiment",
         cfg.tracking.experiment,

@@ -2,15 +2,18 @@
 
 A job that has logged no optimizer step for a while, and whose processes meanwhile use next to no CPU (stopped, or
 waiting on something that does not come), is said once, `[job] tiny 4x1: no step for 30 s (last at step 7);
-waiting`, and once more when it steps again. A while is `STALL_FACTOR` of the job's own typical step, at least
-`STALL_MIN_S`: a slow model's steps are no stall. Its set-up and first step (model build, compilation) are not
-watched, and a job that compiles later (a new shape) is busy on the CPU: it is working, not stalled.
+waiting`, and once more when it steps again. A while is `launcher.stall_s`, or else `STALL_FACTOR` of the job's own
+typical step, at least `STALL_MIN_S`: a slow model's steps are no stall. Its set-up and first step (model build,
+compilation) are not watched, and a job that compiles later (a new shape) is busy on the CPU: it is working, not
+stalled. Once it ended, its steady steps longer than that limit are marked on its result (`mark`): the stopped time
+is in them, not training, so they leave its statistics and its run says so.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import json
 import statistics
 import threading
@@ -21,6 +24,8 @@ from pathlib import Path
 import psutil
 
 from pipeline.jobs.files import STEPS_FILE
+from pipeline.measure.summary import steady_steps
+from pipeline.records import JobResult
 
 STALL_MIN_S = 30.0
 STALL_FACTOR = 10  # of the median of the job's recent steps
@@ -29,11 +34,34 @@ POLL_S = 1.0
 RECENT = 20  # steps whose times make the typical step
 
 
-class JobWatch:
-    """One job, from its start (`started`) to its end (`stop`); `say` prints a line (default: print)."""
+def limit(times: list[float], stall_s: float | None) -> float:
+    """How long a step may take before it is a stall: `stall_s` (launcher.stall_s) where set, else `STALL_FACTOR`
+    times the median of `times` (the job's steps), at least `STALL_MIN_S`."""
+    if stall_s is not None:
+        return stall_s
+    return max(STALL_MIN_S, STALL_FACTOR * (statistics.median(times) if times else 0.0))
 
-    def __init__(self, label: str, total_steps: int, say: Callable[[str], None] | None = None) -> None:
-        self.label, self.total = label, total_steps
+
+def mark(result: JobResult, warmup_steps: int, stall_s: float | None) -> JobResult:
+    """The result with its steady steps over the stall limit marked (`stalled_steps`), which leaves them out of its
+    statistics; unchanged where there are none, or where they would be most of them (a limit under most steps is
+    the job's own pace, not a stall)."""
+    steady = steady_steps(result, warmup_steps)
+    over = limit([s.step_time_s for s in steady], stall_s)
+    stalled = tuple(s.step for s in steady if s.step_time_s > over)
+    if not stalled or 2 * len(stalled) > len(steady):
+        return result
+    return dataclasses.replace(result, stalled_steps=stalled, stall_limit_s=over)
+
+
+class JobWatch:
+    """One job, from its start (`started`) to its end (`stop`); `say` prints a line (default: print); `stall_s`:
+    launcher.stall_s."""
+
+    def __init__(
+        self, label: str, total_steps: int, say: Callable[[str], None] | None = None, stall_s: float | None = None
+    ) -> None:
+        self.label, self.total, self.stall_s = label, total_steps, stall_s
         self.say = say or (lambda line: print(line, flush=True))
         self.launched: float | None = None
         self._done = threading.Event()
@@ -47,7 +75,7 @@ class JobWatch:
     def started(self, pid: int, workdir: Path) -> None:
         self.launched = time.monotonic()
         try:
-            watched = _Steps(workdir / STEPS_FILE, pid)
+            watched = _Steps(workdir / STEPS_FILE, pid, self.stall_s)
         except psutil.Error:
             return  # gone already: nothing to watch
         self._thread = threading.Thread(target=self._watch, args=(watched,), name="job-watch", daemon=True)
@@ -79,8 +107,8 @@ class JobWatch:
 class _Steps:
     """The job's steps file, read as it grows, and the CPU time its processes used, sampled once a poll."""
 
-    def __init__(self, path: Path, pid: int) -> None:
-        self.path, self.process = path, psutil.Process(pid)
+    def __init__(self, path: Path, pid: int, stall_s: float | None = None) -> None:
+        self.path, self.process, self.stall_s = path, psutil.Process(pid), stall_s
         self.offset, self.pending = 0, b""
         self.last, self.last_at = 0, 0.0
         self.times: collections.deque[float] = collections.deque(maxlen=RECENT)
@@ -107,8 +135,7 @@ class _Steps:
 
     def window(self) -> float:
         """How long without a step is a stall for this job."""
-        typical = statistics.median(self.times) if self.times else 0.0
-        return max(STALL_MIN_S, STALL_FACTOR * typical)
+        return limit(list(self.times), self.stall_s)
 
     def stalled(self, now: float, total: int) -> bool:
         """No step for the window, past the first step and before the last, and its processes idle meanwhile."""

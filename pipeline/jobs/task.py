@@ -32,6 +32,7 @@ from pipeline.measure.summary import steady_steps, summarize_job
 from pipeline.records import JobResult, JobSpec, RunKind, Status, StopRule
 from pipeline.summaries import JobSummary
 from pipeline.tracking import runs
+from pipeline.tracking.figures import stall_note
 from pipeline.tracking.store import Tracker
 
 
@@ -134,7 +135,7 @@ def run(
             run_tags.setdefault(runs.OVERRIDES, shlex.join(job_command()))  # a sweep's winner is printed with them
         parent = parent_id or (context.parent_run_id if context else None)
         run_id = runs.start_job(tracker, spec, kind, parent, cfg.repeat, run_tags, label)
-        watch = stall.JobWatch(label, spec.config.train.steps)
+        watch = stall.JobWatch(label, spec.config.train.steps, stall_s=cfg.launcher.stall_s)
         try:
             outcome = _run_job(tracker, run_id, spec, cfg, watch)
         except KeyboardInterrupt as stop:
@@ -163,6 +164,7 @@ def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: Config, watch: s
             result = runner.run_job(cfg.launcher.kind, spec, workdir, cfg.launcher.timeout_s, on_start=started)
         finally:
             watch.stop()
+        result = stall.mark(result, cfg.measure.warmup_steps, cfg.launcher.stall_s)
         files = {"profile": profile_files(workdir)}
         if result.status is not Status.OK:
             files["ranks"] = rank_logs(workdir)
@@ -226,4 +228,6 @@ def _say(outcome: JobOutcome, label: str) -> None:
         line = f"{result.status}: {result.stopped or result.error or ''}".rstrip(": ")
     if result.compile_note:
         line += f" ({result.compile_note})"
+    if result.stalled_steps:
+        line += f"; {stall_note(result)}"
     print(f"[job] {label}: {line}", flush=True)

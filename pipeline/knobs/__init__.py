@@ -47,6 +47,17 @@ def searched(lengths_vary: bool | None = None, cuda: bool = True) -> dict[str, l
     return {key: [v.value if isinstance(v, StrEnum) else v for v in values] for key, values in found.items() if values}
 
 
+def dropped(lengths_vary: bool, cuda: bool) -> dict[str, dict[Any, str]]:
+    """What a study over everything leaves out of each knob's searched values on this setting, with why, by key
+    (`Knob.dropped_in`)."""
+    found = {k.key: k.dropped_in(lengths_vary, cuda) for k in registry()}
+    return {
+        key: {v.value if isinstance(v, StrEnum) else v: why for v, why in values.items()}
+        for key, values in found.items()
+        if values
+    }
+
+
 def memory(values: Iterable[tuple[str, Any]], dtype: str | None = None) -> Memory:
     """The memory term of knob values (key, value as a config or a record writes it) in a job computing in `dtype`
     (None: not known); other keys add nothing."""

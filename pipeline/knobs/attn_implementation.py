@@ -30,9 +30,13 @@ class AttentionKnob(Knob):
     short = "attn"
     searched = tuple(a for a in Attention if a != Attention.EAGER)  # eager attention is sdpa unfused
 
-    def searched_in(self, lengths_vary: bool, cuda: bool) -> tuple[Any, ...]:
-        """sdpa alone on the CPU: its fused kernel is the CPU's, flex attention compiles a slower one there."""
-        return self.searched if cuda else (Attention.SDPA,)
+    def dropped_in(self, lengths_vary: bool, cuda: bool) -> dict[Any, str]:
+        """sdpa alone on the CPU: its fused kernel is the CPU's, flex attention compiles a slower one there, and the
+        flash-attention kernels need a CUDA device."""
+        if cuda:
+            return {}
+        why = {Attention.FLEX_ATTENTION: "compiles a slower kernel than sdpa's fused one on the CPU"}
+        return {a: why.get(a, "needs a CUDA device") for a in self.searched if a != Attention.SDPA}
 
     def memory(self, value: Any) -> Memory:
         """Eager attention keeps its probabilities, a score per head and pair of positions of a row; the fused

@@ -186,8 +186,14 @@ class Knob:
 
     def searched_in(self, lengths_vary: bool, cuda: bool) -> tuple[Any, ...]:
         """The values a study over everything tries where the records' lengths vary or not, on a CUDA device or not:
-        its `searched` values unless some cannot matter there (padding, where every record has one length)."""
-        return self.searched
+        its `searched` values but those `dropped_in` leaves out there."""
+        dropped = self.dropped_in(lengths_vary, cuda)
+        return tuple(v for v in self.searched if v not in dropped)
+
+    def dropped_in(self, lengths_vary: bool, cuda: bool) -> dict[Any, str]:
+        """The `searched` values a study over everything leaves out there, each with why (the study names them):
+        those that cannot run or cannot matter (padding, where every record has one length). None by default."""
+        return {}
 
     # ---- the check, before anything runs --------------------------------------------------------------------------
     def refuses(self, s: Setting) -> str | None:

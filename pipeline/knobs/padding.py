@@ -44,9 +44,10 @@ class PaddingKnob(Knob):
     help = "longest: to the batch's longest; buckets: rounded up to a quarter of max_length; max_length: one shape"
     searched = (Padding.LONGEST, Padding.MAX_LENGTH, Padding.PADDING_FREE, Padding.BUCKETS)  # packing: other sequences
 
-    def searched_in(self, lengths_vary: bool, cuda: bool) -> tuple[Any, ...]:
-        """Nothing where every record has one length: each layout is then the same batch."""
-        return self.searched if lengths_vary else ()
+    def dropped_in(self, lengths_vary: bool, cuda: bool) -> dict[Any, str]:
+        """Every layout where every record has one length: each is then the same batch."""
+        why = "every record has one length here, so each layout is the same batch"
+        return {} if lengths_vary else dict.fromkeys(self.searched, why)
 
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
         padding = train.padding

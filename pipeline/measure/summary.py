@@ -15,8 +15,10 @@ from pipeline.summaries import JobSummary
 
 
 def steady_steps(result: JobResult, warmup_steps: int) -> list[Step]:
-    """The steps a job's statistics are made of: after the warm-up, none that compiled or ran under the profiler."""
-    return [s for s in result.steps if s.step > warmup_steps and s.steady_candidate]
+    """The steps a job's statistics are made of: after the warm-up, none that compiled or ran under the profiler,
+    nor one its parent found stalled (`jobs.stall.mark`: stopped or waiting, not training)."""
+    stalled = set(result.stalled_steps)
+    return [s for s in result.steps if s.step > warmup_steps and s.steady_candidate and s.step not in stalled]
 
 
 def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> JobSummary:
@@ -41,6 +43,8 @@ def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> Jo
         memory_gib=memory_gib,
         seconds=seconds,
         final_loss=result.steps[-1].loss if result.steps else None,
+        stalled_steps=len(result.stalled_steps),
+        stalled_max_s=max((s.step_time_s for s in result.steps if s.step in result.stalled_steps), default=None),
     )
     step_time = summarize([s.step_time_s for s in steady], confidence)
     if step_time is None:

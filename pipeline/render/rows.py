@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pipeline.compare.paired import TIE_TOLERANCE, Comparison, Judgement
 from pipeline.compare.ranking import Ranking, rank
@@ -20,6 +20,7 @@ from pipeline.measure.stats import max_relative_deviation
 from pipeline.records import PHASES, Fit, RunKind, Status
 from pipeline.summaries import Interval, RecordedJob
 from pipeline.tracking import runs
+from pipeline.tracking.figures import stalled_words
 
 MEASURED = (RunKind.JOB, RunKind.TRIAL)  # runs whose figures a row shows; confirmation runs only add rounds
 FASTEST, ANSWER = "fastest", "answer"  # what the reference of a ranking is: the rows' time ratios are against it
@@ -133,7 +134,8 @@ def _share(values: list[float]) -> str:
 
 
 def notes(jobs: list[RecordedJob], criteria: Criteria) -> list[str]:
-    """Per config, over its runs: `drift up to 23% in 3 of 4 runs`, `launch-bound (GPU busy 29-41%)`."""
+    """Per config, over its runs: `drift up to 23% in 3 of 4 runs`, `launch-bound (GPU busy 29-41%)`, `1 stalled
+    step left out (41 s)`."""
     timed = [j.summary for j in jobs if j.summary.step_time is not None]
     out = []
     drifts = [abs(s.drift - 1) for s in timed if s.drift is not None and abs(s.drift - 1) > criteria.max_drift]
@@ -147,6 +149,12 @@ def notes(jobs: list[RecordedJob], criteria: Criteria) -> list[str]:
     if idle:
         within = "" if len(idle) == len(busy) else f" in {len(idle)} of {len(busy)} runs"
         out.append(f"launch-bound{within} (GPU busy {_share(idle)})")
+    stalled = [s for s in timed if s.stalled_steps]
+    if stalled:
+        within = f" in {len(stalled)} of {len(timed)} runs" if len(timed) > 1 else ""
+        worst = max(stalled, key=lambda s: s.stalled_max_s or 0.0)
+        total = replace(worst, stalled_steps=sum(s.stalled_steps for s in stalled))
+        out.append(stalled_words(total) + within)
     return out
 
 

@@ -78,7 +78,8 @@ def parent_tags(rows: list[Row]) -> tuple[dict[str, str], Row | None]:
         return {RANK: f"{reference.name}: {in_short(reference)}", TIME_VS: nearest_text}, reference
     timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == str(Status.OK)]
     if not timed:
-        return {RANK: "no config finished under its cap", TIME_VS: "-"}, None
+        capped = any(r.fit in (Fit.OVER_CAP, Fit.PREDICTED_OVER_CAP) for r in rows)
+        return {RANK: "no config finished" + (" under the cap" if capped else ""), TIME_VS: "-"}, None
     best = min(timed, key=lambda r: r.median)
     return {RANK: f"{best.name}: lowest median ({NOT_RANKED})", TIME_VS: "-"}, best
 

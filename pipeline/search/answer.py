@@ -21,7 +21,7 @@ from pipeline.search.decided import Decided
 from pipeline.search.gains import Gains, knob_gains
 from pipeline.search.prior import Coverage
 from pipeline.search.scaling import Scaling, world_lines
-from pipeline.search.space import LeftOut
+from pipeline.search.space import LeftOut, left_out_lines
 from pipeline.search.speedup import Claim, Speedup
 from pipeline.search.trials import TrialRecord
 from pipeline.tracking import runs
@@ -118,11 +118,7 @@ def _best_lines(decided: Decided, best: TrialRecord, setting: StudyFacts, claim:
 
 def _space_lines(setting: StudyFacts) -> list[str]:
     lines = [setting.coverage.line()] if setting.coverage else []
-    if setting.left_out:
-        lines.append(
-            "left out of the space (this setting cannot run them): " + "; ".join(x.text() for x in setting.left_out)
-        )
-    return lines
+    return lines + left_out_lines(list(setting.left_out))
 
 
 _STOPPED_EARLY = "no config fits yet: the study stopped before it decided one (the same command goes on)"

@@ -47,7 +47,7 @@ def confirmation_lines(record: ConfirmationRecord, winner: str, total_s: float) 
             f"confirmation round: not run; its budget, {record.budget_s:.0f} s, buys fewer than two rounds of "
             f"{', '.join(names)}: raise optimize.confirm_share (or optimize.confirm_budget_s), or train more steps"
         ]
-    stopped = "" if record.finished else " (the study stopped during the round; the same command runs it again)"
+    stopped = "" if record.finished else " (the study stopped during the round; the same command goes on with it)"
     lines = [
         f"confirmation round{stopped}: {record.rounds} round{'s' if record.rounds != 1 else ''} of "
         f"{record.steps_text()} steady steps, {s.seconds:.0f} s "

@@ -165,13 +165,16 @@ def all_splits(effective: int, sizes: list[int]) -> list[str]:
     return sorted(found, key=lambda s: (parse_split(s).micro, parse_split(s).accumulation))
 
 
+def _lengths_vary(cfg: DictConfig) -> bool:
+    return not (cfg.data.kind == DataKind.SYNTHETIC and cfg.data.distribution == Distribution.FIXED)
+
+
 def knob_space(cfg: DictConfig) -> dict[str, list[Any]]:
     """The splits, then every knob's values where `optimize.every_knob` asks for them, then `optimize.space` (whose
     values for a knob replace the knob's own)."""
     space = {SPLIT_KEY: all_splits(cfg.batch.effective, world_sizes(cfg))}
     if cfg.optimize.every_knob:
-        fixed = cfg.data.kind == DataKind.SYNTHETIC and cfg.data.distribution == Distribution.FIXED
-        space.update(knobs.searched(lengths_vary=not fixed, cuda=on_cuda(cfg.gpu)))
+        space.update(knobs.searched(lengths_vary=_lengths_vary(cfg), cuda=on_cuda(cfg.gpu)))
     for key, values in cfg.optimize.space.items():
         if len(values):
             space[key] = [OmegaConf.to_container(v) if OmegaConf.is_config(v) else v for v in values]
@@ -187,7 +190,12 @@ class LeftOut:
     reason: str
 
     def text(self) -> str:
-        return f"{self.key}={override_text(self.value)}: {self.reason}"
+        return f"{self.key}={override_text(self.value)}: {self.reason.removeprefix(f'{self.key}: ')}"
+
+
+def left_out_lines(left_out: list[LeftOut]) -> list[str]:
+    """The values left out as the study says them: a line above, then one value a line, with why."""
+    return ["left out of the space, each with why:", *(f"  {x.text()}" for x in left_out)] if left_out else []
 
 
 def combinations(cfg: DictConfig) -> tuple[list[Candidate], dict[str, str]]:
@@ -289,9 +297,22 @@ def droppable(left: LeftOut) -> bool:
 
 
 def candidates(cfg: DictConfig) -> tuple[list[Candidate], list[LeftOut]]:
-    """Every valid candidate, and the values of the space left out because this setting cannot run them."""
+    """Every valid candidate, and the values left out: those of the space no valid config uses, and those a study
+    over everything does not search on this setting (`Knob.dropped_in`), each with why."""
     valid, invalid = combinations(cfg)
-    return valid, unusable(cfg, valid, invalid)
+    return valid, [*unusable(cfg, valid, invalid), *not_searched(cfg)]
+
+
+def not_searched(cfg: DictConfig) -> list[LeftOut]:
+    """The knobs' searched values `optimize.every_knob` leaves out on this setting, where `optimize.space` does not
+    name the knob's values itself."""
+    if not cfg.optimize.every_knob:
+        return []
+    dropped = knobs.dropped(lengths_vary=_lengths_vary(cfg), cuda=on_cuda(cfg.gpu))
+    named = set(cfg.optimize.space)
+    return [
+        LeftOut(key, value, why) for key, values in dropped.items() if key not in named for value, why in values.items()
+    ]
 
 
 def check_values(cfg: DictConfig) -> None:

@@ -138,7 +138,7 @@ def _paired(
         if confirm_off:
             return "the confirmation round is off (optimize.confirm=never)"
         return "the study stopped before its confirmation round (the same command runs it)"
-    stopped = "" if record.finished else " (the study stopped during its round; the same command runs it again)"
+    stopped = "" if record.finished else " (the study stopped during its round; the same command goes on with it)"
     times = record.state.times
     missing = [r.label for r in (best, baseline) if r.label not in times]
     if missing:

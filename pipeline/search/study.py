@@ -46,7 +46,7 @@ from pipeline.search.decided import Decided
 from pipeline.search.knob_view import StudyView
 from pipeline.search.opening import StudyContext
 from pipeline.search.sampler import KnobModelSampler, ViewSampler
-from pipeline.search.space import Candidate, suggest
+from pipeline.search.space import Candidate, left_out_lines, suggest
 from pipeline.search.telling import TrialTeller
 
 
@@ -145,8 +145,7 @@ class StudyDriver:
             flush=True,
         )
         if ctx.left_out:
-            print("[study] left out of the space (this setting cannot run them): ", end="")
-            print("; ".join(x.text() for x in ctx.left_out), flush=True)
+            print("[study] " + "\n".join(left_out_lines(ctx.left_out)), flush=True)
 
     def _answer(self, finished: bool) -> StudyAnswer:
         ctx, o = self.ctx, self.ctx.cfg.optimize
@@ -170,18 +169,23 @@ class StudyDriver:
         )
         return decide(decided, setting)
 
+    def _budget(self) -> int:
+        return min(self.ctx.cfg.optimize.trials, len(self.ctx.valid))
+
     def _open_ids(self) -> set[str]:
         """The configs still to decide: those of the space while the budget lasts, and a baseline beside the space
-        until it is decided."""
+        until it is decided. Once the configs decided and those claimed by live workers fill the budget, only the
+        claimed ones are open: this worker waits on them (one whose worker dies opens the budget again)."""
         decided = set(workers.decided(self.ctx.study))
-        budget = min(self.ctx.cfg.optimize.trials, len(self.ctx.valid))
-        found = set(self.ctx.by_id) - decided if len(decided & set(self.ctx.by_id)) < budget else set()
+        space = set(self.ctx.by_id)
+        claimed = (workers.claimed(self.ctx.study) & space) - decided
+        found = space - decided if len(decided & space) + len(claimed) < self._budget() else claimed
         if self.base is not None and not baseline.in_space(self.ctx, self.base):
             found |= {self.base.config_id} - decided
         return found
 
     def _loop(self) -> None:
-        budget = min(self.ctx.cfg.optimize.trials, len(self.ctx.valid))
+        budget = self._budget()
         done = len(set(workers.decided(self.ctx.study)) & set(self.ctx.by_id))
         # on a terminal or in a notebook only: a log or a pipe gets the lines without the bar's redraws
         bar = progress.bar(total=budget, initial=min(done, budget), desc="trials", unit="trial")
@@ -240,8 +244,10 @@ class StudyDriver:
             return
         # the claim: workers sharing the study see the config taken from here on
         trials.write(trial, {trials.LABEL: candidate.label, trials.CONFIG_ID: candidate.config_id})
-        if workers.claimed_earlier(ctx.study, trial.number, candidate.config_id):
-            ctx.study.tell(trial, state=TrialState.FAIL)  # another worker asked for it first
+        if workers.claimed_earlier(ctx.study, trial.number, candidate.config_id) or not workers.within_budget(
+            ctx.study, trial.number, candidate.config_id, set(ctx.by_id), self._budget()
+        ):
+            ctx.study.tell(trial, state=TrialState.FAIL)  # another worker asked for it, or for the budget's last, first
             return
         started = time.time()
         with workers.trial_heartbeat(ctx.study, trial):

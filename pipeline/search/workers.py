@@ -4,10 +4,11 @@ first, who calibrates, and what a dead worker left behind.
 A worker writes its owner (`host:pid:start`) on every trial it asks for and beats a heartbeat on it while it works,
 and claims a config (its identity, `config_id`) on the trial before measuring it. A trial is RUNNING from the
 instant it is asked for, before its worker has written its owner: such a trial is young, not stale, until it has
-been RUNNING for `liveness.GRACE_S` without an owner (the asking worker died in that instant). Another worker treats a config as
-taken when it is decided (COMPLETE or PRUNED) or claimed by a live worker; if two claim one config in the same
-instant, the lower trial number keeps it. A worker on this host is alive while its process is; one on another host
-while its heartbeat is fresh (`liveness.GRACE_S`), so a live remote worker is never declared dead. A trial whose
+been RUNNING for `liveness.GRACE_S` without an owner (the asking worker died in that instant). Another worker treats a
+config as taken when it is decided (COMPLETE or PRUNED) or claimed by a live worker; if two claim one config in the
+same instant, the lower trial number keeps it, and so it does when claims made at once would overrun the budget
+(`within_budget`). A worker on this host is alive while its process is; one on another host while its heartbeat is
+fresh (`liveness.GRACE_S`), so a live remote worker is never declared dead. A trial whose
 worker is gone is stale: the next worker to look marks it FAIL. A worker whose own trial was closed that way (a live
 worker taken for dead, its heartbeat late on a busy machine) skips it (`closed_elsewhere`): the config stays open.
 """
@@ -75,6 +76,29 @@ def claimed_earlier(study: optuna.Study, number: int, config_id: str) -> bool:
     return any(
         t.number < number and t.user_attrs.get(CONFIG_ID) == config_id and live(t.user_attrs) for t in _running(study)
     )
+
+
+def claimed(study: optuna.Study) -> set[str]:
+    """Configs claimed by live workers' RUNNING trials (being measured, or about to be)."""
+    return {t.user_attrs[CONFIG_ID] for t in _running(study) if CONFIG_ID in t.user_attrs and live(t.user_attrs)}
+
+
+def within_budget(
+    study: optuna.Study, number: int, config_id: str, space: set[str], budget: int, poll_s: float = 0.1
+) -> bool:
+    """Whether trial `number`'s claim of `config_id` (written already) fits a budget of `budget` configs of `space`:
+    the configs decided and those claimed on live trials asked before it leave room for it. The storage numbers the
+    trials one by one, so every worker judges the same order and of several claims made at once the earliest win;
+    a claim is never judged against a later trial's. An earlier live trial whose claim is not written yet is waited
+    for (it is about to claim, or to close as the repeat of a decided config), so none is judged without it."""
+    if config_id not in space:
+        return True  # the baseline beside the space: no trial of the budget
+    while True:
+        earlier = [t for t in _running(study) if t.number < number and _trial_live(t)]
+        if all(CONFIG_ID in t.user_attrs for t in earlier):
+            held = set(decided(study)) | {t.user_attrs[CONFIG_ID] for t in earlier}
+            return len((held & space) - {config_id}) < budget
+        time.sleep(poll_s)
 
 
 def fail_stale(study: optuna.Study) -> list[str]:

@@ -131,6 +131,18 @@ def series(result: JobResult, steady: set[int]) -> dict[str, list[tuple[int, flo
     return out
 
 
+def stall_note(result: JobResult) -> str:
+    """What the run says of its stalled steps (`jobs.stall.mark`): `step 7 took 41.2 s, over the stall limit of
+    2 s: left out of the steady steps`."""
+    times = [s.step_time_s for s in result.steps if s.step in result.stalled_steps]
+    which = ", ".join(str(n) for n in result.stalled_steps)
+    took = f"took {times[0]:.1f} s" if len(times) == 1 else f"took up to {max(times):.1f} s"
+    return (
+        f"step{'s' if len(times) > 1 else ''} {which} {took}, over the stall limit of {result.stall_limit_s:g} s: "
+        "left out of the steady steps"
+    )
+
+
 def description(name: str, summary: JobSummary, more: list[str] | tuple[str, ...] = ()) -> str:
     """The run's page's first lines, as the console says them: `**tiny 2x2 #1**: ok, step 0.1888 s (median of 25
     steady steps, 96% interval [0.1491, 0.2839]) · 2,712 real tokens/s · peak 0.467 GiB`, then `drift +15%` (the last
@@ -153,7 +165,8 @@ def description(name: str, summary: JobSummary, more: list[str] | tuple[str, ...
             if summary.drift is None
             else [f"drift {100 * (summary.drift - 1):+.0f}% (the last third of steady steps against the first)"]
         )
-        lines.append(", ".join([*drift, f"cv {100 * s.cv:.0f}%"]))
+        stalled = [stalled_words(summary)] if summary.stalled_steps else []
+        lines.append(", ".join([*drift, f"cv {100 * s.cv:.0f}%", *stalled]))
     return "\n\n".join([*lines, *more])
 
 
@@ -166,3 +179,11 @@ def host_text(host: dict | None) -> str | None:
         f"cpu {c}" + (f" (node {n})" if n is not None else "") for c, n in zip(host["cpus"], host["nodes"], strict=True)
     ]
     return f"{', then '.join(places)}; {host['allowed']} allowed, load {host['load_1m']}"
+
+
+def stalled_words(summary: JobSummary) -> str:
+    """`1 stalled step left out (41 s)`: the few words a run's page and the table's notes say of its stalls."""
+    count = summary.stalled_steps
+    up_to = "up to " if count > 1 else ""
+    longest = f" ({up_to}{summary.stalled_max_s:.0f} s)" if summary.stalled_max_s is not None else ""
+    return f"{count} stalled step{'s' if count > 1 else ''} left out{longest}"

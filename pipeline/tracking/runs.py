@@ -38,6 +38,7 @@ BASELINE = "baseline"  # a study's run: the config its answer's speed-up is over
 BASELINE_CONFIG = "baseline_config_id"  # ... and its config id: every config's loss deviation is from its losses
 CLAIM = "claim"  # a study's run: the answer's speed-up over the baseline, or why there is none
 NOTE = "note"  # what the runs table shows: why a run stopped, and its config's notes on its steps once ranked
+STALL_NOTE = "stall_note"  # the steady steps left out as stalls (`jobs.stall`), and the limit they were over
 REASON = "reason"  # why it stopped alone, where NOTE says more (`render.runs_table`)
 RANK, TIME_VS = "rank", "time_vs_fastest"  # a ranked run's config: its rank, its time over the fastest's
 PARENT = "mlflow.parentRunId"
@@ -162,6 +163,8 @@ def end_job(
         tags["compile_note"] = result.compile_note[:500]
     if result.host:
         tags["host"] = figures.host_text(result.host)
+    if result.stalled_steps:
+        tags[STALL_NOTE] = figures.stall_note(result)[:500]
     if result.placement and result.placement.emulated:
         tags["memory_note"] = (
             f"memory emulated as {result.placement.emulated}, speed measured on {result.placement.device_name}"

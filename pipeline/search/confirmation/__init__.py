@@ -74,11 +74,16 @@ class ConfirmationRecord:
     budget_s: float
     baseline: str | None  # the baseline's label, when it took part
     left_out: tuple[str, ...] = ()  # finalists the budget could not take
-    finished: bool = True  # False: the study stopped during the round (the same command runs it again)
+    finished: bool = True  # False: the study stopped during the round (the same command goes on with it)
 
     @property
     def rounds(self) -> int:
         return max((len(m) for m in self.state.times.values()), default=0)
+
+    @property
+    def runs(self) -> int:
+        """Runs measured (or failed) so far."""
+        return sum(len(m) for m in self.state.times.values()) + len(self.state.failed)
 
     def steps_text(self) -> str:
         """The steady steps of the rounds' runs: `5`, or `4-5` where rounds were shortened to fit the budget."""
@@ -93,6 +98,7 @@ class ConfirmationRecord:
             "tolerance": s.tolerance,
             "times": {name: {str(r): v for r, v in rounds.items()} for name, rounds in s.times.items()},
             "round_steps": {str(r): n for r, n in s.steps.items()},
+            "round_members": {str(r): names for r, names in s.members.items()},
             "seconds": s.seconds,
             "failed": s.failed,
             "warmup": self.warmup,
@@ -108,14 +114,16 @@ class ConfirmationRecord:
         stored = attr["times"] if "times" in attr else attr["medians"]  # "medians": studies of earlier versions
         times = {name: {int(r): v for r, v in rounds.items()} for name, rounds in stored.items()}
         steps = {int(r): n for r, n in attr.get("round_steps", {}).items()}
+        members = {int(r): list(names) for r, names in attr.get("round_members", {}).items()}
         state = ConfirmationRound(
             list(attr["finalists"]),
             attr["confidence"],
             attr["tolerance"],
             times,
             attr["seconds"],
-            attr["failed"],
+            list(attr["failed"]),
             steps,
+            members,
         )
         return cls(
             state,
@@ -203,6 +211,21 @@ def minimum_claim_s(pair: list[Finalist], warmup: int) -> float:
     return MIN_ROUNDS * COST_MARGIN * run_s * 1.001 + 1.0
 
 
+def _going_on(
+    stopped: ConfirmationRecord | None, names: list[str], warmup: int, settings: RoundSettings
+) -> ConfirmationRound | None:
+    """The state of a stopped round that this one goes on from (said), or None where there is none, or where it
+    planned other finalists or another warm-up (its runs would pair with nothing planned now: it runs again)."""
+    if stopped is None:
+        return None
+    said = f"[study] confirmation round: the last one stopped after {stopped.runs} run(s) in {stopped.rounds} round(s)"
+    if stopped.state.finalists != names or stopped.warmup != warmup:
+        print(f"{said}; it planned other finalists or another warm-up, so it runs again", flush=True)
+        return None
+    print(f"{said}; it goes on from there", flush=True)
+    return dataclasses.replace(stopped.state, confidence=settings.confidence, tolerance=settings.tolerance)
+
+
 def run_round(
     chosen: list[TrialRecord],
     baseline: str | None,
@@ -210,10 +233,13 @@ def run_round(
     spent_s: float,
     run: Run,
     save: Callable[[ConfirmationRecord], None] = lambda record: None,
+    stopped: ConfirmationRecord | None = None,
 ) -> ConfirmationRecord:
     """Plan the round from what the search measured, run it, and return its record; `save` gets the record so far
-    (unfinished) after every round, so a study stopped during the round keeps what it measured. Every run of the
-    round has the same warm-up: the longest transient any finalist's trial showed."""
+    (unfinished) after every run, so a study stopped during the round keeps what it measured. `stopped`: the record
+    of this round that a stop left unfinished; where it planned the same finalists and warm-up, the round goes on
+    from it, and no run it kept is measured again. Every run of the round has the same warm-up: the longest
+    transient any finalist's trial showed."""
     budget = settings.budget(spent_s)
     warmup = max(transient(r) for r in chosen)
     facts = [finalist(r) for r in chosen]
@@ -225,7 +251,9 @@ def run_round(
     kept, plan = fit(facts, budget, MIN_STEPS, max(MIN_STEPS, settings.max_steps), warmup)
     names = [f.name for f in kept]
     by_label = {r.label: r for r in chosen}
-    state = ConfirmationRound(names, settings.confidence, settings.tolerance)
+    state = _going_on(stopped, names, warmup, settings) or ConfirmationRound(
+        names, settings.confidence, settings.tolerance
+    )
     left_out = tuple(r.label for r in chosen if r.label not in names)
     record = ConfirmationRecord(
         state, warmup, plan.steps, budget, baseline if baseline in names else None, left_out, finished=False
@@ -245,5 +273,5 @@ def run_round(
     )
     measure = lambda name, number, steps: run(by_label[name], number, warmup, steps)  # noqa: E731
     pair = (chosen[0].label, baseline) if claimed else ()
-    state.run(measure, plan, settings.max_rounds, after_round=lambda: save(record), claim=pair)
+    state.run(measure, plan, settings.max_rounds, after_run=lambda: save(record), claim=pair)
     return dataclasses.replace(record, finished=True)

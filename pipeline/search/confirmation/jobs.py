@@ -31,19 +31,15 @@ class FinalRound:
             if not mine:
                 return
             baseline = decided.baseline.label if decided.baseline else None
-            if decided.confirmation is not None:  # the record of a round this study stopped during
-                print(
-                    f"[study] confirmation round: the last one stopped after {decided.confirmation.rounds} "
-                    "round(s); it runs again",
-                    flush=True,
-                )
+            stopped = decided.confirmation  # the record of a round this study stopped during, or None
             record = confirmation.run_round(
                 chosen,
                 baseline,
                 settings,
-                decided.gpu_seconds,
+                decided.gpu_seconds - (stopped.state.seconds if stopped else 0.0),  # the search's, as at its start
                 self._run,
                 save=lambda partial: ctx.study.set_user_attr(confirmation.PARTIAL, partial.to_attr()),
+                stopped=stopped,
             )
             ctx.study.set_user_attr(confirmation.ATTR, record.to_attr())
 

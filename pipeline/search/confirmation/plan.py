@@ -111,6 +111,7 @@ class ConfirmationRound:
     seconds: float = 0.0
     failed: list[str] = field(default_factory=list)
     steps: dict[int, int] = field(default_factory=dict)  # steady steps of each round's runs
+    members: dict[int, list[str]] = field(default_factory=dict)  # the finalists each round runs, in its order
 
     @property
     def best(self) -> str:
@@ -132,13 +133,15 @@ class ConfirmationRound:
         measure: Measure,
         chosen: Plan,
         max_rounds: int,
-        after_round: Callable[[], None] = lambda: None,
+        after_run: Callable[[], None] = lambda: None,
         claim: tuple[str, ...] = (),
     ) -> None:
         """Rounds in rotated order (A B C, B C A, ...) until every comparison is settled, the best fails, the
         rounds reach `max_rounds`, or the next whole round would not fit the budget (a round cut short pairs
-        nothing). The first MIN_ROUNDS rounds are secured by shortening the runs (to `min_steps` at most) where the
-        rounds so far cost more than planned: a run's length changes the noise of its figure, not its centre. Later
+        nothing). `after_run` follows every run, so that a round a stopped study began goes on, with a state read
+        back, where it stopped: its rounds begun end as they were planned, with the runs they lack alone. The first
+        MIN_ROUNDS rounds are secured by shortening the runs (to `min_steps` at most) where the rounds so far cost
+        more than planned: a run's length changes the noise of its figure, not its centre. Later
         rounds run when the plan's cost says they fit, not the seconds the runs took: a stop that read how long a
         run took would read how slow it was, and bias the comparison. `claim`: the two finalists (the answer and
         its baseline) whose first MIN_ROUNDS rounds run whatever the budget, alone and at the shortest runs where
@@ -148,9 +151,12 @@ class ConfirmationRound:
         for number in range(max_rounds):
             early = number < MIN_ROUNDS
             active = [f for f in self.finalists if f not in self.failed] if early else self.open()
-            if len(active) < 2 or self.best not in active:
+            if number in self.members:  # begun before the study stopped: it ends as it was planned
+                active = [f for f in self.members[number] if f not in self.failed]
+                steps, fits = self.steps[number], True
+            elif len(active) < 2 or self.best not in active:
                 return
-            if early:
+            elif early:
                 # the cost rate the rounds so far showed (the plan's margin before any ran), never below the plan
                 rate = max(1.0, self.seconds / predicted_so_far) if predicted_so_far else COST_MARGIN
                 steps = self._secured_steps(chosen, active, MIN_ROUNDS - number, rate)
@@ -163,9 +169,8 @@ class ConfirmationRound:
                 return
             planned += COST_MARGIN * chosen.cost(active, steps)
             predicted_so_far += chosen.cost(active, steps)
-            self.steps[number] = steps
-            self._round(measure, active, number, steps)
-            after_round()
+            self.steps[number], self.members[number] = steps, active
+            self._round(measure, active, number, steps, after_run)
 
     def _secured_steps(self, chosen: Plan, active: list[str], left: int, rate: float) -> int:
         """The longest run, up to the plan's, with which `left` more rounds fit the budget at `rate` times their
@@ -174,15 +179,19 @@ class ConfirmationRound:
         fitting = [n for n in range(chosen.min_steps, chosen.steps + 1) if left * rate * chosen.cost(active, n) <= room]
         return max(fitting, default=chosen.min_steps)
 
-    def _round(self, measure: Measure, active: list[str], number: int, steps: int) -> None:
+    def _round(self, measure: Measure, active: list[str], number: int, steps: int, after_run) -> None:
+        """Round `number`'s runs in its rotated order, but those it has already (a round begun before a stop)."""
         shift = number % len(active)
         for name in active[shift:] + active[:shift]:
+            if number in self.times.get(name, {}):
+                continue
             figure, seconds = measure(name, number, steps)
             self.seconds += seconds
             if figure is None:
                 self.failed.append(name)
             else:
                 self.times.setdefault(name, {})[number] = figure
+            after_run()
 
     def winner(self, among: Collection[str] | None = None) -> str:
         """The best, unless a finalist was found faster than it in pairs: then where a ranking that starts at the
