@@ -3,10 +3,11 @@ the flash-attention ones need their package and a CUDA device."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Memory, Setting, installed
+from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Compile, Knob, Memory, Setting, installed
 
 
 class Attention(StrEnum):
@@ -38,6 +39,15 @@ class AttentionKnob(Knob):
         """Eager attention keeps its probabilities, a score per head and pair of positions of a row; the fused
         kernels keep none."""
         return Memory(scores=1.0) if value == Attention.EAGER else Memory()
+
+    def unmodelled(self, value: Any, setting: Mapping[str, Any]) -> str | None:
+        """Its kernels inside compiled layers' CUDA graphs: there flex attention measured one fp32 copy of the logits
+        less than sdpa beside a loss that keeps them (12.17 against 13.33 GiB with the model's loss, 9.84 against
+        11.01 with the compiled one, at 4x1 on the Qwen3-1.7B shape: fastest-h200-fixed/optuna.db), where the two
+        measured alike otherwise (8.26 and 8.27 with TRL's loss; 9.60 both, eager); why is not known."""
+        compiled = Compile.of(str(setting.get("train.torch_compile", "off"))) is not Compile.OFF
+        graphs = str(setting.get("train.compile_mode", "default")) in CUDA_GRAPH_MODE_VALUES
+        return str(value) if compiled and graphs else None
 
     def refuses(self, s: Setting) -> str | None:
         attention = s.model.attn_implementation
