@@ -34,11 +34,11 @@ def test_the_chats_grid_is_predicted_within_6_percent_leave_one_out_but_where_it
 
 def test_the_seed_settings_studies_are_within_6_percent_leave_one_out_but_flex_attention_under_cuda_graphs():
     """Flex attention beside compiled layers with CUDA graphs measured one fp32 copy of the logits less than sdpa,
-    with either loss that keeps them (no term knows why): its three configs, and TRL's loss beside it predicted from
-    them, are the only ones past 6%."""
+    with either loss that keeps them (no term knows why): its configs are the only ones past 6% (9.4-11.8%; 13.3 GiB
+    at the most, 15.7% past before the pair terms)."""
     checks = memory_check.check_store(memory_check.STORES[1])
     assert [c.name for c in checks] == ["fastest-seed1", "fastest-seed2", "fastest-seed3"]
     for check in checks:
         for e in check.left_out:
-            flex_graphs = "attn=flex_attention mode=reduce-overhead" in e.label
-            assert abs(e.relative) <= (0.14 if flex_graphs else 0.06), (check.name, e)
+            flex = "attn=flex_attention mode=reduce-overhead" in e.label and "loss=trl" not in e.label
+            assert abs(e.relative) <= (0.12 if flex else 0.06), (check.name, e)

@@ -149,5 +149,7 @@ def keys_apart(knobs: Knobs, other: Knobs) -> tuple[int, int]:
     mine, theirs = knobs.values, other.values
     apart = [key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)]
     base = memory_term(knobs)
-    swapped = (tuple(sorted({**mine, key: theirs[key]}.items())) for key in apart if key in theirs)
-    return len(apart), sum(term_of(values, knobs.dtype) != base for values in swapped)
+    swapped = (
+        {**mine, key: theirs[key]} if key in theirs else {k: v for k, v in mine.items() if k != key} for key in apart
+    )
+    return len(apart), sum(term_of(tuple(sorted(values.items())), knobs.dtype) != base for values in swapped)
