@@ -45,16 +45,19 @@ def test_what_a_study_over_everything_tries_is_among_the_choices_and_holds_every
 
 
 def test_a_knobs_memory_term_is_what_the_predictor_adds():
-    assert knobs.memory([("train.torch_compile", "true"), ("train.gradient_checkpointing", "False")]) == Memory(0.67)
+    compiled = [("train.torch_compile", "true"), ("train.gradient_checkpointing", "False")]
+    assert knobs.memory(compiled) == Memory(fused=True)
+    assert knobs.memory([("train.torch_compile", "whole")]) == Memory(1.12, fused=True)
     assert knobs.memory([("train.gradient_checkpointing", True), ("lora.r", 8)]) == Memory(checkpointed=True)
-    assert knobs.memory([("train.liger_kernel", "True"), ("train.loss", "trl")]) == Memory(0.76)
+    assert knobs.memory([("train.liger_kernel", "True"), ("train.loss", "trl")]) == Memory(0.70)
     eager_compute = [("train.adapter_dtype", "compute"), ("train.torch_compile", "off")]
-    assert knobs.memory(eager_compute, "bf16") == Memory(0.84)  # PEFT's fp32 casts no longer kept
+    assert knobs.memory(eager_compute, "bf16") == Memory(0.81)  # PEFT's fp32 casts no longer kept
     assert knobs.memory(eager_compute, "fp32") == Memory()  # in fp32 both adapters are one
     assert knobs.memory([("train.adapter_dtype", "compute"), ("train.torch_compile", "regional")], "bf16") == Memory(
-        0.67
-    )  # compiled layers fuse the casts: the compile share alone
+        fused=True
+    )  # compiled layers fuse the casts: the compiled layers' keep alone
     assert knobs.memory([("train.loss", "compiled")]) == Memory(logit_bytes=9.4)  # the logits, upcast to fp32
+    assert knobs.memory([("train.loss", "model")]) == Memory(logit_bytes=17.4)  # and their log-softmax, gradients
 
 
 def test_the_parent_reads_the_knobs_without_importing_torch(tmp_path):

@@ -7,7 +7,8 @@ import pytest
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
 from pipeline.search.calibration import Prober
-from pipeline.search.predictor import Knobs, Predictor
+from pipeline.search.formula import Knobs
+from pipeline.search.predictor import Predictor
 from pipeline.search.space import splits
 
 QWEN3_1_7B = Shape(

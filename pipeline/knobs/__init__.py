@@ -69,3 +69,15 @@ def memory(values: Iterable[tuple[str, Any]], dtype: str | None = None) -> Memor
         if key in knobs:
             term += knobs[key].memory_in(knobs[key].canonical(value), setting)
     return term
+
+
+def unmodelled(values: Iterable[tuple[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """What knob values (key, value as a config or a record writes it) move the peak beyond their memory terms
+    (`Knob.unmodelled`), by key."""
+    knobs = by_key()
+    values = list(values)
+    setting = dict(values)
+    found = (
+        (key, knobs[key].unmodelled(knobs[key].canonical(value), setting)) for key, value in values if key in knobs
+    )
+    return tuple(sorted((key, v) for key, v in found if v is not None))

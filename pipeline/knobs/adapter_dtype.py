@@ -12,8 +12,9 @@ from pipeline.knobs.dtype import Dtype, resolve
 
 # What eager layers keep with the adapters in the compute dtype against PEFT's fp32 ones, as a share of the formula's
 # activations: PEFT casts each adapter's input, and the copies stay for the backward (compiled layers fuse the casts
-# and keep about the same either way). Measured on one H200 (BENCHMARKS.md).
-COMPUTE_ACTIVATIONS = 0.84
+# and keep about the same either way). 9.60 against 10.68 GiB at 4x1 on the Qwen3-1.7B shape, 512 tokens: 0.56 MB a
+# token less, of the formula's 2.98 (fastest-h200-fixed/optuna.db, every seed).
+COMPUTE_ACTIVATIONS = 0.81
 
 
 class AdapterDtype(StrEnum):

@@ -3,10 +3,12 @@ the flash-attention ones need their package and a CUDA device."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Memory, Setting, installed
+from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Compile, Knob, Memory, Setting, installed
+from pipeline.knobs.loss import Loss
 
 
 class Attention(StrEnum):
@@ -42,6 +44,17 @@ class AttentionKnob(Knob):
         """Eager attention keeps its probabilities, a score per head and pair of positions of a row; the fused
         kernels keep none."""
         return Memory(scores=1.0) if value == Attention.EAGER else Memory()
+
+    def unmodelled(self, value: Any, setting: Mapping[str, Any]) -> str | None:
+        """A kernel other than sdpa inside compiled layers' CUDA graphs beside a loss that keeps the logits: the terms
+        hold there for sdpa, where flex attention measured one fp32 copy of the logits less (12.17 against 13.33 GiB
+        with the model's loss, 9.84 against 11.01 with the compiled one, at 4x1 on the Qwen3-1.7B shape:
+        fastest-h200-fixed/optuna.db), though the two measured alike otherwise (8.26 and 8.27 with TRL's loss; 9.60
+        both, eager); why is not known."""
+        compiled = Compile.of(str(setting.get("train.torch_compile", "off"))) is not Compile.OFF
+        graphs = str(setting.get("train.compile_mode", "default")) in CUDA_GRAPH_MODE_VALUES
+        logits = str(setting.get("train.loss", Loss.TRL)) in (Loss.MODEL, Loss.COMPILED)
+        return str(value) if value != Attention.SDPA and compiled and graphs and logits else None
 
     def refuses(self, s: Setting) -> str | None:
         attention = s.model.attn_implementation

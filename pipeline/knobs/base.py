@@ -80,26 +80,34 @@ CUDA_GRAPH_MODE_VALUES = ("reduce-overhead", "max-autotune")
 class Memory:
     """A knob's term in the peak-memory prediction (`search.predictor`). `activations` multiplies what the layers
     keep per token without checkpointing; `checkpointed`: the layers keep only their inputs and one layer is
-    recomputed in full (the share then applies to nothing); `token_bytes` and `static_bytes` add to the bytes per
+    recomputed in full (the share then applies to nothing); `fused`: the layers are compiled, and keep what their
+    matrix products and attention need rather than eager's element-wise intermediates (`search.formula`); `token_bytes` and `static_bytes` add to the bytes per
     token and the fixed bytes; `logit_bytes` to the bytes per token and vocabulary entry (what a loss keeps of the
     logits); `scores` counts the attention scores each head of each layer keeps (attention without a fused kernel
-    keeps its probabilities: memory that grows with the squared length of a row). The default term changes nothing."""
+    keeps its probabilities: memory that grows with the squared length of a row); `inputs` counts the copies of each
+    layer's input a token keeps beside the activations, in the compute dtype (CUDA graphs' static input buffers). The
+    logits and the inputs are measured figures: a line carried between settings adds them as they are, where it scales
+    the activations. The default term changes nothing."""
 
     activations: float = 1.0
     checkpointed: bool = False
+    fused: bool = False
     token_bytes: float = 0.0
     static_bytes: float = 0.0
     logit_bytes: float = 0.0
     scores: float = 0.0
+    inputs: float = 0.0
 
     def __add__(self, other: Memory) -> Memory:
         return Memory(
             self.activations * other.activations,
             self.checkpointed or other.checkpointed,
+            self.fused or other.fused,
             self.token_bytes + other.token_bytes,
             self.static_bytes + other.static_bytes,
             self.logit_bytes + other.logit_bytes,
             self.scores + other.scores,
+            self.inputs + other.inputs,
         )
 
 
@@ -209,6 +217,12 @@ class Knob:
         """Its term beside the rest of the job's setting (`train.dtype`, resolved, and the other knobs' values, as far
         as known); the same as `memory` unless the term depends on them."""
         return self.memory(value)
+
+    def unmodelled(self, value: Any, setting: Mapping[str, Any]) -> str | None:
+        """What of its value beside the job's other knobs moves the peak beyond its memory term (None: nothing). The
+        memory predictor carries a line across a change of it last (padding: how a micro-batch's tokens are laid
+        out, which changes what the allocator keeps of the micro-batches before the longest)."""
+        return None
 
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
         """The SFTConfig arguments it sets; `dtype` and `device` are the job's, resolved."""

@@ -3,10 +3,11 @@ record CUDA graphs, which replay a step's kernels in one launch but need one bat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Compile, Knob, Setting
+from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Compile, Knob, Memory, Setting
 from pipeline.knobs.padding import Padding
 
 
@@ -18,6 +19,12 @@ class CompileMode(StrEnum):
 
 
 CUDA_GRAPH_MODES = tuple(CompileMode(v) for v in CUDA_GRAPH_MODE_VALUES)  # the modes that record CUDA graphs
+# What CUDA graphs of compiled layers keep per token: a copy of each layer's input in the graph's static buffer (the
+# compute dtype's bytes x hidden size x layers; the graphs' pool holds their outputs, which the activations count).
+# Measured against the same layers without graphs at 4x1 on the Qwen3-1.7B shape, 512 tokens (112 KiB a token, the
+# formula's 112: bench/results/grid-h200-seed.json, regional, 8.43 -> 8.65 GiB) and at 8x1 on Qwen3-0.6B, 1,024
+# tokens (72 KiB, the formula's 56: bench/results/h200-2026-12-01b/call3, 12.92 -> 13.49 GiB).
+GRAPH_INPUT_COPIES = 1.0
 
 
 class CompileModeKnob(Knob):
@@ -26,6 +33,10 @@ class CompileModeKnob(Knob):
     help = "CUDA graphs: reduce-overhead, max-autotune"
     short = "mode"
     searched = (CompileMode.DEFAULT, CompileMode.REDUCE_OVERHEAD)  # max-autotune tunes for minutes per shape
+
+    def memory_in(self, value: str, setting: Mapping[str, Any]) -> Memory:
+        compiled = Compile.of(str(setting.get("train.torch_compile", "off"))) is not Compile.OFF
+        return Memory(inputs=GRAPH_INPUT_COPIES) if value in CUDA_GRAPH_MODES and compiled else Memory()
 
     def refuses(self, s: Setting) -> str | None:
         """CUDA graphs need a few static shapes: micro-batches padded to a length bucket or to max_length (padding to

@@ -59,9 +59,16 @@ def capture_loss(trainer, mode: str) -> None:
 
 
 # What a loss keeps of the logits, in bytes per token and vocabulary entry, beyond TRL's fused head (which computes
-# log-probabilities in chunks and keeps none whole): the model's own cross-entropy keeps them upcast to fp32 for its
-# backward. Measured for `compiled` on one H200 (BENCHMARKS.md, the seed's grid); `model` is taken to keep the same.
-LOGIT_BYTES = {Loss.TRL: 0.0, Loss.MODEL: 9.4, Loss.COMPILED: 9.4, Loss.LIGER: 0.0}
+# log-probabilities in tiles and keeps none whole), whatever else the job runs: `train.liger_kernel` applies Liger's
+# layer kernels only (TRL turns its fused linear cross-entropy off), so beside it `model` and `compiled` build the full
+# logits as they do without it. `compiled` keeps them upcast to fp32 for its backward: 9.4, measured on the seed's grid
+# (bench/results/grid-h200-seed.json: 9.0-9.5 at 2x2 and 4x1, eager and compiled layers, with CUDA graphs or not) and
+# 9.2-9.5 on the chats grid's one-shape layout (record-h200/grid-chats-optuna.db, max_length). `model` keeps about
+# twice that (the fp32 copy, its log-softmax and their gradients): 17.4, measured in fastest-h200-fixed/optuna.db
+# (seed 1: 13.33 GiB against 8.27 for `trl` at 4x1, 2,048 tokens, compiled layers with CUDA graphs; seed 3: 8.0 more
+# than `compiled` beside the optimizer step's graph), where an eager 4x1 ran out of memory asking for one more fp32
+# copy of the logits (1.16 GiB) at 13.4 GiB.
+LOGIT_BYTES = {Loss.TRL: 0.0, Loss.MODEL: 17.4, Loss.COMPILED: 9.4, Loss.LIGER: 0.0}
 
 
 class LossKnob(Knob):

@@ -16,11 +16,15 @@ if TYPE_CHECKING:
     import torch
 
 
-# the share of eager's activations compiled layers keep without checkpointing (Inductor fuses the element-wise work
-# and recomputes what is cheap instead of saving it). Measured on an H200, Qwen3-1.7B shape, 512 tokens: whole 1.12
-# against 1.62 GiB per sequence; regional, plain TRL at 4x1, 7.9 against 10.1 GiB reserved (3.5 GiB of it static).
-# Under checkpointing the layers keep only their inputs, which compiling does not change (whole, 4x1: 4.97 vs 4.77).
-ACTIVATIONS = {Compile.OFF: 1.0, Compile.REGIONAL: 0.67, Compile.WHOLE: 0.69}
+# What compiled layers keep without checkpointing: Inductor recomputes the element-wise work in the backward instead
+# of saving it, so a layer keeps what its matrix products and attention need (`search.formula`: b (6q + 2i) + 8h a
+# token, against eager's b (6h + 4q + 4i) + 8h; a form chosen to match both shapes measured: 0.615 of eager's on the
+# Qwen3-1.7B shape, where regional's slope over eager's measured 0.62-0.65 (bench/results/grid-h200-seed.json, 512
+# tokens), 0.73 on the Qwen3-0.6B shape, where it measured 0.78 (record-h200/grid-chats-optuna.db, max_length, 1,024
+# tokens)). The whole model's graph keeps more than the layers' own: 1.12 against 1.62 GiB a sequence on the 1.7B shape
+# (0.69 of eager's: the knob study of 2026-11-30), 1.12 times regional's. Under checkpointing the layers keep only
+# their inputs, which compiling does not change (whole, 4x1: 4.97 vs 4.77 GiB).
+WHOLE_OVER_LAYERS = 1.12
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -60,7 +64,10 @@ class TorchCompileKnob(Knob):
         return Compile.of(value).value
 
     def memory(self, value: str) -> Memory:
-        return Memory(activations=ACTIVATIONS[Compile(value)])
+        choice = Compile(value)
+        if choice is Compile.OFF:
+            return Memory()
+        return Memory(fused=True, activations=WHOLE_OVER_LAYERS if choice is Compile.WHOLE else 1.0)
 
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
         return {"torch_compile": Compile.of(train.torch_compile) is Compile.WHOLE}

@@ -16,10 +16,11 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline.config.job import parse, parse_split
 from pipeline.config.schema import typed
 from pipeline.jobs import task
+from pipeline.knobs import registry
 from pipeline.knobs.base import Compile
 from pipeline.records import GIB, MicroBatch, RunKind, Status
+from pipeline.search.formula import Knobs
 from pipeline.search.longest import RunBatches
-from pipeline.search.predictor import Knobs
 from pipeline.search.space import SPLIT_KEY
 from pipeline.tracking import runs
 
@@ -44,11 +45,14 @@ def knobs_of(
     cfg: Any, space_keys: list[str], placement_dtype: str | None = None, batch: MicroBatch | None = None
 ) -> Knobs:
     """The memory knobs of a config (composed or typed): the formula's own (the compile choice and the attention
-    among them, searched or not), and the other searched keys as the line's fixed setting; `batch`: the micro-batch
-    its peak is measured or predicted on (the run's longest), else one of max_length sequences."""
+    among them, searched or not), the other searched keys as the line's fixed setting, and every other knob's value as
+    the config holds it (its term counts: a loss the command line sets keeps its logits); `batch`: the micro-batch its
+    peak is measured or predicted on (the run's longest), else one of max_length sequences."""
     micro = parse_split(cfg.batch.split).micro
     dtype = cfg.train.dtype if cfg.train.dtype != "auto" else (placement_dtype or "fp32")
     other = tuple((k, str(value_at(cfg, k))) for k in space_keys if k not in FORMULA_KNOBS)
+    unsearched = [k.key for k in registry() if k.key not in space_keys and k.key not in FORMULA_KNOBS]
+    held = tuple((key, str(value_at(cfg, key))) for key in unsearched)
     compiled = Compile.of(cfg.train.torch_compile).value
     tokens, squares = (batch.tokens, batch.squares) if batch is not None else (None, None)
     return Knobs(
@@ -61,6 +65,7 @@ def knobs_of(
         str(cfg.model.attn_implementation),
         tokens,
         squares,
+        held,
     )
 
 
@@ -113,7 +118,7 @@ class Calibration:
     @classmethod
     def of(cls, attr: dict[str, Any]) -> Calibration:
         """A probe stored without a compile choice (a study from before it was a knob of the formula) is taken as
-        not compiled."""
+        not compiled; one without the config's held knob values, as holding none."""
         probes = [
             (
                 Knobs(
@@ -126,6 +131,7 @@ class Calibration:
                     p.get("attention", "sdpa"),
                     p.get("tokens"),
                     p.get("squares"),
+                    tuple(map(tuple, p.get("held", ()))),
                 ),
                 p["peak"],
             )

@@ -21,13 +21,21 @@ class StudyView:
         self.space = {key: [choice_of(v) for v in values] for key, values in ctx.space.items()}
         self._by_key = {tuple(sorted(c.params.items())): c for c in ctx.valid}
         self._centre: dict[str, Any] | None = None
+        self._margin_at: tuple[int, float] | None = None  # (the trials decided when it was read, the margin)
 
     def points(self) -> list[dict[str, Any]]:
         return [c.params for c in self.ctx.valid]
 
     def fits(self, params: dict[str, Any]) -> bool:
         candidate = self._by_key.get(tuple(sorted(params.items())))
-        return candidate is not None and prior.fits(self.ctx, candidate)
+        return candidate is not None and prior.fits(self.ctx, candidate, self._margin())
+
+    def _margin(self) -> float:
+        """The study's skip margin (`trials.skip_margin`), read again once another trial is decided."""
+        count = len(self.ctx.study.get_trials(deepcopy=False, states=trials.DONE))
+        if self._margin_at is None or self._margin_at[0] != count:
+            self._margin_at = (count, trials.skip_margin(self.ctx.study, self.ctx.cfg.optimize.skip_margin))
+        return self._margin_at[1]
 
     def centre(self) -> dict[str, Any] | None:
         """The prior's first candidate, once the calibration is there (every worker derives the same)."""

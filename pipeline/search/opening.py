@@ -24,8 +24,9 @@ from pipeline.measure.flops import Shape
 from pipeline.records import GIB
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration, knobs_of
+from pipeline.search.formula import Knobs
 from pipeline.search.longest import RunBatches
-from pipeline.search.predictor import Knobs, Predictor
+from pipeline.search.predictor import Predictor
 from pipeline.search.sampler import make_sampler
 from pipeline.search.space import Candidate, LeftOut, candidates, knob_space
 from pipeline.tracking import runs

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from pipeline.config.validate import parse_split
+from pipeline.search import trials
 from pipeline.search.calibration import Calibration
 from pipeline.search.opening import StudyContext
 from pipeline.search.space import Candidate
@@ -30,15 +31,18 @@ def estimate(calibration: Calibration, candidate: Candidate) -> float:
     return math.inf if found is None else found
 
 
-def fits(ctx: StudyContext, candidate: Candidate) -> bool:
-    """Whether the predictor puts the candidate's peak under the cap (with the study's skip margin)."""
-    return ctx.predictor.predict(ctx.knobs(candidate)) <= ctx.cap * (1 + ctx.cfg.optimize.skip_margin)
+def fits(ctx: StudyContext, candidate: Candidate, margin: float | None = None) -> bool:
+    """Whether the predictor puts the candidate's peak under the cap, within the study's skip margin (the predictor's
+    error so far, `trials.skip_margin`, where not given)."""
+    margin = trials.skip_margin(ctx.study, ctx.cfg.optimize.skip_margin) if margin is None else margin
+    return not trials.skipped(ctx.predictor.predict(ctx.knobs(candidate)), ctx.cap, margin)
 
 
 def ordered(ctx: StudyContext, calibration: Calibration, pool: list[Candidate]) -> list[Candidate]:
     """`pool` in the prior's order: fitting first, then by estimated step time, then by the space's order."""
     index = {c.config_id: i for i, c in enumerate(ctx.valid)}
-    return sorted(pool, key=lambda c: (not fits(ctx, c), estimate(calibration, c), index.get(c.config_id, 0)))
+    margin = trials.skip_margin(ctx.study, ctx.cfg.optimize.skip_margin)
+    return sorted(pool, key=lambda c: (not fits(ctx, c, margin), estimate(calibration, c), index.get(c.config_id, 0)))
 
 
 def first_trials(ctx: StudyContext, calibration: Calibration, exclude: set[str]) -> list[Candidate]:
@@ -77,9 +81,10 @@ def coverage(ctx: StudyContext, decided_ids: set[str], answer_id: str | None) ->
         return Coverage(done, total)
     calibration = ctx.calibration
     bar = estimate(calibration, answer)
+    margin = trials.skip_margin(ctx.study, ctx.cfg.optimize.skip_margin)
     faster = [
         c.label
         for c in ordered(ctx, calibration, [c for c in ctx.valid if c.config_id not in decided_ids])
-        if fits(ctx, c) and estimate(calibration, c) < bar
+        if fits(ctx, c, margin) and estimate(calibration, c) < bar
     ]
     return Coverage(done, total, tuple(faster))

@@ -25,8 +25,8 @@ from pipeline.jobs import task
 from pipeline.measure.summary import steady_steps
 from pipeline.records import GIB, RunKind, Status, StopRule
 from pipeline.search import trials, workers
+from pipeline.search.formula import Knobs
 from pipeline.search.opening import StudyContext
-from pipeline.search.predictor import Knobs
 from pipeline.search.space import Candidate
 from pipeline.search.trials import Role
 from pipeline.summaries import Interval
@@ -42,7 +42,8 @@ class TrialTeller:
         self.ctx = ctx
 
     def evaluate(self, trial: optuna.Trial, candidate: Candidate) -> None:
-        """Decide one candidate: skipped when predicted over the cap (never the baseline), else measured."""
+        """Decide one candidate: skipped when predicted over the cap by more than the predictor's error so far
+        (`trials.skip_margin`; never the baseline), else measured."""
         ctx = self.ctx
         knobs = ctx.knobs(candidate)
         ctx.predictor.measured = self._measurements()
@@ -60,7 +61,8 @@ class TrialTeller:
         run_name = f"trial {trial.number}: {candidate.label}"
         tags = {runs.STUDY: ctx.name, "trial": trial.number, runs.PREDICTED: f"{predicted / GIB:.3f}"}
         baseline = trial.user_attrs.get(trials.ROLE) == Role.BASELINE
-        if predicted > ctx.cap * (1 + ctx.cfg.optimize.skip_margin) and not baseline:
+        margin = trials.skip_margin(ctx.study, ctx.cfg.optimize.skip_margin)
+        if trials.skipped(predicted, ctx.cap, margin) and not baseline:
             self._skip(trial, candidate, run_name, tags, predicted)
         else:
             self._measure(trial, candidate, run_name, tags, baseline)

@@ -147,6 +147,20 @@ def records(study: optuna.Study, states: tuple[TrialState, ...] | None = None) -
     return [TrialRecord.of(t) for t in study.get_trials(deepcopy=False, states=states)]
 
 
+def skip_margin(study: optuna.Study, configured: float) -> float:
+    """How far over the cap a config must be predicted to be skipped unmeasured: the memory predictor's largest error
+    over the trials measured so far in this study (relative to the measured peak), never below the configured margin
+    (`optimize.skip_margin`). A measured peak is the authority: a config predicted within the predictor's own error
+    of the cap is measured, not skipped."""
+    errors = [abs(r.predictor_error) for r in records(study) if r.predictor_error is not None]
+    return max([configured, *errors])
+
+
+def skipped(predicted: float, cap: float, margin: float) -> bool:
+    """Whether a config predicted at `predicted` bytes is over the cap by more than `margin` (a share of the cap)."""
+    return predicted > cap * (1 + margin)
+
+
 def write(trial: optuna.Trial, values: dict[str, Any]) -> None:
     """Set user attributes (None values left out); an Interval is stored as [low, high, level]."""
     for key, value in values.items():

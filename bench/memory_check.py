@@ -1,0 +1,221 @@
+"""The memory predictor against every recorded study: each measured trial predicted (a) as its study would have, in
+study order, knowing the probes and the trials measured before it, and (b) leave-one-out, knowing the probes and every
+other config its study measured; per study, the mean and max error and the worst configs. A recorded grid (JSON,
+`bench.grid_export`) has no probes nor order: (b) alone, calibrated on its base config at the ends of its splits.
+
+    python -m bench.memory_check                      # every store of STORES and grid of GRIDS
+    python -m bench.memory_check STORE [OVERRIDE ...] # one Optuna store, its setting as its command line gave it
+
+The predictor is today's, its calibration fitted again to the study's base probes with today's formula, as the study
+fits it. A trial's peak counts where it measured a full step (`trials.PEAK_MEASURED`); one that ran out of memory
+measured a lower bound only, and is left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.config.compose import compose_job
+from pipeline.knobs.base import Compile
+from pipeline.measure.flops import Shape
+from pipeline.records import GIB
+from pipeline.search.calibration import FORMULA_KNOBS, Calibration, knobs_of
+from pipeline.search.formula import Knobs
+from pipeline.search.predictor import Predictor
+from pipeline.search.trials import PEAK_MEASURED, TrialRecord
+
+RESULTS = Path(__file__).resolve().parent / "results"
+WORST = 4  # the worst configs printed per study and way
+SEED = ("experiment=seed-t4", "batch.split=4x1")
+CHATS = ("model=qwen3-0.6b", "train.max_length=1024", "batch.effective=8", "batch.split=8x1", "train.dtype=bf16")
+
+
+@dataclass(frozen=True)
+class Store:
+    """A recorded Optuna store (or grid, `.json`) and the setting its command line gave (BENCHMARKS.md names each);
+    `true_is`: what `train.torch_compile=True` compiled when it was written (the whole model until 2026-12-01)."""
+
+    path: Path
+    overrides: tuple[str, ...]
+    true_is: str = Compile.REGIONAL.value
+
+
+STORES = (
+    Store(RESULTS / "record-h200" / "grid-chats-optuna.db", CHATS),
+    Store(RESULTS / "fastest-h200-fixed" / "optuna.db", SEED),
+    Store(RESULTS / "fastest-h200-adaptive" / "optuna.db", SEED),
+    Store(RESULTS / "h200-2026-11-30" / "knobs-optuna.db", ("model=qwen3-1.7b", "train.max_length=512"), "whole"),
+    Store(RESULTS / "grid-h200-seed.json", SEED),
+)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured config: its label, memory knobs and peak (bytes), and when it ran (start, end; a grid's: none)."""
+
+    label: str
+    knobs: Knobs
+    peak: float
+    start: float = 0.0
+    end: float = 0.0
+
+
+@dataclass(frozen=True)
+class Error:
+    label: str
+    measured_gib: float
+    predicted_gib: float
+
+    @property
+    def relative(self) -> float:
+        return (self.predicted_gib - self.measured_gib) / self.measured_gib
+
+
+@dataclass(frozen=True)
+class StudyCheck:
+    """One study's errors, in study order (none for a grid) and leave-one-out."""
+
+    name: str
+    in_order: list[Error]
+    left_out: list[Error]
+
+
+def _tidy(knobs: Knobs, held: tuple = ()) -> Knobs:
+    """The knobs with the formula's own keys out of `other`, the rest in one order (a store from before a key joined
+    the formula kept it there; the order of the space's keys is no part of a setting), and `held` where it has none
+    (a store from before the held values were kept)."""
+    other = tuple(sorted((k, v) for k, v in knobs.other if k not in FORMULA_KNOBS))
+    return dataclasses.replace(knobs, other=other, held=knobs.held or held)
+
+
+def _probes(calibration: dict, true_is: str, held: tuple) -> list[tuple[Knobs, float]]:
+    """The study's probes (the base config: what it holds unsearched is every trial's); a store from before the
+    compile choice joined the formula kept it among `other`."""
+    found = []
+    for knobs, peak in Calibration.of(calibration).probes:
+        kept = dict(knobs.other).get("train.torch_compile")
+        if kept is not None:
+            compiled = true_is if str(kept).lower() == "true" else Compile.of(kept).value
+            knobs = dataclasses.replace(knobs, compile=compiled)
+        found.append((_tidy(knobs, held), peak))
+    return found
+
+
+def knobs(base: DictConfig, params: dict, true_is: str, tokens: int | None = None) -> Knobs:
+    """A config's memory knobs as its study finds them: the base config with the searched values set."""
+    cfg = OmegaConf.create(OmegaConf.to_container(base, resolve=False))
+    for key, value in params.items():
+        value = true_is if key == "train.torch_compile" and str(value).lower() == "true" else value
+        OmegaConf.update(cfg, key, value, merge=False)
+    batch = _Batch(tokens) if tokens else None
+    return _tidy(knobs_of(cfg, list(params), cfg.train.dtype, batch))
+
+
+@dataclass(frozen=True)
+class _Batch:
+    tokens: int
+    squares: int | None = None
+
+
+def points(study: optuna.Study, base: DictConfig, true_is: str) -> list[Point]:
+    """Every trial of the study that measured a full step's peak, in the order they started."""
+    found = []
+    for trial in sorted(study.trials, key=lambda t: (t.datetime_start is None, t.datetime_start, t.number)):
+        record = TrialRecord.of(trial)
+        if record.status not in PEAK_MEASURED or not record.peak_gib or trial.datetime_start is None:
+            continue
+        k = knobs(base, trial.params, true_is, (record.longest or {}).get("tokens"))
+        end = (trial.datetime_complete or trial.datetime_start).timestamp()
+        found.append(Point(record.label, k, record.peak_gib * GIB, trial.datetime_start.timestamp(), end))
+    return found
+
+
+def predictor(base: DictConfig, probes: list[tuple[Knobs, float]]) -> Predictor:
+    """Today's predictor, calibrated as the study calibrates it: on the base config's probes (the first two)."""
+    made = Predictor(Shape.from_model(base.model), base.lora.r, list(base.lora.target_modules))
+    made.calibrate(probes[:2])
+    return made
+
+
+def errors(made: Predictor, known: list[tuple[Knobs, float]], found: list[Point], in_order: bool) -> list[Error]:
+    """Each point predicted from `known` and, in order, the points that ended before it started, else every other."""
+    out = []
+    for point in found:
+        others = [p for p in found if (p.end <= point.start if in_order else p is not point)]
+        made.measured = known + [(p.knobs, p.peak) for p in others]
+        out.append(Error(point.label, point.peak / GIB, made.predict(point.knobs) / GIB))
+    return out
+
+
+def check_study(study: optuna.Study, base: DictConfig, true_is: str) -> StudyCheck | None:
+    calibration = study.user_attrs.get("calibration")
+    found = points(study, base, true_is) if calibration else []
+    if not found:
+        return None
+    probes = _probes(calibration, true_is, found[0].knobs.held)
+    made = predictor(base, probes)
+    return StudyCheck(study.study_name, errors(made, probes, found, True), errors(made, probes, found, False))
+
+
+def check_grid(store: Store, base: DictConfig) -> StudyCheck:
+    """A recorded grid, leave-one-out: calibrated on its baseline's config at its smallest and largest split."""
+    grid = json.loads(store.path.read_text(encoding="utf-8"))
+    found = []
+    for config in grid["configs"]:
+        if config["status"] == "ok":
+            label = " ".join(f"{k.rpartition('.')[2]}={v}" for k, v in config["params"].items())
+            found.append(Point(label, knobs(base, config["params"], store.true_is), config["peak_gib"] * GIB))
+    splits = grid["space"]["batch.split"]
+    ends = [{**grid["baseline"], "batch.split": split} for split in (splits[0], splits[-1])]
+    probes = [(p.knobs, p.peak) for end in ends for p in found if p.knobs == knobs(base, end, store.true_is)]
+    return StudyCheck(store.path.stem, [], errors(predictor(base, probes), [], found, False))
+
+
+def check_store(store: Store) -> list[StudyCheck]:
+    """Every study of the store with a calibration and a measured trial (a grid: itself)."""
+    base = compose_job("config", list(store.overrides))
+    if store.path.suffix == ".json":
+        return [check_grid(store, base)]
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = f"sqlite:///{store.path}"
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+    found = (check_study(optuna.load_study(study_name=name, storage=storage), base, store.true_is) for name in names)
+    return [check for check in found if check is not None]
+
+
+def figures(found: list[Error]) -> tuple[float, float]:
+    """Mean and max absolute relative error, in percent."""
+    values = [abs(e.relative) for e in found]
+    return 100 * statistics.fmean(values), 100 * max(values)
+
+
+def lines(store: Store, checks: list[StudyCheck]) -> list[str]:
+    out = [f"== {store.path.relative_to(RESULTS.parent.parent)}"]
+    for check in checks:
+        for what, found in (("in study order", check.in_order), ("leave-one-out", check.left_out)):
+            if not found:
+                continue
+            mean, worst = figures(found)
+            out.append(f"  {check.name}: {what}: {len(found)} trials, mean {mean:.1f}%, max {worst:.1f}%")
+            for e in sorted(found, key=lambda e: -abs(e.relative))[:WORST]:
+                shown = f"measured {e.measured_gib:.2f}, predicted {e.predicted_gib:.2f} ({100 * e.relative:+.1f}%)"
+                out.append(f"    {e.label}: {shown}")
+    return out
+
+
+def main(argv: list[str]) -> None:
+    stores = [Store(Path(argv[0]).resolve(), tuple(argv[1:]))] if argv else list(STORES)
+    for store in stores:
+        print("\n".join(lines(store, check_store(store))), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,157 @@
+"""The memory predictor's formula: what a job's peak memory depends on (`Knobs`) and its terms, in bytes.
+
+Terms, in bytes (b = bytes per element of the compute dtype, T = the tokens of a micro-batch as its layout computes
+them: padded to its longest record, or without padding; micro x max_length where no batch is given; S = the sum of
+its rows' squared lengths, a padding-free row being one):
+- frozen weights:      b x (embedding + every layer's projections + LM head when untied)
+- adapters:            16 x LoRA parameters (fp32 weights, fp32 gradients, two fp32 Adam moments)
+- activations / token: without checkpointing every layer keeps b x (6h + 4q + 4i) + 8h (fp32 norms; q = n_heads d),
+                       compiled layers b x (6q + 2i) + 8h (no element-wise intermediates); with checkpointing each
+                       layer keeps its input (b x h) and one layer is recomputed in full
+- attention / S:       what attention without a fused kernel keeps of its scores (`model.attn_implementation=eager`:
+                       the probabilities in fp32, and in the compute dtype where it is narrower), per head and layer
+- loss buffers / token: 8 bytes (TRL's fused LM head computes log-probabilities in tiles and never holds the full
+                       logits; the tile's workspace is a constant, left to the offset)
+- the speed knobs:     each knob's memory term (`pipeline.knobs`), beside the job's other knobs (searched or held by
+                       the command line): a share of the activations (compiled layers, Liger's kernels, adapters in the
+                       compute dtype), the logits a loss keeps (per token and vocabulary entry), CUDA graphs' copies
+                       of each layer's input; a knob without a term changes nothing.
+The probes fix the sum's two free numbers (`search.predictor`): `scale` multiplies the activations, `offset` is what
+the formula does not see (CUDA context and allocator slack; on CPU the interpreter); the logits and the graphs' copies
+are measured figures and are not scaled.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from pipeline.knobs import Memory, unmodelled
+from pipeline.knobs import memory as knob_memory
+from pipeline.measure.flops import Shape
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+LORA_STATE_BYTES = 16
+LOSS_BYTES_PER_TOKEN = 8
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What a job's peak memory depends on: the micro-batch (its size, and the tokens of the one measured or predicted
+    on), the settings a line through measurements holds fixed (`other`: the searched knobs the formula has no field
+    for, e.g. Liger, the compile mode, the loss, the padding; `compile`: what is compiled, a `Compile` value, and
+    `attention`), and `held`: the other knobs' values as the command line holds them (the same for every config of a
+    study: their terms count, they set no line apart)."""
+
+    micro: int
+    max_length: int
+    dtype: str
+    checkpointing: bool
+    other: tuple[tuple[str, str], ...] = ()
+    compile: str = "off"
+    attention: str = "sdpa"  # model.attn_implementation, which the formula sees
+    tokens: int | None = None  # T of the micro-batch measured or predicted; None: micro x max_length
+    squares: int | None = None  # S; None: micro x max_length^2
+    held: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def work(self) -> tuple[int, int]:
+        """(T, S) of its micro-batch."""
+        tokens = self.tokens if self.tokens is not None else self.micro * self.max_length
+        squares = self.squares if self.squares is not None else self.micro * self.max_length**2
+        return tokens, squares
+
+    def same_formula(self, other: Knobs) -> bool:
+        """The formula's knobs alike, but the micro-batch (fp16 and bf16 take the same bytes)."""
+        return (
+            self.checkpointing == other.checkpointing
+            and self.max_length == other.max_length
+            and DTYPE_BYTES[self.dtype] == DTYPE_BYTES[other.dtype]
+        )
+
+    def same_setting(self, other: Knobs) -> bool:
+        """Everything but the micro-batch alike."""
+        return self.same_formula(other) and self.setting == other.setting
+
+    @property
+    def setting(self) -> tuple:
+        """What a line through measurements holds fixed beyond the formula's knobs."""
+        return (self.compile, self.attention, self.other)
+
+    @property
+    def values(self) -> dict[str, str]:
+        """Every knob value its memory term reads (a searched value over a held one)."""
+        own = {
+            "train.gradient_checkpointing": str(self.checkpointing),
+            "train.torch_compile": self.compile,
+            "model.attn_implementation": self.attention,
+        }
+        return {**dict(self.held), **dict(self.other), **own}
+
+
+def memory_term(knobs: Knobs) -> Memory:
+    """The speed knobs' term: every knob value of the config, each beside the others."""
+    return term_of(tuple(sorted(knobs.values.items())), knobs.dtype)
+
+
+def beyond_terms(knobs: Knobs) -> dict[str, str]:
+    """What of the knobs' values moves the peak beyond their terms (`pipeline.knobs.unmodelled`), by key."""
+    return dict(unmodelled_of(tuple(sorted(knobs.values.items()))))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def unmodelled_of(values: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return unmodelled(values)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def term_of(values: tuple[tuple[str, str], ...], dtype: str) -> Memory:
+    """`pipeline.knobs.memory` of knob values, kept: a study asks it of the same few settings thousands of times."""
+    return knob_memory(values, dtype)
+
+
+def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) -> float:
+    b = DTYPE_BYTES[knobs.dtype]
+    per_layer = sum(i * o for i, o in shape.projections().values()) + 2 * shape.hidden
+    weights = shape.vocab * shape.hidden * (1 if shape.tied else 2) + shape.layers * per_layer
+    lora = shape.lora_params(lora_r, targets)
+    return b * weights + LORA_STATE_BYTES * lora + memory_term(knobs).static_bytes
+
+
+def activation_token_bytes(shape: Shape, knobs: Knobs) -> float:
+    """What the layers keep per token (and the loss's buffers): the part of the growth per token the calibration
+    scales."""
+    b = DTYPE_BYTES[knobs.dtype]
+    h, i, q = shape.hidden, shape.intermediate, shape.heads * shape.head_dim
+    eager = b * (6 * h + 4 * q + 4 * i) + 8 * h
+    term = memory_term(knobs)
+    if term.checkpointed:
+        kept = shape.layers * b * h + eager
+    else:
+        layer = b * (6 * q + 2 * i) + 8 * h if term.fused else eager
+        kept = term.activations * shape.layers * layer
+    return kept + LOSS_BYTES_PER_TOKEN + term.token_bytes
+
+
+def held_token_bytes(shape: Shape, knobs: Knobs) -> float:
+    """What the knobs' terms add per token as measured figures, not scaled: the logits a loss keeps, and the copies of
+    each layer's input CUDA graphs keep."""
+    term = memory_term(knobs)
+    return term.logit_bytes * shape.vocab + term.inputs * DTYPE_BYTES[knobs.dtype] * shape.hidden * shape.layers
+
+
+def per_token_bytes(shape: Shape, knobs: Knobs) -> float:
+    return activation_token_bytes(shape, knobs) + held_token_bytes(shape, knobs)
+
+
+def square_bytes(shape: Shape, knobs: Knobs) -> float:
+    """What attention keeps per unit of S (a squared row length): its scores' bytes in every head and layer."""
+    b = DTYPE_BYTES[knobs.dtype]
+    per_score = 4 + (b if b < 4 else 0)  # the fp32 probabilities, and their copy in a narrower compute dtype
+    return memory_term(knobs).scores * shape.heads * shape.layers * per_score
+
+
+def token_equivalents(shape: Shape, knobs: Knobs) -> float:
+    """The knobs' micro-batch as tokens of its formula: T, and S at its bytes over a token's."""
+    tokens, squares = knobs.work
+    return tokens + squares * square_bytes(shape, knobs) / per_token_bytes(shape, knobs)

@@ -1,0 +1,44 @@
+"""The memory predictor against recorded H200 studies (bench/memory_check.py, BENCHMARKS.md): each config measured,
+predicted leave-one-out from the study's probes and every other config it measured. Reads the stores only."""
+
+from __future__ import annotations
+
+from bench import memory_check
+
+# The chats grid's configs the check leaves past 6%, and why: the study trains the run's longest micro-batch after the
+# step's own, and the allocator keeps blocks of those; the probes' own micro-batches (a run of `micro x 1`) were half
+# the longest's tokens, a 4x2 trial's 0.9 of them (padded to the longest) or as many (buckets), so the same config read
+# 10.35 and 11.41 GiB (longest, 4x1 probe and 4x2 trial) and 10.34 and 9.57 (buckets). No term sees the step's own
+# micro-batches; the figures are today's, kept from getting worse.
+CHATS_PAST = {
+    "qwen3-0.6b 8x1 padding=longest compile=regional mode=reduce-overhead loss=trl": 0.21,
+    "qwen3-0.6b 4x2 padding=longest compile=off mode=default loss=trl": 0.10,
+    "qwen3-0.6b 4x2 padding=buckets compile=regional mode=default loss=trl": 0.10,
+    "qwen3-0.6b 4x2 padding=buckets compile=off mode=default loss=trl": 0.085,
+    "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=trl": 0.085,
+    "qwen3-0.6b 4x2 padding=longest compile=off mode=default loss=compiled": 0.08,
+    "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=compiled": 0.065,
+}
+
+
+def test_the_chats_grid_is_predicted_within_6_percent_leave_one_out_but_where_its_measurements_disagree():
+    (check,) = memory_check.check_store(memory_check.STORES[0])
+    assert len(check.left_out) == 21
+    errors = {e.label: abs(e.relative) for e in check.left_out}
+    past = {label: error for label, error in errors.items() if error > 0.06}
+    assert set(past) <= set(CHATS_PAST), past
+    assert all(error <= CHATS_PAST[label] for label, error in past.items()), past
+    mean, _ = memory_check.figures(check.left_out)
+    assert mean <= 5.0  # 14.3% before the pair terms
+
+
+def test_the_seed_settings_studies_are_within_6_percent_leave_one_out_but_flex_attention_under_cuda_graphs():
+    """Flex attention beside compiled layers with CUDA graphs measured one fp32 copy of the logits less than sdpa,
+    with either loss that keeps them (no term knows why): its configs are the only ones past 6% (9.4-11.8%; 13.3 GiB
+    at the most, 15.7% past before the pair terms)."""
+    checks = memory_check.check_store(memory_check.STORES[1])
+    assert [c.name for c in checks] == ["fastest-seed1", "fastest-seed2", "fastest-seed3"]
+    for check in checks:
+        for e in check.left_out:
+            flex = "attn=flex_attention mode=reduce-overhead" in e.label and "loss=trl" not in e.label
+            assert abs(e.relative) <= (0.12 if flex else 0.06), (check.name, e)
