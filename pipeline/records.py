@@ -233,6 +233,7 @@ class JobResult:
     gpu_busy: float | None = None  # NVML's utilisation over the steady steps (CUDA only)
     profile: dict[str, Any] | None = None  # the torch.profiler summary, with measure.profile=true
     compile_note: str | None = None  # what compilation did: regions, graphs, and where it fell back (CUDA graphs)
+    library_warnings: int = 0  # Python warnings and log records at WARNING or above the job's libraries gave
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -461,7 +461,8 @@ def test_help_says_what_the_tool_does_and_lists_real_options(tmp_path):
     assert "sweep_id" not in out and "repeat," not in out  # bookkeeping the tool sets itself
     assert list(tmp_path.iterdir()) == []
     study = run_cli("--help", cwd=tmp_path, module="pipeline.optimize").stdout
-    assert "usage: python -m pipeline.optimize [group=option ...]" in study and "-m runs a sweep" not in study
+    assert "usage: python -m pipeline.optimize [-v] [group=option ...]" in study and "-m runs a sweep" not in study
+    assert "-v (--verbose, launcher.verbose=true) shows every line a job prints" in study
 
 
 def test_cfg_job_prints_the_composed_config(tmp_path):
