@@ -202,9 +202,11 @@ def _explain(result: JobResult, log: Path, kind: str, label: str) -> None:
 
 
 def _log_note(tracker: Tracker, run_id: str, result: JobResult, logged: list[Path]) -> str:
-    """`312 library warnings in <path>`, or for a job that did not end ok `its output in <path>`; '' otherwise."""
+    """`312 library warnings in <path>`, or for a job that failed or ran out of memory `its output in <path>`; ''
+    otherwise."""
     count = result.library_warnings
-    if not logged or not (count or (result.status is not Status.OK and logged[0].stat().st_size)):
+    failed = result.status in (Status.FAILED, Status.OOM)
+    if not logged or not (count or (failed and logged[0].stat().st_size)):
         return ""
     where = tracker.artifact_place(run_id, JOB_LOG)
     return f"{count} library warning{'s' if count != 1 else ''} in {where}" if count else f"its output in {where}"
