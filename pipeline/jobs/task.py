@@ -191,13 +191,14 @@ TOLD = {-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT}
 
 def _explain(result: JobResult, log: Path, kind: str, label: str) -> None:
     """A failed job's own words on the console, as its process used to print them there: its traceback, or, for a
-    job that died without a result (a crash, an abort), the last lines of its log. A torchrun job's failure names
-    the rank that failed first and why."""
-    if result.status is not Status.FAILED:
+    job that died without a result (a crash, an abort), the last lines of its log. A torchrun job's line names the
+    rank that failed first and why (rank 0's traceback is often the other's consequence; each rank's output is on
+    its run, under ranks/)."""
+    if result.status is not Status.FAILED or kind == LauncherKind.TORCHRUN:
         return
     if result.traceback:
         print(result.traceback.rstrip(), file=sys.stderr, flush=True)
-    elif result.exitcode not in TOLD and kind != LauncherKind.TORCHRUN and (lines := joblog.tail(log)):
+    elif result.exitcode not in TOLD and (lines := joblog.tail(log)):
         print(f"[job] {label}: the last lines of its output:", *lines, sep="\n", file=sys.stderr, flush=True)
 
 
