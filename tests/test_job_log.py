@@ -93,6 +93,13 @@ def test_the_console_copy_of_a_log_holds_all_of_it_and_a_tail_is_its_last_lines(
     assert joblog.tail(tmp_path / "missing.log") == []
 
 
+def test_a_job_whose_folder_is_gone_as_it_is_forked_leaves_its_output_alone(tmp_path):
+    """Its command, interrupted, removed the folder while the job was being forked: nothing to redirect to, and
+    nothing said (it printed a traceback where the command had said it was interrupted)."""
+    assert joblog.redirect(tmp_path / "gone" / "job.log") is False
+    assert not (tmp_path / "gone").exists()
+
+
 def test_v_asks_for_every_line_on_the_console():
     argv = cli._checked_argv("pipeline.train", "config", train.__doc__, ["-v", "--cfg", "job"], None, True)
     assert argv == ["--cfg", "job", "launcher.verbose=true"]

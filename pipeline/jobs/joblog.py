@@ -27,15 +27,21 @@ TAIL_BYTES = 64 * 1024
 TAIL_WIDTH = 240  # characters of a line of the tail (a crash's list of extension modules is one line of thousands)
 
 
-def redirect(path: Path) -> None:
-    """In a forked job, before anything else: its standard output and error appended to `path`."""
+def redirect(path: Path) -> bool:
+    """In a forked job, before anything else: its standard output and error appended to `path`. False, with nothing
+    changed, where its folder is gone: the command that started the job removed it (interrupted while the job was
+    forked), and the job has nothing left to do."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.flush()  # what the fork server held back goes where it was meant to
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except FileNotFoundError:
+        return False
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    return True
 
 
 def steady_streams() -> None:

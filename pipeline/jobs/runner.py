@@ -118,8 +118,7 @@ def stop_server() -> None:
     only once its imports are done and then tear down torch (1.5 s or more), holding the output it shares with this
     process: `... | tee` would wait for it. Its jobs are over by now (`run_job` ends them); one still running would
     notice its parent gone (`jobs.watchdog`)."""
-    pid = server_pid()
-    if pid is None:
+    if (pid := server_pid()) is None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -145,7 +144,8 @@ def _noop() -> None:
 def _child_main(spec: JobSpec, workdir: str) -> None:
     """Runs in the forked child: its output to its log, then the job. Importing the job module here keeps torch out
     of the parent (the fork server has already imported it, so this costs nothing in the child)."""
-    joblog.redirect(Path(workdir) / JOB_LOG)
+    if not joblog.redirect(Path(workdir) / JOB_LOG):
+        return  # its command ended it as it was forked
     from pipeline.jobs import child
 
     child.main(spec, workdir)
