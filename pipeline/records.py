@@ -236,6 +236,7 @@ class JobResult:
     host: dict[str, Any] | None = None  # where the training thread ran: CPUs, their nodes, the load (measure.host)
     stalled_steps: tuple[int, ...] = ()  # steady steps longer than the stall limit: no steady steps (`jobs.stall`)
     stall_limit_s: float | None = None  # that limit, where any step was over it
+    library_warnings: int = 0  # Python warnings and log records at WARNING or above the job's libraries gave
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

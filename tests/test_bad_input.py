@@ -362,13 +362,22 @@ def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
 
 
 UNKNOWN_KEYS = {  # a key no section has, added (+, ++) or set: refused with that section's keys, nothing run
-    ("pipeline.train", "+launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
-    ("pipeline.train", "++launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
+    (
+        "pipeline.train",
+        "+launcher.foo=1",
+    ): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s, verbose",
+    (
+        "pipeline.train",
+        "++launcher.foo=1",
+    ): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s, verbose",
     (
         "pipeline.train",
         "+launcher.world_size=3",
-    ): "launcher.world_size: unknown key; accepted keys here: kind, stall_s, timeout_s",
-    ("pipeline.train", "launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
+    ): "launcher.world_size: unknown key; accepted keys here: kind, stall_s, timeout_s, verbose",
+    (
+        "pipeline.train",
+        "launcher.foo=1",
+    ): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s, verbose",
     ("pipeline.train", "+measure.foo=1"): (
         "measure.foo: unknown key; accepted keys here: busy_threshold, confidence, max_cv, max_drift, profile, "
         "profile_steps, warmup_steps"
@@ -378,7 +387,10 @@ UNKNOWN_KEYS = {  # a key no section has, added (+, ++) or set: refused with tha
         "+tracking.foo=1",
     ): "tracking.foo: unknown key; accepted keys here: artifact_root, experiment, uri",
     ("pipeline.train", "+paths.foo=1"): "paths.foo: unknown key; accepted keys here: root",
-    ("pipeline.optimize", "+launcher.foo=1"): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s",
+    (
+        "pipeline.optimize",
+        "+launcher.foo=1",
+    ): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s, verbose",
 }
 
 
@@ -539,7 +551,8 @@ def test_help_says_what_the_tool_does_and_lists_real_options(tmp_path):
     assert "sweep_id" not in out and "repeat," not in out  # bookkeeping the tool sets itself
     assert list(tmp_path.iterdir()) == []
     study = run_cli("--help", cwd=tmp_path, module="pipeline.optimize").stdout
-    assert "usage: python -m pipeline.optimize [group=option ...]" in study and "-m runs a sweep" not in study
+    assert "usage: python -m pipeline.optimize [-v] [group=option ...]" in study and "-m runs a sweep" not in study
+    assert "-v (--verbose, launcher.verbose=true) shows every line a job prints" in study
 
 
 def test_cfg_job_prints_the_composed_config(tmp_path):

@@ -74,6 +74,8 @@ def test_ctrl_c_ends_the_job_without_a_leaked_semaphore(tmp_path):
     assert "Traceback" not in output
     (run,) = mlflow_runs(tmp_path)
     assert run.info.status == "KILLED"
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
+    assert "job.log" in {a.path for a in client.list_artifacts(run.info.run_id)}  # what it printed until stopped
     assert not list(jobs.glob("pymp-*")) and not list(jobs.glob("batch-split-job-*"))
 
 

@@ -67,7 +67,7 @@ def test_sweep_records_a_parent_run_with_three_nested_jobs(tmp_path):
         history = client.get_metric_history(run.info.run_id, "loss")
         assert sorted(point.step for point in history) == [1, 2, 3, 4, 5, 6]
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"config.yaml", "result.json"} <= artifacts
+        assert {"config.yaml", "result.json", "job.log"} <= artifacts
     assert "summary.md" in {a.path for a in client.list_artifacts(parent.info.run_id)}
     # Hydra's own records of the sweep land under mlruns/ too, nothing in the working folder
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlruns"]
@@ -107,6 +107,7 @@ def test_a_killed_job_ends_failed_and_the_sweep_goes_on(tmp_path):
     dead, alive = jobs["100000"], jobs["6"]
     assert dead.info.status == "FAILED" and dead.data.tags["status"] == "failed"
     assert "SIGKILL" in dead.data.tags["error"]
+    assert "job.log" in {a.path for a in client_for(tmp_path).list_artifacts(dead.info.run_id)}  # what it printed
     assert alive.info.status == "FINISHED" and alive.data.tags["status"] == "ok"
     assert all(r.info.status != "RUNNING" for r in runs)
 

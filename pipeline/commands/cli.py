@@ -28,6 +28,9 @@ from pipeline.config.store_checks import check_stores
 from pipeline.jobs import context, runner
 from pipeline.measure.estimate import long_cpu_job_warning
 
+VERBOSE_FLAGS = ("-v", "--verbose")
+VERBOSE = ["launcher.verbose=true"]  # what -v means: every job's whole output on the console as it comes
+
 
 def _with_repeats(overrides: list[str], multirun: bool) -> tuple[list[str], bool]:
     """`repeats=N` becomes a leading `repeat=0,..,N-1` sweep: Hydra's basic sweeper makes the first override the
@@ -145,8 +148,11 @@ def _checked_argv(
     extra_check: Callable[[Any, Any], None] | None,
     sweeps: bool,
 ) -> list[str]:
-    """The command line Hydra gets: --help answered here, every job's config checked, repeats expanded."""
+    """The command line Hydra gets: --help answered here, every job's config checked, repeats expanded, -v made
+    its override."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = [a for a in argv if a in VERBOSE_FLAGS]
+    argv = [a for a in argv if a not in VERBOSE_FLAGS]
     register_configs()
     args, unknown = args_parser().parse_known_args(argv)
     if args.help:
@@ -161,7 +167,7 @@ def _checked_argv(
     informational = args.hydra_help or args.cfg or args.info or args.shell_completion
     try:
         overrides, multirun = _with_repeats(list(args.overrides), bool(args.multirun))
-        overrides = expand_globs(overrides) if multirun else overrides
+        overrides = (expand_globs(overrides) if multirun else overrides) + (VERBOSE if verbose else [])
     except ConfigError as err:
         _refuse(err)
     if multirun and not sweeps:

@@ -16,7 +16,7 @@ GROUP_ORDER = ("model", "lora", "gpu", "batch", "data", "train", "optimize", "ex
 def help_text(prog: str, doc: str, sweeps: bool = True) -> str:
     """The help of `python -m prog`, its module docstring `doc` first; `sweeps`: whether it takes -m."""
     summary, _, examples = doc.strip().partition("\n\n")
-    usage = f"usage: python -m {prog} {'[-m] ' if sweeps else ''}[group=option ...] [key=value ...]"
+    usage = f"usage: python -m {prog} {'[-m] ' if sweeps else ''}[-v] [group=option ...] [key=value ...]"
     lines = [summary.strip(), "", usage, ""]
     lines.append("Config groups (group=option):")
     for group in GROUP_ORDER:
@@ -42,6 +42,8 @@ def help_text(prog: str, doc: str, sweeps: bool = True) -> str:
         "",
         ("-m runs a sweep (one isolated job per combination); " if sweeps else "")
         + "--cfg job prints the composed config; --hydra-help shows Hydra's own options.",
+        "-v (--verbose, launcher.verbose=true) shows every line a job prints as it comes; without it each job's "
+        "output goes to its log, job.log on its MLflow run, and its line counts the libraries' warnings there.",
         "Exit status: 0 all jobs finished (under the cap, where one is set), 1 a job failed or went over the cap, "
         "2 bad input, 3 nothing fits (optimize), 130 interrupted.",
     ]

@@ -207,11 +207,13 @@ class TrackingConfig:
 @dataclass
 class LauncherConfig:
     """How each job gets its own process. `forkserver` forks from a server that has imported the training stack
-    once (never touching CUDA); `subprocess` starts a fresh interpreter per job."""
+    once (never touching CUDA); `subprocess` starts a fresh interpreter per job. What a job prints goes to its log,
+    `job.log` on its run; `verbose` shows it on the console too."""
 
     kind: str = chosen(LauncherKind.FORKSERVER, "forkserver: forked from a server that imported the stack once")
     timeout_s: float | None = None  # a job still running after this is killed (null: never)
     stall_s: float | None = None  # a steady step longer is a stall, left out and noted (null: 10x the median, >= 30 s)
+    verbose: bool = False  # every line a job prints, on the console as it comes (-v); its job.log keeps them anyway
 
 
 @dataclass

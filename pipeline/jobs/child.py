@@ -2,8 +2,9 @@
 
 It runs in a fresh process (forked from a server that imported this module, or started with
 `python -m pipeline.jobs.child SPEC.json WORKDIR`), so CUDA state, allocator caches and peak counters never carry
-over between jobs and an OOM or crash ends only this job. Its output goes straight to the terminal. It writes
-`steps.jsonl` (one line per optimizer step, as it goes) and `result.json` (at the end) into its work directory.
+over between jobs and an OOM or crash ends only this job. Its output goes to its log, `job.log` (`jobs.joblog`),
+its libraries' warnings counted (`jobs.library_warnings`). It writes `steps.jsonl` (one line per optimizer step, as
+it goes) and `result.json` (at the end) into its work directory.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pipeline.builders.tokenizer import build_tokenizer
 from pipeline.builders.trainer import build_trainer
 from pipeline.config.choices import CPU
 from pipeline.config.schema import typed
-from pipeline.jobs import ranks, watchdog
+from pipeline.jobs import joblog, library_warnings, ranks, watchdog
 from pipeline.jobs.child_setup import ignore_ctrl_c, no_process_locks, quiet, versions, write_json
 from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
 from pipeline.knobs.padding import Padding
@@ -288,6 +289,7 @@ class Job:
 def main(spec: JobSpec, workdir: str) -> None:
     """Entry of the job process (forkserver target, or each rank under torchrun: only rank 0 writes files)."""
     watchdog.follow(spec.owner_pid)
+    joblog.steady_streams()
     no_process_locks()
     os.environ.update(spec.env)
     quiet(spec.config.train.progress_bar)
@@ -296,8 +298,10 @@ def main(spec: JobSpec, workdir: str) -> None:
         torch.cuda.set_device(local_rank())
     path = Path(workdir)
     ranks_n = world_size()
-    result = Job(spec, path, writer=rank == 0).run()
-    result = dataclasses.replace(result, world_size=ranks_n)
+    with library_warnings.counted() as fired:
+        result = Job(spec, path, writer=rank == 0).run()
+    print(fired.summary(), end="", file=sys.stderr, flush=True)
+    result = dataclasses.replace(result, world_size=ranks_n, library_warnings=fired.count)
     if rank == 0:
         write_json(path / RESULT_FILE, result.to_json())
     if ranks_n > 1 and result.status in (Status.FAILED, Status.OOM):

@@ -1,5 +1,5 @@
-"""What the job process (the child side) sets up around its training: Ctrl-C left to its starter, quiet library
-output, a thread-only progress-bar lock, the versions it records, and the atomic write of its record."""
+"""What the job process (the child side) sets up around its training: Ctrl-C left to its starter, no dataset bars
+in its log, a thread-only progress-bar lock, the versions it records, and the atomic write of its record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import signal
 import sys
 import tempfile
 import threading
-import warnings
 from pathlib import Path
 
 import datasets
@@ -51,15 +50,11 @@ def write_json(path: Path, record: dict) -> None:
 
 
 def quiet(progress_bar: bool) -> None:
-    """Without train.progress_bar the job prints nothing but errors: no progress bars of the dataset preparation,
-    no library notices, no warnings about argument names the user did not choose."""
-    if progress_bar:
-        return
-    datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-    transformers.logging.set_verbosity_error()
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning, module="torch")
+    """Without train.progress_bar no progress bars of the dataset preparation (TRL's follow the same key through its
+    SFTConfig): a bar redrawn in place would fill the job's log. The libraries' notices and warnings are not silenced:
+    they go to the job's log, counted (`jobs.joblog`, `jobs.library_warnings`)."""
+    if not progress_bar:
+        datasets.disable_progress_bars()
 
 
 def no_process_locks() -> None:

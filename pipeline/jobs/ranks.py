@@ -1,13 +1,13 @@
 """One job on several processes of this machine (`launcher.kind=torchrun`), and which of them failed first.
 
-python -m pipeline.jobs.ranks WORLD_SIZE SPEC.json WORKDIR [--show-rank0]
+python -m pipeline.jobs.ranks WORLD_SIZE SPEC.json WORKDIR
 
 PyTorch's elastic launcher starts the ranks as `torchrun --standalone --nproc-per-node=N` would, with three
 differences that keep a failure to one line:
 
 - every rank's output goes to `ranks/` in the job's work folder (removed with it), not to the terminal nor to a
-  `torchelastic_*` folder in the temp folder that nothing removes; `--show-rank0` (train.progress_bar) also shows
-  rank 0's as it goes;
+  `torchelastic_*` folder in the temp folder that nothing removes; rank 0's also goes to this launcher's own output,
+  which is the job's log (`jobs.joblog`);
 - the launcher's own log lines and its page-long ChildFailedError stay unprinted: `ranks.json` keeps how each
   failed rank ended (signal or exit code);
 - a rank whose job fails, or runs out of memory, writes `rank-<r>.json` (its error, its status, and when) and exits
@@ -90,7 +90,7 @@ def first_failure(workdir: Path, world_size: int) -> RankFailure | None:
     return None
 
 
-def launch(world_size: int, spec_path: str, workdir: Path, show_rank0: bool) -> int:
+def launch(world_size: int, spec_path: str, workdir: Path) -> int:
     """Run the ranks to their end; the exit code: 0, 1 when a rank failed, 128 + N when this launcher got signal N."""
     import logging
 
@@ -104,7 +104,7 @@ def launch(world_size: int, spec_path: str, workdir: Path, show_rank0: bool) -> 
     logs = DefaultLogsSpecs(
         log_dir=str(workdir / LOG_DIR),
         redirects=Std.ALL,
-        tee=Std.ALL if show_rank0 else Std.NONE,
+        tee=Std.ALL,
         local_ranks_filter={0},
     )
     config = LaunchConfig(
@@ -133,4 +133,4 @@ def launch(world_size: int, spec_path: str, workdir: Path, show_rank0: bool) -> 
 
 if __name__ == "__main__":
     world, spec_file, folder = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
-    sys.exit(launch(world, spec_file, folder, "--show-rank0" in sys.argv[4:]))
+    sys.exit(launch(world, spec_file, folder))

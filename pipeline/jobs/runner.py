@@ -11,7 +11,7 @@ leaked tensors would carry over and one OOM would end the sweep. Here every job 
   them (DDP; `jobs.ranks`); rank 0 writes the record, and a failed job names the rank that failed first.
 
 The fork server and its jobs, and a `subprocess` job, ignore SIGINT (a Ctrl-C reaches every process of its
-group, and this process ends the job itself).
+group, and this process ends the job itself). Every job's output goes to its log (`jobs.joblog`), not the console.
 A child that crashes, is killed or times out still yields a record (status `failed`, its signal or exit code, and
 the steps it logged before dying, read back from its steps.jsonl).
 """
@@ -40,8 +40,8 @@ import psutil
 
 from pipeline.adapters.forkserver import forget_server, server_pid
 from pipeline.config.choices import LauncherKind
-from pipeline.jobs import ranks, watchdog
-from pipeline.jobs.files import PROCESS_FILE, RESULT_FILE, SPEC_FILE, STEPS_FILE
+from pipeline.jobs import joblog, ranks, watchdog
+from pipeline.jobs.files import JOB_LOG, PROCESS_FILE, RESULT_FILE, SPEC_FILE, STEPS_FILE
 from pipeline.records import JobResult, JobSpec, Status, Step
 
 _CONTEXT: multiprocessing.context.BaseContext | None = None
@@ -118,8 +118,7 @@ def stop_server() -> None:
     only once its imports are done and then tear down torch (1.5 s or more), holding the output it shares with this
     process: `... | tee` would wait for it. Its jobs are over by now (`run_job` ends them); one still running would
     notice its parent gone (`jobs.watchdog`)."""
-    pid = server_pid()
-    if pid is None:
+    if (pid := server_pid()) is None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -143,8 +142,10 @@ def _noop() -> None:
 
 
 def _child_main(spec: JobSpec, workdir: str) -> None:
-    """Runs in the child. Importing the job module here keeps torch out of the parent (the fork server has
-    already imported it, so this costs nothing in the child)."""
+    """Runs in the forked child: its output to its log, then the job. Importing the job module here keeps torch out
+    of the parent (the fork server has already imported it, so this costs nothing in the child)."""
+    if not joblog.redirect(Path(workdir) / JOB_LOG):
+        return  # its command ended it as it was forked
     from pipeline.jobs import child
 
     child.main(spec, workdir)
@@ -198,10 +199,9 @@ def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
         spec_path.write_text(json.dumps(spec.to_json()), encoding="utf-8")
         job = ["-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
         if kind == LauncherKind.TORCHRUN:  # one process per device, PyTorch's own elastic launcher
-            show = ["--show-rank0"] if spec.config.train.progress_bar else []
-            job = ["-m", "pipeline.jobs.ranks", str(spec.config.world_size), str(spec_path), str(workdir), *show]
-        with _ctrl_c_left_to_this_process():
-            return _Handle(subprocess.Popen([sys.executable, *job]))
+            job = ["-m", "pipeline.jobs.ranks", str(spec.config.world_size), str(spec_path), str(workdir)]
+        with _ctrl_c_left_to_this_process(), open(workdir / JOB_LOG, "ab") as log:
+            return _Handle(subprocess.Popen([sys.executable, *job], stdout=log, stderr=log))
     start_server(kind)  # started at once by the entry point; here for a caller that did not
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
     with _main_left_out():

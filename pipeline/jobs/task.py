@@ -8,11 +8,14 @@ come from the sweep context the sweep callback (`jobs.sweep`) puts in the enviro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gzip
 import shlex
 import shutil
+import signal
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,14 +23,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from pipeline import knobs
-from pipeline.config.choices import CPU
+from pipeline.config.choices import CPU, LauncherKind
 from pipeline.config.compose import CONF_DIR
 from pipeline.config.identity import display_name
 from pipeline.config.job import JobConfig
 from pipeline.config.schema import Config
-from pipeline.jobs import devicelock, preflight, ranks, runner, stall
+from pipeline.jobs import devicelock, joblog, preflight, ranks, runner, stall
 from pipeline.jobs.context import SweepContext, job_command, job_overrides
-from pipeline.jobs.files import PROFILE_DIR
+from pipeline.jobs.files import JOB_LOG, PROFILE_DIR
 from pipeline.measure.summary import steady_steps, summarize_job
 from pipeline.records import JobResult, JobSpec, RunKind, Status, StopRule
 from pipeline.summaries import JobSummary
@@ -51,6 +54,7 @@ class JobOutcome:
     spec: JobSpec
     result: JobResult
     summary: JobSummary
+    log_note: str = ""  # where its log is, for its console line: `312 library warnings in <path>`
 
     @property
     def status(self) -> Status:
@@ -153,6 +157,8 @@ def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: Config, watch: s
         return _finish(tracker, run_id, spec, JobResult(status=Status.FAILED, error=error), cfg)
     spec = dataclasses.replace(spec, env={**spec.env, **env})
     workdir = runner.make_workdir()
+    log = workdir / JOB_LOG
+    shown = cfg.launcher.verbose or cfg.train.progress_bar  # the job's output on the console as it comes
 
     def started(pid: int) -> None:
         watch.started(pid, workdir)
@@ -161,16 +167,52 @@ def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: Config, watch: s
     try:
         print(f"[job] {watch.label}: starting ({cfg.launcher.kind}), MLflow run {run_id}", flush=True)
         try:
-            result = runner.run_job(cfg.launcher.kind, spec, workdir, cfg.launcher.timeout_s, on_start=started)
+            with joblog.follow(log, sys.stderr) if shown else contextlib.nullcontext():
+                result = runner.run_job(cfg.launcher.kind, spec, workdir, cfg.launcher.timeout_s, on_start=started)
+        except KeyboardInterrupt:
+            with contextlib.suppress(Exception):  # a store failing now: the run still ends KILLED, or is cleaned up
+                tracker.artifact_file(run_id, log)
+            raise
         finally:
             watch.stop()
         result = stall.mark(result, cfg.measure.warmup_steps, cfg.launcher.stall_s)
-        files = {"profile": profile_files(workdir)}
+        if not shown:
+            _explain(result, log, cfg.launcher.kind, watch.label)
+        files = {"": [log] if log.exists() else [], "profile": profile_files(workdir)}
         if result.status is not Status.OK:
             files["ranks"] = rank_logs(workdir)
-        return _finish(tracker, run_id, spec, result, cfg, files)
+        outcome = _finish(tracker, run_id, spec, result, cfg, files)
+        return dataclasses.replace(outcome, log_note=_log_note(tracker, run_id, result, files[""]))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+# a job ended by a signal that says what happened itself: its log's last lines are no explanation
+TOLD = {-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT}
+
+
+def _explain(result: JobResult, log: Path, kind: str, label: str) -> None:
+    """A failed job's own words on the console, as its process used to print them there: its traceback, or, for a
+    job that died without a result (a crash, an abort), the last lines of its log. A torchrun job's line names the
+    rank that failed first and why (rank 0's traceback is often the other's consequence; each rank's output is on
+    its run, under ranks/)."""
+    if result.status is not Status.FAILED or kind == LauncherKind.TORCHRUN:
+        return
+    if result.traceback:
+        print(result.traceback.rstrip(), file=sys.stderr, flush=True)
+    elif result.exitcode not in TOLD and (lines := joblog.tail(log)):
+        print(f"[job] {label}: the last lines of its output:", *lines, sep="\n", file=sys.stderr, flush=True)
+
+
+def _log_note(tracker: Tracker, run_id: str, result: JobResult, logged: list[Path]) -> str:
+    """`312 library warnings in <path>`, or for a job that failed or ran out of memory `its output in <path>`; ''
+    otherwise."""
+    count = result.library_warnings
+    failed = result.status in (Status.FAILED, Status.OOM)
+    if not logged or not (count or (failed and logged[0].stat().st_size)):
+        return ""
+    where = tracker.artifact_place(run_id, JOB_LOG)
+    return f"{count} library warning{'s' if count != 1 else ''} in {where}" if count else f"its output in {where}"
 
 
 def profile_files(workdir: Path) -> list[Path]:
@@ -230,4 +272,6 @@ def _say(outcome: JobOutcome, label: str) -> None:
         line += f" ({result.compile_note})"
     if result.stalled_steps:
         line += f"; {stall_note(result)}"
+    if outcome.log_note:
+        line += f"; {outcome.log_note}"
     print(f"[job] {label}: {line}", flush=True)

@@ -142,14 +142,14 @@ def end_job(
     files: dict[str, list[Path]],
 ) -> None:
     """Write a finished job in one go (`steady`: the step numbers its statistics use; `files`: more artifacts, by
-    the folder they go in) and end its run with the status its result says."""
+    the folder they go in, '' for the run's own) and end its run with the status its result says."""
     run = tracker.run(run_id)
     apart = run.data.tags.get(KIND) == RunKind.CONFIRM
     tracker.params(run_id, figures.derived_params(spec, result))
     tracker.metrics(run_id, figures.metrics(summary, result.profile, apart), figures.series(result, steady))
     for folder, paths in files.items():
         for path in paths:
-            tracker.artifact_file(run_id, path, folder=folder)
+            tracker.artifact_file(run_id, path, folder=folder or None)
     tags: dict[str, object] = {STATUS: result.status, FIT: summary.fit}
     tags[figures.DESCRIPTION] = figures.description(spec.name, summary)
     if summary.fit in (Fit.OVER_CAP, Fit.OOM):  # apart from the runs that fit: their group row shows no figure of it

@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import sqlalchemy
@@ -250,6 +251,17 @@ class Tracker:
 
     def artifact_file(self, run_id: str, path: str | os.PathLike, folder: str | None = None) -> None:
         self.client.log_artifact(run_id, str(path), artifact_path=folder)
+
+    def artifact_place(self, run_id: str, name: str) -> str:
+        """Where a person opens the run's artifact `name`: its file, where the store keeps artifacts on this machine
+        (relative to the working folder when under it), else the artifact of the run."""
+        uri = urllib.parse.urlparse(self.run(run_id).info.artifact_uri)
+        if uri.scheme not in ("", "file"):
+            return f"{name} of MLflow run {run_id}"
+        path = Path(urllib.request.url2pathname(uri.path)) / name
+        with contextlib.suppress(ValueError):
+            return str(path.relative_to(Path.cwd()))
+        return str(path)
 
 
 def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
