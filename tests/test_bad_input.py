@@ -221,6 +221,7 @@ OPTIMIZE_CASES = [
         "optimize.space.batch.split: got 3x1",
         "accepted: a list of splits of effective batch 4: 1x4, 2x2, 4x1",
     ),
+    (["mem_cap=1GiB", "measure.cpu_threads=0"], "measure.cpu_threads: got 0", "accepted: a whole number >= 1"),
     (["mem_cap=1GiB", "optimize.sampler=grid"], "optimize.sampler: got 'grid'", "model, tpe, random, bruteforce, gp"),
     (  # was dropped without a word, and the study ran
         ["mem_cap=1GiB", "++optimize.space={train.dtype:[]}"],

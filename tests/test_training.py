@@ -115,6 +115,18 @@ def test_record_holds_steps_phases_and_memory(tmp_path):
     assert JobResult.from_json(json.loads(json.dumps(result.to_json()))) == result
 
 
+def test_a_cpu_job_trains_on_the_threads_it_is_given(tmp_path):
+    """One thread by default on the CPU: a second one waits on whatever else the two cores run, and the steps vary."""
+    before = torch.get_num_threads()
+    try:
+        assert make_job(tmp_path / "one", "train.steps=3", "measure.warmup_steps=1").run().host["threads"] == 1
+        torch.set_num_threads(before)
+        own = make_job(tmp_path / "own", "train.steps=3", "measure.warmup_steps=1", "measure.cpu_threads=null").run()
+        assert own.host["threads"] == before
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_a_cpus_memory_node_is_read_from_the_system_and_none_where_it_says_none(tmp_path):
     (tmp_path / "cpu3" / "node1").mkdir(parents=True)
     (tmp_path / "cpu4").mkdir()

@@ -161,13 +161,14 @@ class MeasureConfig:
     busy_threshold: float = 0.5  # flag a job whose GPU is busy less than this share of its steady steps
     profile: bool = False  # a torch.profiler trace of a few steady steps, with a summary, on the job's MLflow run
     profile_steps: int = 3  # steps the profiler records after the warm-up (they leave the statistics)
+    cpu_threads: int | None = 1  # torch's threads in a job on the CPU (null: torch's own, one a core)
 
 
 @dataclass
 class OptimizeConfig:
     """The Optuna study of `python -m pipeline.optimize`: splits are always searched (the divisors of
-    effective / world_size, or those `space` names under `batch.split`); `space` adds knobs as config keys with their candidate values (empty: fixed), the world
-    size among them (`world_size: [1, 2]`: the splits of each world size, every one checked against the devices)."""
+    effective / world_size, or those `space` names under `batch.split`); `space` adds knobs as config keys with their
+    candidate values (empty: fixed), the world size among them (`world_size: [1, 2]`: the splits of each world size, every one checked against the devices)."""
 
     trials: int = 12
     sampler: str = chosen(Sampler.MODEL, "model: each knob screened, then what each gains combined; or Optuna's")

@@ -172,6 +172,8 @@ def check_train(t: DictConfig, measure: DictConfig, m: DictConfig) -> None:
             "measure.warmup_steps",
             f"{measure.warmup_steps} leaves no steady step of train.steps={t.steps}; accepted: 0 to {t.steps - 1}",
         )
+    if measure.cpu_threads is not None:
+        at_least("measure.cpu_threads", measure.cpu_threads, 1)
     if not (0.5 <= measure.confidence < 1.0):
         raise ConfigError("measure.confidence", f"got {measure.confidence}; accepted: a number in [0.5, 1)")
 

@@ -88,6 +88,8 @@ class Job:
         if cuda:
             cap = self.spec.cap_bytes if self.spec.enforce_cap else None
             self.context_bytes = memory.apply_cuda_cap(cap, self.device_memory).context_bytes
+        elif self.cfg.measure.cpu_threads:  # a second thread waits on whatever else the cores run: steps then vary
+            torch.set_num_threads(self.cfg.measure.cpu_threads)
 
     def _setup_model(self) -> None:
         self.tokenizer = self._timed("tokenizer", build_tokenizer, self.cfg.model)

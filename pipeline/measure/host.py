@@ -1,5 +1,5 @@
 """Where a job's training thread ran on the host: its CPU, and that CPU's memory node, after the warm-up and at the
-end of training; how many CPUs it was allowed; the host's load. A step that waits on the host runs as fast as the
+end of training; how many CPUs it was allowed and torch's threads; the host's load. A step that waits on the host runs as fast as the
 host lets it (BENCHMARKS.md: one compiled config's host time moved 1.5x from process to process, its device time
 not at all), so every job records where its host work ran."""
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import torch
 from transformers import TrainerCallback
 
 CPUS = Path("/sys/devices/system/cpu")
@@ -48,5 +49,6 @@ class HostWatch(TrainerCallback):
             "cpus": [s["cpu"] for s in self.seen],
             "nodes": [s["node"] for s in self.seen],
             "allowed": len(os.sched_getaffinity(0)),
+            "threads": torch.get_num_threads(),
             "load_1m": round(os.getloadavg()[0], 2),
         }

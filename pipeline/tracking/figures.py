@@ -178,7 +178,8 @@ def host_text(host: dict | None) -> str | None:
     places = [
         f"cpu {c}" + (f" (node {n})" if n is not None else "") for c, n in zip(host["cpus"], host["nodes"], strict=True)
     ]
-    return f"{', then '.join(places)}; {host['allowed']} allowed, load {host['load_1m']}"
+    threads = f", {host['threads']} torch threads" if host.get("threads") else ""
+    return f"{', then '.join(places)}; {host['allowed']} allowed{threads}, load {host['load_1m']}"
 
 
 def stalled_words(summary: JobSummary) -> str:
