@@ -82,7 +82,7 @@ class Result:
     tracking_uri: str
     table: pd.DataFrame
     answer: Answer
-    summary: str  # what the console printed: a sweep's table, or a study's answer with its trials
+    summary: str  # in full (the console with wide=true): a sweep's table, or a study's answer with its trials
     command: str  # the command line that ran it
     exit_code: int = 0  # what the command line would have exited with (README, "Exit status")
     line: str = ""  # the command line's last line: how many jobs finished, or what the study found
