@@ -61,6 +61,16 @@ def cfg(cfg_global):
     return copy.deepcopy(cfg_global)
 
 
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """A real MLflow store (sqlite) shared by a module's tests, which record runs of their own into it
+    (`tests.helpers.records.record_run`): a new store's schema costs seconds."""
+    from pipeline.tracking.store import Tracker
+
+    folder = tmp_path_factory.mktemp("store")
+    return Tracker(f"sqlite:///{folder}/mlflow.db", "batch-split", str(folder / "artifacts"))
+
+
 @pytest.fixture
 def compose():
     """Compose the job config of some overrides, in this test's clean state: `compose("batch.split=4x1")`."""
