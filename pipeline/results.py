@@ -172,6 +172,7 @@ def study_answer(parent, rows: list[Row], jobs: list[RecordedJob], confidence: f
     if best is None:
         return Answer(None, None, None, None, None, confidence, None, text, tags.get(runs.CLAIM, ""))
     gain = [metrics.get(k) for k in ("speedup_vs_baseline", "speedup_low", "speedup_high")]
+    gain = [None if v is None or math.isnan(v) else v for v in gain]  # NaN: an earlier answer's figure withdrawn
     named = tags.get(runs.BASELINE)
     against = (f"the baseline {named}" if named else "the baseline") if gain[0] is not None else None
     claim = tags.get(runs.CLAIM, "").splitlines()

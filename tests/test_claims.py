@@ -6,6 +6,7 @@ speed-up with the same interval: each read from a real MLflow store of runs reco
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -191,20 +192,36 @@ def _round(tracker, parent, best: TrialRecord, baseline: TrialRecord, slower: li
     return ConfirmationRecord(state, 1, 5, 100.0, baseline.label)
 
 
+def _studied(tracker, name: str) -> tuple[str, list[TrialRecord]]:
+    """A study's run and its three trials, the first its baseline."""
+    parent = runs.open_study(tracker, name, "mem_cap=14GiB", {"cap_gib": CAP_GIB})
+    baseline = _study_trial(tracker, parent, 0, "1x4", 0.32, Role.BASELINE)
+    return parent, [
+        baseline,
+        _study_trial(tracker, parent, 1, "2x2", 0.26),
+        _study_trial(tracker, parent, 2, "4x1", 0.25),
+    ]
+
+
+def _answered(tracker, parent: str, name: str, records: list[TrialRecord], slower: list[float]):
+    """The study's round of 4x1 against its baseline (the baseline `slower` times the answer's step, round by round),
+    its answer decided and logged as the study logs it."""
+    baseline = records[0]
+    decided = Decided(records, baseline, records, None, _round(tracker, parent, records[2], baseline, slower))
+    answer = decide(decided, StudyFacts(name, ["mem_cap=14GiB"], int(CAP_GIB * 2**30), 0.95))
+    tag_study(tracker, parent, Criteria(), answer.best.config_id, baseline.config_id)
+    log_answer(tracker, parent, answer, True)
+    return answer
+
+
 @pytest.mark.parametrize("slower", [[1.5, 1.4, 1.45, 1.5], [1.9, 0.9, 1.5]], ids=["decided", "not-told-apart"])
 def test_a_studys_claim_is_one_figure_on_the_console_in_mlflow_in_the_report_and_on_the_card(store, tmp_path, slower):
     """The answer moves the split alone from the baseline (the case of the bug): its figure is the round's
     everywhere, and the knob model's lines give no other; where the round decided nothing, no place gives one."""
     tracker, name = store, f"tiny-e4-cap14GiB-{len(slower)}"
-    parent = runs.open_study(tracker, name, "mem_cap=14GiB", {"cap_gib": CAP_GIB})
-    baseline = _study_trial(tracker, parent, 0, "1x4", 0.32, Role.BASELINE)
-    records = [baseline, _study_trial(tracker, parent, 1, "2x2", 0.26), _study_trial(tracker, parent, 2, "4x1", 0.25)]
-    confirmation = _round(tracker, parent, records[2], baseline, slower)
-    decided = Decided(records, baseline, records, None, confirmation)
-    answer = decide(decided, StudyFacts(name, ["mem_cap=14GiB"], int(CAP_GIB * 2**30), 0.95))
+    parent, records = _studied(tracker, name)
+    answer = _answered(tracker, parent, name, records, slower)
     assert answer.best.label == "tiny 4x1" and answer.gains.factors  # the model has a factor for the split
-    tag_study(tracker, parent, Criteria(), answer.best.config_id, baseline.config_id)
-    log_answer(tracker, parent, answer, True)
     run = tracker.run(parent)
     card = build(results.read(tracker, parent))
     report = _report(tracker, tmp_path / "reports", study=name)
@@ -238,3 +255,22 @@ def test_a_studys_claim_is_one_figure_on_the_console_in_mlflow_in_the_report_and
     gains = "\n".join([lines[at], *(line for line in lines[at + 1 :] if line.startswith("    "))])
     assert "batch.split=4x1 (from 1x4): " in gains and set(_figures(gains)) == said, gains
     assert not any(k.startswith(("gain.", "knob_estimate.")) for k in run.data.metrics)
+
+
+def test_a_resumed_study_whose_round_no_longer_decides_withdraws_the_figure_its_run_held(store):
+    """The same command resumed: its new round cannot tell the answer from the baseline. The run's speed-up metrics
+    from the first answer would have stayed, and the card read `1.45x the tokens/s ...` beside a console that claims
+    none; they read NaN (none), and the card says no speed-up is claimed."""
+    name = "tiny-e4-cap14GiB-resumed"
+    parent, records = _studied(store, name)
+    first = _answered(store, parent, name, records, [1.5, 1.4, 1.45, 1.5])
+    assert first.speedup is not None and store.run(parent).data.metrics["speedup_vs_baseline"] > 1
+    again = runs.open_study(store, name, "mem_cap=14GiB", {"cap_gib": CAP_GIB})
+    assert again == parent
+    second = _answered(store, parent, name, records, [1.9, 0.9, 1.5, 0.8])
+    assert second.speedup is None
+    metrics = store.run(parent).data.metrics
+    assert all(math.isnan(metrics[k]) for k in ("speedup_vs_baseline", "speedup_low", "speedup_high")), metrics
+    card = build(results.read(store, parent))
+    assert card.answer.speedup is None and not _figures(card.markdown().split("Answer: ", 1)[1].splitlines()[0])
+    assert card.answer.claim == second.claim.line() and card.answer.claim.startswith("no speed-up over the baseline")

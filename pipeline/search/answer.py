@@ -6,6 +6,7 @@ the study holds (`Decided`), then printed and logged once."""
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass, field
 
@@ -25,7 +26,7 @@ from pipeline.search.answer_table import (
     shortened,
 )
 from pipeline.search.decided import Decided
-from pipeline.search.gains import Gains, knob_gains
+from pipeline.search.gains import KNOB_ESTIMATE, Gains, knob_gains
 from pipeline.search.prior import Coverage
 from pipeline.search.scaling import Scaling, world_lines
 from pipeline.search.space import LeftOut
@@ -233,6 +234,17 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
     )
 
 
+CLAIM_METRICS = ("speedup_vs_baseline", "speedup_low", "speedup_high")
+
+
+def withdrawn(before: dict[str, float], now: dict[str, float]) -> dict[str, float]:
+    """The claim's figures an earlier answer of this study logged and this one does not give (a resumed study whose
+    round no longer decides, or whose answer moved other knobs): NaN, MLflow's figure of none, so that the run, and
+    the card and `pipeline.study` read from it, never keep a figure the answer no longer says."""
+    stale = [k for k in before if (k in CLAIM_METRICS or k.startswith(KNOB_ESTIMATE)) and k not in now]
+    return dict.fromkeys(stale, math.nan)
+
+
 def log_answer(tracker: Tracker, parent: str, answer: StudyAnswer, finished: bool) -> None:
     """The answer on the study's MLflow run: answer.md, summary metrics, the reproduce command as a tag."""
     tracker.artifact_text(parent, "answer.md", answer.text + "\n")
@@ -260,6 +272,6 @@ def log_answer(tracker: Tracker, parent: str, answer: StudyAnswer, finished: boo
     if answer.predictor_errors:
         errors = answer.predictor_errors
         metrics.update(predictor_error_max=max(errors), predictor_error_mean=sum(errors) / len(errors))
-    tracker.metrics(parent, metrics)
+    tracker.metrics(parent, {**withdrawn(tracker.run(parent).data.metrics, metrics), **metrics})
     tracker.tags(parent, {runs.STATUS: Status.OK if finished else Status.KILLED})
     tracker.end(parent, RunState.FINISHED if finished else RunState.KILLED)

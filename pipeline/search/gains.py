@@ -15,6 +15,8 @@ from pipeline.search.knob_model import Factor
 from pipeline.search.speedup import Speedup
 from pipeline.search.trials import TrialRecord, measured_seconds
 
+KNOB_ESTIMATE = "knob_estimate."  # the study run's metric of a knob's estimated share, by its key
+
 
 def values(record: TrialRecord) -> dict[str, str]:
     """A trial's searched values, as its overrides write them."""
@@ -75,7 +77,7 @@ class Gains:
         as figures: not where one knob moved (the claim's metrics are its figure) or the round decided nothing."""
         if self.whole or self.claim is None:
             return {}
-        return {f"knob_estimate.{f.key}": f.ratio for f in self.factors}
+        return {f"{KNOB_ESTIMATE}{f.key}": f.ratio for f in self.factors}
 
 
 def _measured(records: list[TrialRecord], keys: set[str]) -> dict[str, tuple[dict[str, str], float]]:
