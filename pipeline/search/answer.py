@@ -172,8 +172,11 @@ def _failure_line(decided: Decided) -> list[str]:
     ]
 
 
-def _head(decided: Decided, setting: StudyFacts, claim: Claim | None, script: str, compact: bool) -> list[str]:
-    """The trials' table, the round's lines and the answer's: in full, or in 120 columns (`compact`)."""
+def _head(
+    decided: Decided, setting: StudyFacts, claim: Claim | None, script: str, gains: Gains, compact: bool
+) -> list[str]:
+    """The trials' table, the round's lines and the answer's, what each knob bought and where its step goes: in
+    full, or in 120 columns (`compact`)."""
     shown = [r for r in decided.records if r.state != TrialState.FAIL or r.status is not None]
     table = compact_trials if compact else format_trials
     lines = ["", table(shown, setting.confidence, decided.baseline, setting.busy_threshold), ""]
@@ -184,6 +187,9 @@ def _head(decided: Decided, setting: StudyFacts, claim: Claim | None, script: st
         lines += [*confirmation_lines(round_, best.label, decided.gpu_seconds, names), ""]
     if best is not None and claim is not None:
         lines += _best_lines(decided, best, setting, claim, script, compact)
+        lines += gains.lines()
+        named = not (compact and shortened(shown))
+        lines += slow.lines(best, decided.baseline, decided.records, setting.busy_threshold, named)
     return lines
 
 
@@ -197,8 +203,6 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
         claim = claim_of(decided, best, setting)
         script, shown = export_answer(answer_overrides(setting.command, best), best.sft_kwargs)
         gains = knob_gains(decided.records, best, decided.baseline, claim.speedup)
-        lines += gains.lines()
-        lines += slow.lines(best, decided.baseline, decided.records, setting.busy_threshold)
         device = decided.calibration.device if decided.calibration else None
         more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
         lines += more
@@ -216,8 +220,8 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
     lines.append(f"device time used by jobs (probes and confirmation included): {seconds:.0f} s")
     return StudyAnswer(
         study=setting.name,
-        text="\n".join([*_head(decided, setting, claim, shown, False), *lines]),
-        compact="\n".join([*_head(decided, setting, claim, shown, True), *lines]),
+        text="\n".join([*_head(decided, setting, claim, shown, gains, False), *lines]),
+        compact="\n".join([*_head(decided, setting, claim, shown, gains, True), *lines]),
         exit_code=code,
         best=best,
         command=reproduce(setting.command, best) if best else None,
