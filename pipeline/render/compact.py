@@ -1,9 +1,9 @@
-"""The comparison table as the console prints it by default, 120 columns wide: where the configs' names make it
-wider, each config by what differs from the reference (a sweep's first config, named in full on its row:
-`render.names`); only the columns that say something of
-these rows (status, MFU and cap where some row has one to say; the time ratio and rank where the rounds ranked), the
-reference's rank with its ties counted, the notes under the table and every line wrapped. The full table
-(`render.table`) is what the report, MLflow, the card and `wide=true` give."""
+"""The comparison table as the console prints it by default, 120 columns wide: only the columns that say something
+of these rows (status, MFU and cap where some row has one to say; the time ratio and rank where the rounds ranked),
+the reference's rank with its ties counted, the notes and legends under the table, long cells wrapped; and where the
+configs' names would make it wider, each config by what differs from the reference (a sweep's first config, named in
+full on its own row: `render.names`). The full table (`render.table`) is what the report, MLflow, the card and
+`wide=true` give."""
 
 from __future__ import annotations
 

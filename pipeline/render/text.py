@@ -35,7 +35,10 @@ WIDTH = 120  # the console's tables and lines, unless `wide=true`
 
 def table_width(lines: list[list[object]]) -> int:
     """The width of `markdown_table(lines)`, its cells unwrapped."""
-    widths = [max(len(str(line[i])) for line in lines) for i in range(len(lines[0]))]
+    return _width([max(len(str(line[i])) for line in lines) for i in range(len(lines[0]))])
+
+
+def _width(widths: list[int]) -> int:
     return sum(widths) + 3 * len(widths) + 1
 
 
@@ -46,7 +49,7 @@ def fitted_table(lines: list[list[object]], width: int = WIDTH, wrapped: tuple[i
     cells = [[str(c).replace("|", "\\|") for c in line] for line in lines]
     widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
     for floor in (_longest_words(cells, wrapped), dict.fromkeys(wrapped, 8)):
-        while sum(widths) + 3 * len(widths) + 1 > width:
+        while _width(widths) > width:
             narrower = [i for i in wrapped if widths[i] > max(floor[i], len(cells[0][i]))]
             if not narrower:
                 break
