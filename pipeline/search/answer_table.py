@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipeline.compare.paired import Comparison
 from pipeline.config.identity import display_name, parse_override
 from pipeline.records import Status
 from pipeline.render.names import shown_names
@@ -76,8 +77,8 @@ def compact_trials(
     said = [line for r, note in ordered if note for line in wrapped_lines(f"  #{r.number}: {note}", WIDTH, "    ")]
     out = [fitted_table(_compact_cells(ordered, baseline, names), WIDTH, wrapped=(1,))]
     out += ["notes:", *said] if said else []
-    legend = [f"step s: each trial's median, a pruned one's of its first steps ({100 * confidence:g}% intervals: "]
-    legend[0] += "wide=true)"
+    steps = "step s: each trial's median, a pruned one's of its first steps"
+    legend = [f"{steps} ({100 * confidence:g}% intervals: wide=true)"]
     if reference is not None and names:
         who = "the baseline" if reference.role is Role.BASELINE else "the first trial"
         legend.insert(0, f"config: each by what differs from #{reference.number}, {who}, named in full on its row")
@@ -119,7 +120,7 @@ def _status(r: TrialRecord) -> str:
     return str(r.status or r.state.name.lower())
 
 
-def renamed(comparison, names: dict[str, str]):
+def renamed(comparison: Comparison, names: dict[str, str]) -> Comparison:
     """A comparison of the round with its configs as `names` shows them."""
     return dataclasses.replace(
         comparison,
