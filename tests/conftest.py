@@ -61,10 +61,10 @@ def cfg(cfg_global):
     return copy.deepcopy(cfg_global)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def store(tmp_path_factory):
-    """A real MLflow store (sqlite) shared by a module's tests, which record runs of their own into it
-    (`tests.helpers.records.record_run`): a new store's schema costs seconds."""
+    """A real MLflow store (sqlite) shared by the tests that record runs of their own into it, each under a parent
+    run of its own (`tests.helpers.records.record_run`): a new store's schema costs seconds."""
     from pipeline.tracking.store import Tracker
 
     folder = tmp_path_factory.mktemp("store")

@@ -214,7 +214,11 @@ def _answered(tracker, parent: str, name: str, records: list[TrialRecord], slowe
     return answer
 
 
-@pytest.mark.parametrize("slower", [[1.5, 1.4, 1.45, 1.5], [1.9, 0.9, 1.5]], ids=["decided", "not-told-apart"])
+@pytest.mark.parametrize(
+    "slower",
+    [[1.5, 1.4, 1.45, 1.5], pytest.param([1.9, 0.9, 1.5], marks=pytest.mark.slow)],  # the words: the unit tests above
+    ids=["decided", "not-told-apart"],
+)
 def test_a_studys_claim_is_one_figure_on_the_console_in_mlflow_in_the_report_and_on_the_card(store, tmp_path, slower):
     """The answer moves the split alone from the baseline (the case of the bug): its figure is the round's
     everywhere, and the knob model's lines give no other; where the round decided nothing, no place gives one."""
@@ -257,6 +261,7 @@ def test_a_studys_claim_is_one_figure_on_the_console_in_mlflow_in_the_report_and
     assert not any(k.startswith(("gain.", "knob_estimate.")) for k in run.data.metrics)
 
 
+@pytest.mark.slow  # two rounds recorded and two answers logged: seconds
 def test_a_resumed_study_whose_round_no_longer_decides_withdraws_the_figure_its_run_held(store):
     """The same command resumed: its new round cannot tell the answer from the baseline. The run's speed-up metrics
     from the first answer would have stayed, and the card read `1.45x the tokens/s ...` beside a console that claims
