@@ -472,3 +472,14 @@ def test_a_fitted_table_wraps_its_long_cells_at_spaces_and_keeps_to_its_width():
     assert sum(1 for c in rows[2:] if c.split("|")[2].strip()) == 2  # one figure a config, the rest continuation
     narrow = fitted_table([["c"], ["averyveryverylongword"]], 12, wrapped=(0,))
     assert all(len(line) <= 12 for line in narrow.splitlines())  # a word breaks only where nothing else fits
+    assert fitted_table([["config", "step s"]], 60) == "| config | step s |\n|--------|--------|"  # no row yet
+
+
+def test_a_study_stopped_before_any_trial_prints_its_empty_table():
+    """Ctrl-C during the probes: the study still says what it holds, an empty table (it raised on it)."""
+    from pipeline.search.answer_table import compact_trials
+
+    assert compact_trials([], 0.95, None).splitlines()[:2] == [
+        "| # | config | status | step s | tokens/s | peak GiB | pred. GiB | fits | loss dev |",
+        "|---|--------|--------|--------|----------|----------|-----------|------|----------|",
+    ]

@@ -68,7 +68,7 @@ def fitted_table(lines: list[list[object]], width: int = WIDTH, wrapped: tuple[i
 
 
 def _longest_words(cells: list[list[str]], wrapped: tuple[int, ...]) -> dict[int, int]:
-    return {i: max(len(word) for line in cells[1:] for word in [*line[i].split(), ""]) for i in wrapped}
+    return {i: max((len(word) for line in cells[1:] for word in line[i].split()), default=0) for i in wrapped}
 
 
 def wrapped_lines(text: str, width: int = WIDTH, indent: str = "  ") -> list[str]:
