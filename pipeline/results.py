@@ -82,7 +82,7 @@ class Result:
     tracking_uri: str
     table: pd.DataFrame
     answer: Answer
-    summary: str  # what the console printed: a sweep's table, or a study's answer with its trials
+    summary: str  # in full (the console with wide=true): a sweep's table, or a study's answer with its trials
     command: str  # the command line that ran it
     exit_code: int = 0  # what the command line would have exited with (README, "Exit status")
     line: str = ""  # the command line's last line: how many jobs finished, or what the study found
@@ -172,6 +172,7 @@ def study_answer(parent, rows: list[Row], jobs: list[RecordedJob], confidence: f
     if best is None:
         return Answer(None, None, None, None, None, confidence, None, text, tags.get(runs.CLAIM, ""))
     gain = [metrics.get(k) for k in ("speedup_vs_baseline", "speedup_low", "speedup_high")]
+    gain = [None if v is None or math.isnan(v) else v for v in gain]  # NaN: an earlier answer's figure withdrawn
     named = tags.get(runs.BASELINE)
     against = (f"the baseline {named}" if named else "the baseline") if gain[0] is not None else None
     claim = tags.get(runs.CLAIM, "").splitlines()

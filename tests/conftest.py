@@ -61,6 +61,16 @@ def cfg(cfg_global):
     return copy.deepcopy(cfg_global)
 
 
+@pytest.fixture(scope="session")
+def store(tmp_path_factory):
+    """A real MLflow store (sqlite) shared by the tests that record runs of their own into it, each under a parent
+    run of its own (`tests.helpers.records.record_run`): a new store's schema costs seconds."""
+    from pipeline.tracking.store import Tracker
+
+    folder = tmp_path_factory.mktemp("store")
+    return Tracker(f"sqlite:///{folder}/mlflow.db", "batch-split", str(folder / "artifacts"))
+
+
 @pytest.fixture
 def compose():
     """Compose the job config of some overrides, in this test's clean state: `compose("batch.split=4x1")`."""

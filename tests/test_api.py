@@ -1,6 +1,6 @@
 """The Python API as a notebook or a script uses it: `pipeline.sweep` from standard input, `python -c` and a real
-Jupyter kernel, each returning a DataFrame whose rows are the table the console printed for the same sweep; bad
-input raises with the command line's own line and records nothing."""
+Jupyter kernel, each returning a DataFrame whose rows are the table the console printed for the same sweep (in full,
+with `wide=true`); bad input raises with the command line's own line and records nothing."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]
 MARK = "RESULT "
 SCRIPT = f"""
 import json, pipeline
-result = pipeline.sweep({["batch.split=1x4,4x1", "repeats=2", *FAST]!r})
+result = pipeline.sweep({["batch.split=1x4,4x1", "repeats=2", "wide=true", *FAST]!r})
 print({MARK!r} + json.dumps({{"records": result.table.to_dict(orient="records"), "run_id": result.run_id,
     "name": result.name, "summary": result.summary, "exit_code": result.exit_code, "line": result.line,
     "answer": result.answer.to_json()}}))

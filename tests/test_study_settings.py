@@ -66,7 +66,8 @@ def test_a_base_config_outside_the_space_is_measured_beside_it_and_the_answer_st
     anyway, labelled so, counts against no budget, and is paired with the answer in the round."""
     space = "++optimize.space={train.gradient_checkpointing:[true]}"
     proc, study = _study_to_its_end(tmp_path, "mem_cap=4GiB", "batch.effective=2", "optimize.trials=2", space)
-    assert re.search(r"\| tiny 1x2 ckpt=off +\| ok +\|.*\| baseline, outside the space +\|", proc.stdout), proc.stdout
+    row = re.search(r"^\| (\d+) +\| tiny 1x2 ckpt=off +\| ok +\|", proc.stdout, re.M)  # its note under the table
+    assert row and f"  #{row[1]}: baseline, outside the space" in proc.stdout.splitlines(), proc.stdout
     (base,) = [t for t in study.trials if t.user_attrs.get("role") == Role.BASELINE]
     assert base.state is TrialState.COMPLETE and base.user_attrs["status"] == "ok" and base.params == {}
     decided = {

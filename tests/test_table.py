@@ -11,9 +11,12 @@ from xml.etree import ElementTree
 import pytest
 
 from pipeline.compare.paired import Judgement
+from pipeline.config.identity import short
+from pipeline.records import Status
 from pipeline.render.headline import sweep_gain
 from pipeline.render.rows import Criteria, comparison_rows, order
 from pipeline.render.table import format_table, paired_text, rank_text
+from pipeline.summaries import Interval
 from tests.helpers.records import recorded
 
 
@@ -351,3 +354,158 @@ def test_a_sweeps_speedup_is_a_figure_only_where_its_interval_excludes_1():
     assert gain.speedup is None and gain.low is None
     assert gain.line(best.name).startswith("no speed-up is claimed: 3 paired rounds could not tell ")
     assert "(within " in gain.line(best.name) and "either way)" in gain.line(best.name)
+
+
+# ---- the console's table: 120 columns wide, the full one in MLflow, the report and with wide=true ---------------
+
+BASE = {
+    "train.adapter_dtype": "fp32",
+    "model.attn_implementation": "sdpa",
+    "train.dtype": "fp32",
+    "train.gradient_checkpointing": "false",
+    "train.loss": "trl",
+    "train.optimizer": "adamw_torch",
+    "train.optimizer_step": "eager",
+    "train.torch_compile": "off",
+}
+MOVES = [  # (split, the keys moved from BASE, seconds a step): a sweep over every knob, the first config its baseline
+    ("1x4", {}, 0.40),
+    ("4x1", {"train.dtype": "bf16", "train.loss": "compiled", "train.optimizer": "adamw_torch_fused"}, 0.20),
+    ("2x2", {"train.gradient_checkpointing": "true", "train.adapter_dtype": "compute"}, 0.30),
+    ("1x4", {"model.attn_implementation": "eager", "train.optimizer_step": "compiled"}, 0.38),
+]
+
+
+def _many_knobs() -> list[tuple[list[str], str, float]]:
+    from pipeline.config.identity import display_name
+
+    configs = []
+    for split, moved, seconds in MOVES:
+        values = {**BASE, **moved}
+        overrides = [f"batch.split={split}", *(f"{k}={v}" for k, v in values.items())]
+        configs.append((overrides, display_name("tiny", split, list(values.items())), seconds))
+    return configs
+
+
+def _sweep_of(store, sweep_id: str, configs, wide: bool) -> tuple[str, str]:
+    """A sweep of `configs` in two paired rounds, recorded in `store` and ended as a sweep ends: what it printed
+    and its parent run."""
+    from pipeline.jobs.context import SweepContext
+    from pipeline.jobs.sweep import SweepCallback
+    from pipeline.records import RunKind
+    from pipeline.tracking import runs
+    from tests.helpers.configs import composed
+    from tests.helpers.records import record_run
+
+    parent = runs.open_parent(store, f"sweep {sweep_id}", {runs.SWEEP: sweep_id, runs.KIND: RunKind.SWEEP})
+    for repeat in range(2):
+        for overrides, name, seconds in configs:
+            record_run(store, parent, overrides, name, [seconds * (1 + 0.03 * repeat)] * 6, repeat)
+    callback = SweepCallback()
+    callback.tracker, callback.context = store, SweepContext(sweep_id, parent, tuple(BASE))
+    callback._end(composed(*(["wide=true"] if wide else [])))
+    return parent
+
+
+def _rows_of(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def test_a_sweep_over_many_knobs_prints_120_columns_and_mlflow_and_the_report_hold_the_full_table(
+    store, tmp_path, capsys
+):
+    """The table that wrapped on a terminal (over 300 columns: every knob of every config, the notes beside): the
+    console's is 120 wide, each config by what differs from the sweep's first config; MLflow's summary.md and the
+    report keep every column and every name in full."""
+    from pipeline import results
+    from pipeline.render.document import write_report
+    from pipeline.tracking.readback import read_text
+
+    configs = _many_knobs()
+    parent = _sweep_of(store, "many", configs, wide=False)
+    printed = capsys.readouterr().out
+    table = _rows_of(printed)
+    assert table and max(len(line) for line in table) <= 120, printed
+    cells = [line.split("|")[1].strip() for line in table[2:]]
+    at = next(i for i, cell in enumerate(cells) if cell.startswith("tiny 1x4"))  # in full, over continuation rows
+    assert " ".join(cells[at:]).startswith(configs[0][1])
+    assert "| 4x1 dtype=bf16 loss=compiled" in printed and "| 2x2 adapters=compute ckpt=on " in printed
+    assert "| attn=eager optim_step=compiled " in printed
+    summary = read_text(store, parent, "summary.md")
+    result = results.read(store, parent)
+    full = format_table(result.rows, result.criteria)
+    assert full in summary and max(len(line) for line in _rows_of(full)) > 120
+    report = (write_report(store, "many", tmp_path, None) / "report.md").read_text(encoding="utf-8")
+    for _, name, _ in configs:
+        assert f"| {name} " in summary and f"| {name} " in report
+    assert "| 1x4 attn=eager" not in summary and "notes" in _rows_of(full)[0]
+
+
+def test_wide_true_prints_the_full_table(store, capsys):
+    from pipeline.tracking.readback import read_text
+
+    parent = _sweep_of(store, "wide", _many_knobs()[:2], wide=True)
+    printed = capsys.readouterr().out
+    summary = read_text(store, parent, "summary.md")
+    assert _rows_of(printed) == _rows_of(summary) and max(len(line) for line in _rows_of(printed)) > 120
+
+
+def test_a_studys_trials_are_120_columns_wide_each_by_every_key_it_differs_in():
+    """A study's labels name the keys that vary in its space; the baseline beside it names all (`dtype=fp32`), so
+    a trial whose label reads like the baseline's may differ from it in a key the space fixes (`dtype=bf16`): the
+    compact table names it by its overrides, every key of the space."""
+    from optuna.trial import TrialState
+
+    from pipeline.search.answer_table import compact_trials, format_trials
+    from pipeline.search.trials import Role, TrialRecord
+
+    def trial(number, split, moved, label_keys, role=Role.TRIAL, seconds=0.3):
+        values = {**BASE, **moved}
+        label = " ".join(["tiny", split, *(short(k, values[k]) for k in label_keys)])
+        overrides = (f"batch.split={split}", *(f"{k}={v}" for k, v in values.items()))
+        return TrialRecord(
+            number, TrialState.COMPLETE, label=label, config_id=str(number), overrides=overrides,
+            status=Status.OK, median=seconds, ci=Interval(seconds * 0.9, seconds * 1.1, 0.95), peak_gib=0.4,
+            predicted_gib=0.41, feasible=True, role=role, note="pruned at step 3 (step 3 ran 1.4 s > 2 x 0.4 s)",
+        )  # fmt: skip
+
+    searched = ["train.gradient_checkpointing", "train.loss", "train.optimizer", "train.torch_compile"]
+    baseline = trial(0, "1x4", {}, list(BASE), Role.BASELINE, 0.4)
+    records = [baseline, trial(1, "1x4", {"train.dtype": "bf16"}, searched)]
+    records.append(trial(2, "4x1", {"train.dtype": "bf16", "train.loss": "compiled"}, searched, seconds=0.2))
+    compact = compact_trials(records, 0.95, baseline)
+    table = _rows_of(compact)
+    assert max(len(line) for line in compact.splitlines()) <= 120, compact
+    cells = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in table[2:] if line.split("|")[1].strip()}
+    assert cells["1"] == "dtype=bf16" and cells["2"] == "4x1 dtype=bf16 loss=compiled"
+    assert baseline.label.startswith(cells["0"])  # the baseline in full, over continuation rows
+    assert "  #1: pruned at step 3 (step 3 ran 1.4 s > 2 x 0.4 s)" in compact.splitlines()
+    full = format_trials(records, 0.95, baseline)
+    assert all(f"| {r.label} " in full for r in records) and max(len(line) for line in full.splitlines()) > 120
+
+
+def test_a_fitted_table_wraps_its_long_cells_at_spaces_and_keeps_to_its_width():
+    from pipeline.render.text import fitted_table
+
+    lines = [["config", "step s", "rank"], ["tiny 4x1 " + " ".join(f"knob{i}=value{i}" for i in range(12)), "0.1"]]
+    lines[1].append("not told apart (within 34.6x)")
+    lines.append(["tiny 1x4", "0.2", "fastest"])
+    text = fitted_table(lines, 60, wrapped=(0, 2))
+    rows = text.splitlines()
+    assert all(len(line) <= 60 for line in rows) and rows[1].startswith("|---")
+    firsts = [c.split("|")[1].strip() for c in rows[2:]]
+    assert " ".join(firsts).split() == lines[1][0].split() + ["tiny", "1x4"]  # every word, in order
+    assert sum(1 for c in rows[2:] if c.split("|")[2].strip()) == 2  # one figure a config, the rest continuation
+    narrow = fitted_table([["c"], ["averyveryverylongword"]], 12, wrapped=(0,))
+    assert all(len(line) <= 12 for line in narrow.splitlines())  # a word breaks only where nothing else fits
+    assert fitted_table([["config", "step s"]], 60) == "| config | step s |\n|--------|--------|"  # no row yet
+
+
+def test_a_study_stopped_before_any_trial_prints_its_empty_table():
+    """Ctrl-C during the probes: the study still says what it holds, an empty table (it raised on it)."""
+    from pipeline.search.answer_table import compact_trials
+
+    assert compact_trials([], 0.95, None).splitlines()[:2] == [
+        "| # | config | status | step s | tokens/s | peak GiB | pred. GiB | fits | loss dev |",
+        "|---|--------|--------|--------|----------|----------|-----------|------|----------|",
+    ]

@@ -390,9 +390,12 @@ def _wait_for_frames(page) -> list:
 def _run_sweep_and_study(folder: Path) -> tuple[str, str, str]:
     """The study, then the sweep (the newest group is the table's first), each with its report; their console
     output, and the study's name."""
-    study = run_cli(*STUDY, "train.progress_bar=false", cwd=folder, timeout=1200, module="pipeline.optimize")
+    # the console's tables in full (wide=true), cell for cell as the report's and the card's
+    study = run_cli(
+        *STUDY, "train.progress_bar=false", "wide=true", cwd=folder, timeout=1200, module="pipeline.optimize"
+    )
     assert study.returncode == 0, study.stdout[-3000:] + study.stderr[-3000:]
-    sweep = run_cli("-m", f"batch.split={','.join(SPLITS)}", "repeats=3", *FAST, cwd=folder, timeout=1200)
+    sweep = run_cli("-m", f"batch.split={','.join(SPLITS)}", "repeats=3", "wide=true", *FAST, cwd=folder, timeout=1200)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     name = re.search(r"^\[study\] (\S+):", study.stdout, re.M)[1]
     sweep_id = re.search(r"^\[sweep\] (\S+):", sweep.stdout, re.M)[1]

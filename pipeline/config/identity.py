@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline import knobs
 
-BOOKKEEPING = ("repeat", "repeats", "sweep_id", "paths", "tracking", "launcher", "optimize")
+BOOKKEEPING = ("repeat", "repeats", "sweep_id", "paths", "tracking", "launcher", "optimize", "wide")
 VOLATILE = (("train", "progress_bar"),)  # how much is printed, not what is trained
 SHORT_KEYS = {  # beside each speed knob's own (`pipeline.knobs`)
     "train.learning_rate": "lr",

@@ -239,6 +239,7 @@ class Config:
     repeats: int = 1
     repeat: int = 0
     mem_cap: str | None = None
+    wide: bool = False
     sweep_id: str | None = None
 
 

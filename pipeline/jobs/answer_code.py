@@ -24,7 +24,7 @@ from pipeline.tracking.runs import OVERRIDES
 from pipeline.tracking.store import Tracker
 
 SCRIPTS = "scripts"
-BOOKKEEPING = ("repeat", "repeats", "sweep_id")  # not part of what is trained: left out of the reproduce line
+BOOKKEEPING = ("repeat", "repeats", "sweep_id", "wide")  # not what is trained: left out of the reproduce line
 
 
 @dataclass(frozen=True)

@@ -62,8 +62,9 @@ def job_overrides() -> list[tuple[str, str]]:
 
 
 def job_command() -> list[str]:
-    """This Hydra job's own overrides as the command line gave them, its repeat index aside (bookkeeping): with
-    `python -m pipeline.train`, they rebuild the job's config. None outside a Hydra job."""
+    """This Hydra job's own overrides as the command line gave them, its repeat index and how the console shows the
+    table aside (bookkeeping): with `python -m pipeline.train`, they rebuild the job's config. None outside a Hydra
+    job."""
     if not HydraConfig.initialized():
         return []
-    return [o for o in HydraConfig.get().overrides.task if parse_override(o)[0] not in ("repeat", "repeats")]
+    return [o for o in HydraConfig.get().overrides.task if parse_override(o)[0] not in ("repeat", "repeats", "wide")]

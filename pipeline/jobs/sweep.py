@@ -26,6 +26,7 @@ from pipeline.jobs.answer_code import sweep_answer
 from pipeline.jobs.context import COMMAND, SweepContext
 from pipeline.records import RunKind, RunState, Status
 from pipeline.render import runs_table
+from pipeline.render.compact import compact_table
 from pipeline.render.rows import Criteria, Row, comparison_rows
 from pipeline.render.table import format_table
 from pipeline.summaries import RecordedJob
@@ -98,29 +99,40 @@ class SweepCallback(Callback):
         rows = comparison_rows(jobs, criteria)
         runs_table.tag_runs(self.tracker, parent_id, rows, criteria)  # each run's rank and notes; the winner's
         winner, script = sweep_answer(self.tracker, rows)
-        table = "\n".join(
-            [format_table(rows, criteria), *pairs_lines(rows, jobs), *self._answer(rows, jobs, criteria), *winner]
-        )
+        answer = results.sweep_answer(self.tracker, rows, jobs, criteria.confidence)
+        below = [*pairs_lines(rows, jobs), *self._answer(rows, answer), *winner]
+        table = "\n".join([format_table(rows, criteria), *below])  # in full: what MLflow and `wide=true` hold
         if script is not None:
             self.tracker.artifact_text(parent_id, script.path.name, script.text)
         code, line = exits.jobs_exit_code((j.status, j.summary.fit) for j in jobs)
-        print(table, flush=True)
+        baseline = next((r for r in rows if r.config_id == jobs[0].config_id), None) if jobs else None
+        shown = compact_table(rows, criteria, baseline, "the sweep's first config")
+        print(table if config.wide else "\n".join([shown, *below]), flush=True)
         print(f"[sweep] {line}", flush=True)
         self.tracker.artifact_text(parent_id, "summary.md", table + "\n")
         ok = sum(1 for j in jobs if j.status is Status.OK)
-        self.tracker.metrics(parent_id, {"jobs_ok": ok, "jobs_total": len(jobs)})
+        self.tracker.metrics(parent_id, {"jobs_ok": ok, "jobs_total": len(jobs), **claim_metrics(answer)})
+        if answer.config is not None:
+            self.tracker.tags(parent_id, {runs.CLAIM: answer.claim})
         self.tracker.tags(parent_id, {runs.STATUS: Status.OK if code == exits.OK else Status.FAILED, runs.NOTE: line})
         self.tracker.end(parent_id, RunState.FINISHED)
         exits.ExitCode.set(code, line)
         SweepContext.clear()
         self.context = None
 
-    def _answer(self, rows: list[Row], jobs: list[RecordedJob], criteria: Criteria) -> list[str]:
+    @staticmethod
+    def _answer(rows: list[Row], answer: results.Answer) -> list[str]:
         """The sweep's answer in one line, as its report and `pipeline.sweep` give it (a tie's too), and, where the
         configs were ranked, its speed-up over the baseline or why none is claimed."""
-        answer = results.sweep_answer(self.tracker, rows, jobs, criteria.confidence)
         ranked = any(r.judgement is not None for r in rows)
         return [answer.text, *([f"  {answer.claim}"] if ranked and answer.config else [])]
+
+
+def claim_metrics(answer: results.Answer) -> dict[str, float]:
+    """The claimed speed-up as the parent run's metrics, named as a study's: none where none is claimed."""
+    if answer.speedup is None:
+        return {}
+    return {"speedup_vs_baseline": answer.speedup, "speedup_low": answer.low, "speedup_high": answer.high}
 
 
 def pairs_lines(rows: list[Row], jobs: list[RecordedJob]) -> list[str]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pipeline.records import Fit, Status
 from pipeline.render.headline import fastest_line
-from pipeline.render.rows import Criteria, Row, close, comparison_rows, notes, order
-from pipeline.render.table import format_table, paired_text, rank_text
+from pipeline.render.rows import Criteria, Row, comparison_rows, notes, order
+from pipeline.render.table import format_table, in_short, paired_text, rank_text
 from pipeline.tracking import figures, runs
 from pipeline.tracking.store import Tracker
 
@@ -82,17 +82,6 @@ def parent_tags(rows: list[Row]) -> tuple[dict[str, str], Row | None]:
         return {RANK: "no config finished" + (" under the cap" if capped else ""), TIME_VS: "-"}, None
     best = min(timed, key=lambda r: r.median)
     return {RANK: f"{best.name}: lowest median ({NOT_RANKED})", TIME_VS: "-"}, best
-
-
-def in_short(reference: Row) -> str:
-    """The reference's rank as a column of the runs table holds it: `winner`, or `fastest; equal with 1; 2 not told
-    apart` (the rows beside it say which, and by how much)."""
-    if not reference.ties:
-        return rank_text(reference)
-    near = sum(1 for r in reference.ties if close(r))
-    apart = len(reference.ties) - near
-    said = ([f"equal with {near}"] if near else []) + ([f"{apart} not told apart"] if apart else [])
-    return "; ".join([reference.role, *said])
 
 
 def _figures(row: Row) -> dict[str, float]:

@@ -58,6 +58,17 @@ def rank_text(row: Row) -> str:
     return str(row.judgement or "-")
 
 
+def in_short(reference: Row) -> str:
+    """The reference's rank without the names of its ties: `winner`, or `fastest; equal with 1; 2 not told apart`
+    (the rows beside it say which, and by how much): the runs table's, and the compact table's."""
+    if not reference.ties:
+        return rank_text(reference)
+    near = sum(1 for r in reference.ties if close(r))
+    apart = len(reference.ties) - near
+    said = ([f"equal with {near}"] if near else []) + ([f"{apart} not told apart"] if apart else [])
+    return "; ".join([reference.role, *said])
+
+
 def format_table(rows: list[Row], criteria: Criteria) -> str:
     confidence = criteria.confidence
     header = ["config", "status", step_header(confidence, rows), paired_header(confidence, rows), TOKENS_RATE, "MFU"]

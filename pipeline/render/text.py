@@ -1,7 +1,10 @@
 """The plain text pieces every table of the tool is written with: a number or a dash, a median with its interval,
-an aligned Markdown table."""
+an aligned Markdown table, and the same fitted to the console's width (its long cells wrapped) with the lines
+beside it."""
 
 from __future__ import annotations
+
+import textwrap
 
 from pipeline.summaries import Interval
 
@@ -25,3 +28,49 @@ def markdown_table(lines: list[list[object]]) -> str:
     out = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |" for line in cells]
     out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(out)
+
+
+WIDTH = 120  # the console's tables and lines, unless `wide=true`
+
+
+def table_width(lines: list[list[object]]) -> int:
+    """The width of `markdown_table(lines)`, its cells unwrapped."""
+    return _width([max(len(str(line[i])) for line in lines) for i in range(len(lines[0]))])
+
+
+def _width(widths: list[int]) -> int:
+    return sum(widths) + 3 * len(widths) + 1
+
+
+def fitted_table(lines: list[list[object]], width: int = WIDTH, wrapped: tuple[int, ...] = (0,)) -> str:
+    """`markdown_table` no wider than `width`: the cells of the `wrapped` columns (by index) break at spaces onto
+    continuation rows (the other cells empty), the widest column narrowed first, down to its longest word (a word
+    breaks only where the table cannot fit otherwise)."""
+    cells = [[str(c).replace("|", "\\|") for c in line] for line in lines]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(cells[0]))]
+    for floor in (_longest_words(cells, wrapped), dict.fromkeys(wrapped, 8)):
+        while _width(widths) > width:
+            narrower = [i for i in wrapped if widths[i] > max(floor[i], len(cells[0][i]))]
+            if not narrower:
+                break
+            widths[max(narrower, key=lambda i: widths[i])] -= 1
+    out = []
+    for n, line in enumerate(cells):
+        parts = [
+            textwrap.wrap(c, widths[i], break_on_hyphens=False) or [""] if i in wrapped and n else [c]
+            for i, c in enumerate(line)
+        ]
+        for k in range(max(len(p) for p in parts)):
+            row = [(p[k] if k < len(p) else "").ljust(w) for p, w in zip(parts, widths, strict=True)]
+            out.append("| " + " | ".join(row) + " |")
+    out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(out)
+
+
+def _longest_words(cells: list[list[str]], wrapped: tuple[int, ...]) -> dict[int, int]:
+    return {i: max((len(word) for line in cells[1:] for word in line[i].split()), default=0) for i in wrapped}
+
+
+def wrapped_lines(text: str, width: int = WIDTH, indent: str = "  ") -> list[str]:
+    """A line broken at spaces into lines no wider than `width`, the continuations indented by `indent`."""
+    return textwrap.wrap(text, width, subsequent_indent=indent, break_on_hyphens=False) or [""]

@@ -6,6 +6,7 @@ the study holds (`Decided`), then printed and logged once."""
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass, field
 
@@ -13,12 +14,19 @@ from optuna.trial import TrialState
 
 from pipeline import exits
 from pipeline.config.identity import parse_override
-from pipeline.jobs.answer_code import Exported, export_answer
+from pipeline.jobs.answer_code import BOOKKEEPING, Exported, export_answer
 from pipeline.records import GIB, RunState, Status
+from pipeline.render.text import WIDTH
 from pipeline.search import slow, speedup
-from pipeline.search.answer_table import confirmation_lines, format_trials
+from pipeline.search.answer_table import (
+    compact_names,
+    compact_trials,
+    confirmation_lines,
+    format_trials,
+    shortened,
+)
 from pipeline.search.decided import Decided
-from pipeline.search.gains import Gains, knob_gains
+from pipeline.search.gains import KNOB_ESTIMATE, Gains, knob_gains
 from pipeline.search.prior import Coverage
 from pipeline.search.scaling import Scaling, world_lines
 from pipeline.search.space import LeftOut, left_out_lines
@@ -48,8 +56,9 @@ class StudyFacts:
 @dataclass(frozen=True)
 class StudyAnswer:
     study: str
-    text: str  # what the console shows, and answer.md holds
+    text: str  # in full: what answer.md holds, and the console with wide=true
     exit_code: int
+    compact: str = ""  # what the console shows by default: the same in 120 columns
     best: TrialRecord | None = None
     command: str | None = None  # `python -m pipeline.train ...` that rebuilds the best config
     sft_kwargs: dict = field(default_factory=dict)
@@ -67,7 +76,8 @@ class StudyAnswer:
 def answer_overrides(command: list[str], best: TrialRecord) -> list[str]:
     """The overrides that rebuild the best trial's config: the study's own (its search settings aside), then the
     trial's values."""
-    return [*(o for o in command if not parse_override(o)[0].startswith("optimize")), *best.overrides]
+    kept = [o for o in command if not parse_override(o)[0].startswith("optimize")]
+    return [*(o for o in kept if parse_override(o)[0] not in BOOKKEEPING), *best.overrides]
 
 
 def reproduce(command: list[str], best: TrialRecord) -> str:
@@ -104,15 +114,26 @@ def fit_line(best: TrialRecord, setting: StudyFacts) -> str:
     return f"{head} on the run's longest micro-batch ({longest['tokens']:,} tokens; step {longest['step']:,} of {run})"
 
 
-def _best_lines(decided: Decided, best: TrialRecord, setting: StudyFacts, claim: Claim, script: str) -> list[str]:
+def _best_lines(
+    decided: Decided, best: TrialRecord, setting: StudyFacts, claim: Claim, script: str, compact: bool
+) -> list[str]:
+    """The answer: its config (compact, where its label is long: what differs from the baseline), fit, command,
+    script, SFTConfig and claim."""
+    figures = (
+        f"({best.median:.4f} s/step in the search, peak {best.peak_gib:.2f} GiB of {setting.cap_bytes / GIB:.2f} GiB)"
+    )
+    said = f"best feasible: {best.label}  {figures}"
+    if compact and len(said) > WIDTH and decided.baseline is not None and best.label != decided.baseline.label:
+        said = (
+            f"best feasible: the baseline with {compact_names(decided.records).get(best.label, best.label)}  {figures}"
+        )
     return [
-        f"best feasible: {best.label}  ({best.median:.4f} s/step in the search, peak {best.peak_gib:.2f} GiB of "
-        f"{setting.cap_bytes / GIB:.2f} GiB)",
+        said,
         f"  {fit_line(best, setting)}",
         f"  {reproduce(setting.command, best)}",
         f"  script: {script}",
         f"  {sft_call(best.sft_kwargs)}",
-        *(f"  {line.strip()}" for line in claim.lines()),
+        *(f"  {line.strip()}" for line in claim.lines(named=not compact)),
     ]
 
 
@@ -147,22 +168,37 @@ def _failure_line(decided: Decided) -> list[str]:
     ]
 
 
+def _head(
+    decided: Decided, setting: StudyFacts, claim: Claim | None, script: str, gains: Gains, compact: bool
+) -> list[str]:
+    """The trials' table, the round's lines and the answer's, what each knob bought and where its step goes: in
+    full, or in 120 columns (`compact`)."""
+    shown = [r for r in decided.records if r.state != TrialState.FAIL or r.status is not None]
+    table = compact_trials if compact else format_trials
+    lines = ["", table(shown, setting.confidence, decided.baseline, setting.busy_threshold), ""]
+    best, round_ = decided.best, decided.confirmation
+    if round_ is not None and best is not None:
+        names = shortened(shown) if compact else {}
+        names = {**names, round_.baseline: "the baseline"} if names and round_.baseline else names
+        lines += [*confirmation_lines(round_, best.label, decided.gpu_seconds, names), ""]
+    if best is not None and claim is not None:
+        lines += _best_lines(decided, best, setting, claim, script, compact)
+        lines += gains.lines()
+        named = not (compact and shortened(shown))
+        lines += slow.lines(best, decided.baseline, decided.records, setting.busy_threshold, named)
+    return lines
+
+
 def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
     """Everything the study has decided, by any worker, turned into its answer."""
-    shown = [r for r in decided.records if r.state != TrialState.FAIL or r.status is not None]
     errors = tuple(abs(r.predictor_error) for r in decided.records if r.predictor_error is not None)
-    lines = ["", format_trials(shown, setting.confidence, decided.baseline, setting.busy_threshold), ""]
+    lines: list[str] = []
     best, cap_gib, seconds = decided.best, setting.cap_bytes / GIB, decided.gpu_seconds
-    if decided.confirmation is not None and best is not None:
-        lines += [*confirmation_lines(decided.confirmation, best.label, seconds), ""]
-    scaling, claim, script, gains = None, None, None, Gains()
+    scaling, claim, script, gains, shown = None, None, None, Gains(), ""
     if best is not None:
         claim = claim_of(decided, best, setting)
         script, shown = export_answer(answer_overrides(setting.command, best), best.sft_kwargs)
-        lines += _best_lines(decided, best, setting, claim, shown)
-        gains = knob_gains(decided.records, best, decided.baseline)
-        lines += gains.lines()
-        lines += slow.lines(best, decided.baseline, decided.records, setting.busy_threshold)
+        gains = knob_gains(decided.records, best, decided.baseline, claim.speedup)
         device = decided.calibration.device if decided.calibration else None
         more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
         lines += more
@@ -180,7 +216,8 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
     lines.append(f"device time used by jobs (probes and confirmation included): {seconds:.0f} s")
     return StudyAnswer(
         study=setting.name,
-        text="\n".join(lines),
+        text="\n".join([*_head(decided, setting, claim, shown, gains, False), *lines]),
+        compact="\n".join([*_head(decided, setting, claim, shown, gains, True), *lines]),
         exit_code=code,
         best=best,
         command=reproduce(setting.command, best) if best else None,
@@ -195,6 +232,17 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
         script=script,
         gains=gains,
     )
+
+
+CLAIM_METRICS = ("speedup_vs_baseline", "speedup_low", "speedup_high")
+
+
+def withdrawn(before: dict[str, float], now: dict[str, float]) -> dict[str, float]:
+    """The claim's figures an earlier answer of this study logged and this one does not give (a resumed study whose
+    round no longer decides, or whose answer moved other knobs): NaN, MLflow's figure of none, so that the run, and
+    the card and `pipeline.study` read from it, never keep a figure the answer no longer says."""
+    stale = [k for k in before if (k in CLAIM_METRICS or k.startswith(KNOB_ESTIMATE)) and k not in now]
+    return dict.fromkeys(stale, math.nan)
 
 
 def log_answer(tracker: Tracker, parent: str, answer: StudyAnswer, finished: bool) -> None:
@@ -214,8 +262,7 @@ def log_answer(tracker: Tracker, parent: str, answer: StudyAnswer, finished: boo
         tracker.tags(parent, {runs.BASELINE: answer.baseline.label, runs.BASELINE_CONFIG: answer.baseline.config_id})
     if answer.claim is not None:
         tracker.tags(parent, {runs.CLAIM: "\n".join(line.strip() for line in answer.claim.lines())})
-    for factor in answer.gains.factors:
-        metrics.update({f"gain.{factor.key}": factor.ratio})
+    metrics.update(answer.gains.metrics())
     if answer.best is not None:
         metrics.update(best_world_size=answer.best.world_size)
     if answer.scaling is not None:
@@ -225,6 +272,6 @@ def log_answer(tracker: Tracker, parent: str, answer: StudyAnswer, finished: boo
     if answer.predictor_errors:
         errors = answer.predictor_errors
         metrics.update(predictor_error_max=max(errors), predictor_error_mean=sum(errors) / len(errors))
-    tracker.metrics(parent, metrics)
+    tracker.metrics(parent, {**withdrawn(tracker.run(parent).data.metrics, metrics), **metrics})
     tracker.tags(parent, {runs.STATUS: Status.OK if finished else Status.KILLED})
     tracker.end(parent, RunState.FINISHED if finished else RunState.KILLED)

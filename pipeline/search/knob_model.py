@@ -97,7 +97,17 @@ class Factor:
     high: float
 
     def text(self) -> str:
-        return f"{self.key}={self.after} (from {self.before}): {self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+        """`batch.split=4x1 (from 1x4): 1.28x (model estimate, 95% [0.88, 1.87])`: an estimate, said so beside it."""
+        return f"{self._move}: {self.ratio:.2f}x (model estimate, 95% [{self.low:.2f}, {self.high:.2f}])"
+
+    def estimate_text(self) -> str:
+        """The estimate without its interval, where nothing paired decided the move: `1.49x (model estimate, not
+        decided by the round)`."""
+        return f"{self._move}: {self.ratio:.2f}x (model estimate, not decided by the round)"
+
+    @property
+    def _move(self) -> str:
+        return f"{self.key}={self.after} (from {self.before})"
 
 
 @dataclass(frozen=True)

@@ -85,10 +85,12 @@ def note(record: TrialRecord, costs: dict[tuple[str, ...], MicroCost], busy_thre
     return f"{cost.seconds:.2f} s per micro-batch whatever its size"
 
 
-def step_line(role: str, record: TrialRecord, costs: dict[tuple[str, ...], MicroCost], busy_threshold: float) -> str:
+def step_line(
+    role: str, record: TrialRecord, costs: dict[tuple[str, ...], MicroCost], busy_threshold: float, named=True
+) -> str:
     """`baseline tiny 1x8: 2.780 s a step = 8 micro-batches x 0.330 s + 0.140 s (...)`, with what was measured."""
     step = measured_seconds(record)
-    parts = [f"{role} {record.label}: {step:.3f} s a step"]
+    parts = [f"{role}{f' {record.label}' if named else ''}: {step:.3f} s a step"]
     cost = costs.get(setting(record))
     if cost is not None:
         a = micro_batches(record)
@@ -114,15 +116,15 @@ def step_line(role: str, record: TrialRecord, costs: dict[tuple[str, ...], Micro
 
 
 def lines(
-    best: TrialRecord, baseline: TrialRecord | None, records: list[TrialRecord], busy_threshold: float
+    best: TrialRecord, baseline: TrialRecord | None, records: list[TrialRecord], busy_threshold: float, named=True
 ) -> list[str]:
     """The answer's and the baseline's steps, split into what was measured; none where nothing beyond the step time
-    was."""
+    was. `named`: each by its label too (the compact answer, whose lines above name them, says `answer` alone)."""
     costs = micro_costs(records)
     shown = [("baseline", baseline)] if baseline is not None and baseline.number != best.number else []
     shown.append(("answer", best))
     said = [
-        step_line(role, r, costs, busy_threshold)
+        step_line(role, r, costs, busy_threshold, named)
         for role, r in shown
         if measured_seconds(r) is not None and (setting(r) in costs or r.gpu_busy is not None or r.profile)
     ]

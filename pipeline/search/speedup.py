@@ -25,12 +25,15 @@ class Speedup:
     comparison: Comparison
     baseline: TrialRecord
 
-    def text(self) -> str:
+    def text(self, named: bool = True) -> str:
+        """The figure with its interval and the baseline (by its label where `named`: the compact lines name it
+        once, in the trials' table)."""
         c = self.comparison
         where = " (outside the space)" if self.baseline.outside else ""
+        label = f" {self.baseline.label}" if named else ""
         return (
             f"{c.speedup:.2f}x the baseline's tokens/s [{bound(c.low)}, {bound(c.high)}] ({100 * c.confidence:g}%, paired "
-            f"over {c.rounds} rounds with the baseline; baseline {self.baseline.label}{where}: "
+            f"over {c.rounds} rounds with the baseline; baseline{label}{where}: "
             f"{self.baseline.median:.4f} s/step in the search)"
         )
 
@@ -45,15 +48,15 @@ class Claim:
     over_cap: str | None = None  # the baseline does not fit: `the baseline (...) does not fit under the cap (...)`
     fitting: str | None = None  # then: the answer against the nearest config that fits, paired
 
-    def line(self) -> str:
-        said = self.speedup.text() if self.speedup else f"no speed-up over the baseline is claimed: {self.why}"
+    def line(self, named: bool = True) -> str:
+        said = self.speedup.text(named) if self.speedup else f"no speed-up over the baseline is claimed: {self.why}"
         if self.over_cap:
             said += f"; {self.over_cap}"
         return said
 
-    def lines(self) -> list[str]:
+    def lines(self, named: bool = True) -> list[str]:
         """The claim, and where the baseline does not fit, the answer against what does."""
-        return [self.line(), *([self.fitting] if self.fitting else [])]
+        return [self.line(named), *([self.fitting] if self.fitting else [])]
 
 
 def _baseline_problem(tried: list[TrialRecord]) -> str:

@@ -129,7 +129,7 @@ class StudyDriver:
             answer = self._answer(finished)
             if finished and answer.best is not None:
                 ctx.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
-            print(answer.text, flush=True)
+            print(answer.text if ctx.cfg.wide else answer.compact, flush=True)  # answer.md: the full text
             if finished:  # the runs table's rank and time ratio of every run, against the answer
                 best, base = (r.config_id if r else None for r in (answer.best, answer.baseline))
                 runs_table.tag_study(ctx.tracker, ctx.parent, Criteria.of(ctx.cfg), best, base)

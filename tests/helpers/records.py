@@ -1,6 +1,9 @@
-"""Records built from known step times, for tests of what summarises and compares them."""
+"""Records built from known step times, for tests of what summarises and compares them, and the same recorded as
+runs in a real MLflow store."""
 
 from __future__ import annotations
+
+import functools
 
 from pipeline.measure.summary import summarize_job
 from pipeline.records import JobResult, Memory, Placement, RunKind, Status, Step
@@ -51,3 +54,25 @@ def recorded(name, config_id, times, repeat=0, offset=0.0, busy=None, kind=RunKi
         losses=tuple(s.loss for s in run.steps),
         round=repeat if kind is RunKind.JOB else None,
     )
+
+
+@functools.cache
+def _spec(overrides: tuple[str, ...], name: str):
+    from pipeline.config.validate import validate
+    from pipeline.jobs.task import job_spec
+    from tests.helpers.configs import composed
+
+    return job_spec(validate(composed(*overrides)), name)
+
+
+def record_run(tracker, parent, overrides, name, times, repeat=0, kind=RunKind.JOB, tags=None) -> str:
+    """A finished job of the config `overrides` (named `name`) whose steps took `times`, recorded under `parent`
+    in a real MLflow store as a job records itself; its run id."""
+    from pipeline.tracking import runs
+
+    spec = _spec(tuple(overrides), name)
+    run_id = runs.start_job(tracker, spec, kind, parent, repeat, tags)
+    run = result(times)
+    summary = summarize_job(run, 0, 0.95)
+    runs.end_job(tracker, run_id, spec, run, summary, set(range(1, len(times) + 1)), {})
+    return run_id
