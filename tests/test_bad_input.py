@@ -33,6 +33,7 @@ CASES = [
     (["repeats=2", "--cfg", "job"], "--cfg: shows one job's config, not a sweep's", "without -m and repeats"),
     (["optimize.confirm_share=0.95"], "optimize.confirm_share: got 0.95", "a number in [0, 0.9)"),
     (["optimize.confirm_within=-1"], "optimize.confirm_within: got -1", "a number >= 0"),
+    (["optimize.confirm_floor_s=-5"], "optimize.confirm_floor_s: got -5", "a number of seconds >= 0"),
     (["batch.effective=abc"], "batch.effective: got 'abc'", "an integer"),
     (["mem_cap=14 GB?"], "mem_cap: got '14 GB?'", "a size like 14GiB, 14.5GB or 15000MiB"),
     (["mem_cap=14"], "mem_cap: got '14'", "a size like 14GiB"),

@@ -42,18 +42,24 @@ BASELINE = "4x1 ckpt=on fp16"  # the seed's setting
 
 
 def simulated_study(
-    rng: random.Random, chosen: confirmation.RoundSettings, space=SPACE, trial_steps=15, warmup=5, **machine
+    rng: random.Random,
+    chosen: confirmation.RoundSettings,
+    space=SPACE,
+    trial_steps=15,
+    warmup=5,
+    baseline_label=BASELINE,
+    **machine,
 ):
     """A study as `pipeline.optimize` runs it, on a simulated machine: two probes, the baseline first and the other
     configs in a random order, each trial pruned (from its second step on) when the median of three steps passes 1.3x
     the best so far; then the real finalist choice, confirmation round and paired speed-up. Returns the decided
     study, the device seconds of its search, and the true speed-up of its answer over the baseline."""
     box = Machine(rng, **machine)
-    spent = box.job(0.1, 4, 1).seconds + box.job(space[BASELINE], 4, 1).seconds
-    order = [BASELINE, *rng.sample([n for n in space if n != BASELINE], len(space) - 1)]
+    spent = box.job(0.1, 4, 1).seconds + box.job(space[baseline_label], 4, 1).seconds
+    order = [baseline_label, *rng.sample([n for n in space if n != baseline_label], len(space) - 1)]
     records, best = [], None
     for number, name in enumerate(order):
-        threshold = None if name == BASELINE or best is None else 1.3 * best
+        threshold = None if name == baseline_label or best is None else 1.3 * best
 
         def stop(step, times, threshold=threshold):
             return threshold is not None and step == 4 and statistics.median(times[1:4]) > threshold
@@ -72,7 +78,7 @@ def simulated_study(
                 warmup_times=tuple(run.warmup),
                 gpu_seconds=run.seconds,
                 feasible=True,
-                role=Role.BASELINE if name == BASELINE else Role.TRIAL,
+                role=Role.BASELINE if name == baseline_label else Role.TRIAL,
             )
         )
         if ok:
@@ -87,7 +93,7 @@ def simulated_study(
     finalists = confirmation.choose(eligible, baseline, chosen)
     record = confirmation.run_round(finalists, baseline.label, chosen, spent, confirm_run) if finalists else None
     decided = Decided(records, baseline, eligible, None, record)
-    return decided, spent, space[BASELINE] / space[decided.best.label]
+    return decided, spent, space[baseline_label] / space[decided.best.label]
 
 
 # ---- the paired statistic ------------------------------------------------------------------------------------------
@@ -367,6 +373,58 @@ def test_the_round_survives_the_study_storage_as_it_was():
 
     again = confirmation.ConfirmationRecord.of(json.loads(json.dumps(record.to_attr())))
     assert again == record and again.rounds == 2
+
+
+# The tiny model's splits on a quiet 2-core CPU, one thread a job: 1.3x from the fastest to the baseline, jobs of two
+# seconds' start-up and a tenth of a second a step, processes 10% apart, steps 10% noisy.
+SMALL_STUDY = {"4x1": 0.10, "2x2": 0.12, "1x4": 0.13}
+
+
+def _decided_share(floor_s: float, studies: int = 200) -> tuple[float, float]:
+    """Of `studies` small studies (SMALL_STUDY, baseline 1x4), the share whose round ends decided (every comparison
+    with the answer faster, slower, or equal within 10%), and the most device seconds a round spent."""
+    rng = random.Random(20261204)
+    decided, most = 0, 0.0
+    for _ in range(studies):
+        study, _, _ = simulated_study(
+            rng,
+            confirm_settings(floor_s=floor_s),
+            space=SMALL_STUDY,
+            trial_steps=8,
+            warmup=2,
+            baseline_label="1x4",
+            offset=0.10,
+            drift=0.05,
+            step_cv=0.10,
+        )
+        record = study.confirmation
+        comparisons = record.state.comparisons(study.best.label) if record else []
+        decided += all(c.settled(0.05) or c.margin <= 0.10 for c in comparisons)
+        most = max(most, record.state.seconds if record else 0.0)
+    return decided / studies, most
+
+
+def test_a_small_studys_round_buys_the_rounds_a_decision_needs_up_to_its_floor_in_seconds(capsys):
+    """A study of a few seconds a trial: its share (25%) buys the claim's three short rounds, which leave a 1.3x gap
+    undecided in about half of such studies; the floor in seconds (30 s, optimize.confirm_floor_s) buys the rounds
+    that decide it in nearly all, and the round never spends much past the floor (a whole round at most)."""
+    without, _ = _decided_share(0.0)
+    with_floor, most = _decided_share(30.0)
+    capsys.readouterr()
+    print(f"decided: {without:.3f} without a floor, {with_floor:.3f} with 30 s (round at most {most:.1f} s)")
+    assert without < 0.75
+    assert with_floor >= 0.95
+    assert most <= 30.0 * 1.3
+
+
+def test_the_round_budget_is_the_share_or_the_floor_whichever_is_more_and_at_most_the_cap():
+    settings = confirm_settings(share=0.25, floor_s=30.0)
+    assert settings.budget(300.0) == pytest.approx(100.0)  # the share: a third of what the search spent
+    assert settings.budget(30.0) == 30.0  # the share buys 10 s: the floor
+    assert confirm_settings(share=0.25, floor_s=30.0, budget_s=20.0).budget(30.0) == 20.0
+    assert settings.governs(30.0, 30.0).startswith("the floor, optimize.confirm_floor_s; the share, 25%, buys 10 s")
+    assert settings.governs(300.0, 100.0) == "25% of the study's device time"
+    assert settings.governs(30.0, 45.0) == "what the answer's claim needs"
 
 
 # ---- a study on a drifting machine: the acceptance of the paired design ------------------------------------------------

@@ -30,7 +30,15 @@ from tests.helpers.runs import mlflow_runs, the_study
 from tests.helpers.wait import wait_until
 
 # A short study of the tiny model: jobs of a few steps, probes of two.
-SHORT = ["train.steps=6", "measure.warmup_steps=1", "optimize.probe_steps=2", "optimize.confirm_steps=3"]
+# Its confirmation round as the share buys it (no floor in seconds): these tests check what a round holds, and a
+# floor of half a minute a study would double the file's time.
+SHORT = [
+    "train.steps=6",
+    "measure.warmup_steps=1",
+    "optimize.probe_steps=2",
+    "optimize.confirm_steps=3",
+    "optimize.confirm_floor_s=0",
+]
 CLAIM = re.compile(
     r"^  (?P<figure>\d+\.\d\dx the baseline's tokens/s \[\d+\.\d+, \d+\.\d+\] \(95%, paired over (?P<rounds>\d+) "
     r"rounds with the baseline; .*)$|^  no speed-up over the baseline is claimed: (?P<why>.+)$",

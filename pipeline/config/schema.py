@@ -193,6 +193,7 @@ class OptimizeConfig:
     confirm_within: float = 0.3  # challengers: search median within this of the best's (drift reaches 15-30%)
     confirm_share: float = 0.25  # of the study's device time (the round's own included) the round may spend
     confirm_budget_s: float | None = None  # device seconds at most, besides the share (null: the share alone)
+    confirm_floor_s: float = 30.0  # device seconds the round may spend whatever the share (a small study's)
     confirm_steps: int = 30  # steady steps of a confirmation run at most (the plan picks the length from the noise)
     confirm_rounds: int = 20  # rounds at most (each runs every open finalist once, in a rotated order)
     tie_tolerance: float = 0.05  # a comparison is settled as equal once its interval lies within this

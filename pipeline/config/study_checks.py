@@ -65,6 +65,7 @@ def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
     at_least("optimize.confirm_rounds", o.confirm_rounds, 3)
     if o.confirm_budget_s is not None:
         at_least("optimize.confirm_budget_s", o.confirm_budget_s, 0, "a number (or null: the share alone)")
+    at_least("optimize.confirm_floor_s", o.confirm_floor_s, 0, "a number of seconds")
     in_range("optimize.tie_tolerance", o.tie_tolerance, 0.0, 0.5)
     at_least("optimize.max_loss_dev", o.max_loss_dev, 0, "a number")
     if o.study_name is not None:

@@ -139,7 +139,7 @@ def confirmation_lines(
     if record.rounds == 0:
         return [
             f"confirmation round: not run; its budget, {record.budget_s:.0f} s, buys fewer than two rounds of "
-            f"{', '.join(names)}: raise optimize.confirm_share (or optimize.confirm_budget_s), or train more steps"
+            f"{', '.join(names)}: raise optimize.confirm_share (or optimize.confirm_floor_s), or train more steps"
         ]
     stopped = "" if record.finished else " (the study stopped during the round; the same command goes on with it)"
     lines = [

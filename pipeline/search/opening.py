@@ -36,7 +36,7 @@ OBJECTIVE = "step s"
 IDENTITY = "identity"  # the study's user attribute: the config identity it answers for (`bound_identity`)
 SEARCH_SETTINGS = ("trials", "sampler", "seed", "storage", "study_name")  # shape how, not what, is answered
 # how long the confirmation round may go on, not what it pairs: left out of what a named study is bound to
-ROUND_BUDGET = ("confirm_share", "confirm_budget_s", "confirm_rounds")
+ROUND_BUDGET = ("confirm_share", "confirm_budget_s", "confirm_floor_s", "confirm_rounds")
 
 
 def study_name(cfg: DictConfig, cap_bytes: int, leave_out: tuple[str, ...] = ()) -> str:

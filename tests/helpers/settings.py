@@ -17,6 +17,7 @@ CPU_STUDY = [
     "train.steps=8",
     "measure.warmup_steps=2",
     "optimize.probe_steps=3",
+    "optimize.confirm_floor_s=0",  # the round as its share buys it: what a round holds, not how long a small one runs
 ]
 
 # A study whose confirmation round always runs between two finalists: two small trials, both measured in full however
@@ -32,6 +33,7 @@ ROUND_STUDY = [
     "train.progress_bar=false",
     "optimize.confirm=always",
     "optimize.prune_factor=100",
+    "optimize.confirm_floor_s=0",
 ]
 
 DEFAULTS = dict(

@@ -8,7 +8,9 @@ from pairs; the best eligible trial of every other world size the study searched
 against one device (or what more devices would give) comes from pairs too; then the eligible trials whose search
 median is within `confirm_within` of the best's (every eligible trial with `confirm=always`), at most `confirm_k`
 besides the baseline. The budget is `confirm_share` of the
-study's device time, the round's own included (and at most `confirm_budget_s` where set); when it cannot buy three
+study's device time, the round's own included, or `confirm_floor_s` where that is more (a study of a few seconds a
+trial would otherwise buy three short rounds, too few to decide a gap of 1.2x on a noisy CPU), and at most
+`confirm_budget_s` where set; when it cannot buy three
 rounds of them all, the lowest-priority finalists are left out, and the answer says so. The answer's claim against
 the baseline is bought whatever the share: at least MIN_ROUNDS paired rounds of the best and the baseline at the
 shortest runs (`minimum_claim_s`), the share then governing only the other finalists.
@@ -42,6 +44,7 @@ class RoundSettings:
     max_rounds: int
     tolerance: float
     confidence: float
+    floor_s: float = 0.0  # device seconds the round may spend whatever the share (the cap, budget_s, still holds)
 
     @classmethod
     def of(cls, cfg) -> RoundSettings:
@@ -56,12 +59,25 @@ class RoundSettings:
             o.confirm_rounds,
             o.tie_tolerance,
             cfg.measure.confidence,
+            o.confirm_floor_s,
         )
 
     def budget(self, spent_s: float) -> float:
-        """The round's device seconds: `share` of the study's whole time, given what the study spent before it."""
-        budget = self.share / (1 - self.share) * spent_s
+        """The round's device seconds: `share` of the study's whole time, given what the study spent before it, or
+        the floor where that is more (a small study's share buys too few rounds to decide); at most `budget_s`."""
+        budget = max(self.share / (1 - self.share) * spent_s, self.floor_s)
         return budget if self.budget_s is None else min(budget, self.budget_s)
+
+    def governs(self, spent_s: float, budget_s: float) -> str:
+        """What set the round's budget, in the words of its settings."""
+        share_s = self.share / (1 - self.share) * spent_s
+        if budget_s > self.budget(spent_s):
+            return "what the answer's claim needs"
+        if self.budget_s is not None and self.budget_s < max(share_s, self.floor_s):
+            return "at most optimize.confirm_budget_s"
+        if self.floor_s > share_s:
+            return f"the floor, optimize.confirm_floor_s; the share, {100 * self.share:g}%, buys {share_s:.0f} s"
+        return f"{100 * self.share:g}% of the study's device time"
 
 
 @dataclass(frozen=True)
@@ -268,7 +284,7 @@ def run_round(
     )
     print(
         f"[study] confirmation round: {', '.join(names)}; runs of {warmup} + {plan.steps} steps, budget {budget:.0f} s "
-        f"({100 * settings.share:g}% of the study's device time, or what the answer's claim needs), {least}",
+        f"({settings.governs(spent_s, budget)}), {least}",
         flush=True,
     )
     measure = lambda name, number, steps: run(by_label[name], number, warmup, steps)  # noqa: E731
