@@ -470,3 +470,19 @@ def test_a_studys_paired_speedup_covers_the_truth_and_its_round_decides_within_i
     # beyond the share only by what the answer's claim needs: its own budget, with the margin of a secured round
     assert all(ratio <= 1.5 for ratio in over)
     assert decided / STUDIES >= 0.90
+
+
+def test_the_rounds_lines_give_each_finalists_speed_from_process_to_process():
+    """One line a finalist: how many fresh processes ran it in the round, the range of their figures, and the
+    farthest from their median; a finalist that ran once has no spread to give."""
+    from pipeline.search.answer_table import confirmation_lines
+
+    state = ConfirmationRound(["a", "b", "c"], 0.95, 0.05)
+    state.times = {"a": {0: 1.0, 1: 1.1, 2: 0.95}, "b": {0: 2.0, 1: 2.04, 2: 2.02}, "c": {0: 3.0}}
+    state.steps = {0: 5, 1: 5, 2: 5}
+    state.seconds = 40.0
+    record = confirmation.ConfirmationRecord(state, warmup=1, steps=5, budget_s=60.0, baseline="b")
+    lines = confirmation_lines(record, "a", total_s=100.0, shown={"a": "tiny 4x1"})
+    assert "  tiny 4x1: 3 fresh processes, 0.9500-1.1000 s/step, farthest 10.0% from their median" in lines
+    assert "  b: 3 fresh processes, 2.0000-2.0400 s/step, farthest 1.0% from their median" in lines
+    assert not [line for line in lines if line.startswith("  c: ")]

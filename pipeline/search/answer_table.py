@@ -5,6 +5,7 @@ each config by what differs from the baseline (`render.names`); the notes under 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 from pipeline.compare.paired import Comparison
 from pipeline.config.identity import display_name, parse_override
@@ -129,6 +130,24 @@ def renamed(comparison: Comparison, names: dict[str, str]) -> Comparison:
     )
 
 
+def spread_lines(times: dict[str, dict[int, float]], shown: dict[str, str]) -> list[str]:
+    """Each finalist's speed from process to process: its runs' figures in the round (one fresh process each), their
+    range and the farthest from their median, so that a reader sees how much one run of the exported script may
+    differ from the figure the table gives."""
+    lines = []
+    for name, by_round in times.items():
+        figures = sorted(by_round.values())
+        if len(figures) < 2:
+            continue
+        middle = statistics.median(figures)
+        farthest = max(abs(f / middle - 1) for f in figures)
+        lines.append(
+            f"  {shown.get(name, name)}: {len(figures)} fresh processes, {figures[0]:.4f}-{figures[-1]:.4f} s/step, "
+            f"farthest {100 * farthest:.1f}% from their median"
+        )
+    return lines
+
+
 def confirmation_lines(
     record: ConfirmationRecord, winner: str, total_s: float, shown: dict[str, str] | None = None
 ) -> list[str]:
@@ -149,6 +168,7 @@ def confirmation_lines(
         + ", ".join(names)
     ]
     lines += [f"  {renamed(c, shown).sentence()}" for c in s.comparisons(winner)]
+    lines += spread_lines(s.times, shown)
     if record.left_out:
         left = ", ".join(shown.get(n, n) for n in record.left_out)
         lines.append(f"  not re-measured (the budget buys too few rounds): {left}")
