@@ -70,6 +70,17 @@ class Compile(StrEnum):
         return cls(COMPILE_ALIASES.get(text, text))
 
 
+class Role(StrEnum):
+    """What a module outside this folder finds a knob by where it must find one (`pipeline.knobs.role`), never its
+    key: the settings the memory formula and the probes hold as their own."""
+
+    DTYPE = "dtype"  # the precision the model computes in: the formula's bytes per element
+    CHECKPOINTING = "checkpointing"  # whether the layers recompute: the formula's and the step estimate's
+    COMPILE = "compile"  # what is compiled (a `Compile` value): the formula's
+    ATTENTION = "attention"  # the attention kernels: the formula's
+    LAYOUT = "layout"  # how a micro-batch's rows are laid out: the probes measure each searched one
+
+
 COMPILE_ALIASES = {"true": Compile.REGIONAL.value, "false": Compile.OFF.value}
 # the train.compile_mode values that record CUDA graphs (`compile_mode.CUDA_GRAPH_MODES`), here because the padding
 # reads them too: under them a micro-batch padded to its longest is padded to a length bucket
@@ -133,6 +144,8 @@ class Knob:
     aliases: Mapping[str, str] = MappingProxyType({})  # other spellings of a choice, e.g. `true` for `regional`
     short: str | None = None  # its name in a config's display name; None: its name
     searched: tuple[Any, ...] = ()  # the values a study over everything this setting can run tries
+    role: Role | None = None  # what another module finds it by, where one must (`Role`)
+    card: tuple[int, str] | None = None  # its place and words on a result card's setting line; None: not there
 
     @property
     def section(self) -> str:
@@ -161,6 +174,14 @@ class Knob:
     def value(self, section: Any) -> Any:
         """Its value in a config section (the schema's dataclass or a DictConfig)."""
         return getattr(section, self.name)
+
+    def of(self, config: Any) -> Any:
+        """Its value in a whole config (the schema's dataclasses or a DictConfig)."""
+        return self.value(getattr(config, self.section))
+
+    def set_in(self, config: Any, value: Any) -> None:
+        """Set its value in a whole config (a DictConfig, or the schema's dataclasses)."""
+        setattr(getattr(config, self.section), self.name, value)
 
     def same_job_as(self, value: Any, s: Setting) -> tuple[Any, str] | None:
         """None where `value` makes a job of its own in setting `s`; else the value whose job it runs there and why
@@ -226,6 +247,26 @@ class Knob:
 
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
         """The SFTConfig arguments it sets; `dtype` and `device` are the job's, resolved."""
+        return {}
+
+    def recomputes(self, train: Any) -> bool:
+        """Whether its value has the layers recompute their forward in the backward (the job's FLOPs count it)."""
+        return False
+
+    def packs(self, train: Any) -> bool:
+        """Whether its value packs records into rows of max_length (the job reads the records that fill them)."""
+        return False
+
+    def truncates(self, train: Any) -> bool:
+        """Whether the job's records come truncated to max_length before the collator (which enforces none)."""
+        return False
+
+    def one_shape(self, train: Any) -> bool:
+        """Whether its value gives every micro-batch one shape, whatever the records' lengths."""
+        return False
+
+    def model_kwargs(self, model: Any) -> dict[str, Any]:
+        """The model's `from_pretrained` (and `from_config`) arguments it sets, from the model section."""
         return {}
 
     def compiles(self, train: Any) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import CPU, Knob, Setting
+from pipeline.knobs.base import CPU, Knob, Role, Setting
 
 
 class Dtype(StrEnum):
@@ -31,6 +31,13 @@ class DtypeKnob(Knob):
     default = Dtype.AUTO
     help = "auto: bf16 where supported, fp16 on other GPUs, fp32 on the CPU"
     searched = (Dtype.BF16, Dtype.FP16)  # fp32 trains the same at twice the bytes; auto is one of the two
+    role = Role.DTYPE
+    card = (2, "dtype {}")
+    resolve = staticmethod(resolve)
+
+    def is_auto(self, value: Any) -> bool:
+        """Whether `value` leaves the dtype to the device (what a job resolves when it opens one)."""
+        return value == Dtype.AUTO
 
     def refuses(self, s: Setting) -> str | None:
         dtype, gpu = s.train.dtype, s.gpu

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.knobs.base import Knob, Memory
+from pipeline.knobs.base import Knob, Memory, Role
 
 
 class GradientCheckpointingKnob(Knob):
@@ -14,9 +14,14 @@ class GradientCheckpointingKnob(Knob):
     help = "recompute each layer's activations in the backward pass: less memory, more compute"
     short = "ckpt"
     searched = (True, False)
+    role = Role.CHECKPOINTING
+    card = (3, "checkpointing {}")
 
     def memory(self, value: bool) -> Memory:
         return Memory(checkpointed=value)
+
+    def recomputes(self, train: Any) -> bool:
+        return bool(train.gradient_checkpointing)
 
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
         on = train.gradient_checkpointing

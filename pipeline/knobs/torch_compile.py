@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipeline.knobs.base import COMPILE_ALIASES, Compile, Knob, Memory
+from pipeline.knobs.base import COMPILE_ALIASES, Compile, Knob, Memory, Role
 from pipeline.knobs.compile_mode import KNOB as MODE
 from pipeline.knobs.compile_mode import CompileMode
 
@@ -59,6 +59,8 @@ class TorchCompileKnob(Knob):
     aliases = COMPILE_ALIASES
     short = "compile"
     searched = (Compile.OFF, Compile.REGIONAL)  # whole compiles for minutes per config, to regional's speed
+    role = Role.COMPILE
+    card = (4, "compile {}")
 
     def canonical(self, value: Any) -> str:
         return Compile.of(value).value

@@ -8,8 +8,8 @@ its rows' squared lengths, a padding-free row being one):
 - activations / token: without checkpointing every layer keeps b x (6h + 4q + 4i) + 8h (fp32 norms; q = n_heads d),
                        compiled layers b x (6q + 2i) + 8h (no element-wise intermediates); with checkpointing each
                        layer keeps its input (b x h) and one layer is recomputed in full
-- attention / S:       what attention without a fused kernel keeps of its scores (`model.attn_implementation=eager`:
-                       the probabilities in fp32, and in the compute dtype where it is narrower), per head and layer
+- attention / S:       what attention without a fused kernel keeps of its scores (eager attention, the attention
+                       knob's term: the probabilities in fp32, and in the compute dtype where it is narrower), per head and layer
 - loss buffers / token: 8 bytes (TRL's fused LM head computes log-probabilities in tiles and never holds the full
                        logits; the tile's workspace is a constant, left to the offset)
 - the speed knobs:     each knob's memory term (`pipeline.knobs`), beside the job's other knobs (searched or held by
@@ -26,13 +26,15 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from pipeline.knobs import Memory, unmodelled
+from pipeline.knobs import Memory, Role, role, unmodelled
 from pipeline.knobs import memory as knob_memory
 from pipeline.measure.flops import Shape
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 LORA_STATE_BYTES = 16
 LOSS_BYTES_PER_TOKEN = 8
+# the knobs the formula holds a field of its own for (`Knobs`, each field named as its role), the dtype first
+FORMULA_ROLES = (Role.DTYPE, Role.CHECKPOINTING, Role.COMPILE, Role.ATTENTION)
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Knobs:
     checkpointing: bool
     other: tuple[tuple[str, str], ...] = ()
     compile: str = "off"
-    attention: str = "sdpa"  # model.attn_implementation, which the formula sees
+    attention: str = "sdpa"  # the attention kernels, which the formula sees
     tokens: int | None = None  # T of the micro-batch measured or predicted; None: micro x max_length
     squares: int | None = None  # S; None: micro x max_length^2
     held: tuple[tuple[str, str], ...] = ()
@@ -81,11 +83,7 @@ class Knobs:
     @property
     def values(self) -> dict[str, str]:
         """Every knob value its memory term reads (a searched value over a held one)."""
-        own = {
-            "train.gradient_checkpointing": str(self.checkpointing),
-            "train.torch_compile": self.compile,
-            "model.attn_implementation": self.attention,
-        }
+        own = {role(r).key: str(getattr(self, r.value)) for r in FORMULA_ROLES if r is not Role.DTYPE}
         return {**dict(self.held), **dict(self.other), **own}
 
 
