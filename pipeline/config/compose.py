@@ -118,9 +118,7 @@ def translate(err: BaseException) -> ConfigError:
     return ConfigError(key or "override", _first_line(err))
 
 
-SPACE_FORM = (
-    "'++optimize.space={train.dtype:[fp16,bf16],...}' (the whole space, config keys with their candidate values)"
-)
+SPACE_FORM = "'++optimize.space={batch.split:[4x1,2x2],...}' (the whole space, config keys with their candidate values)"
 
 
 def _unparsable(err: OverrideParseException) -> ConfigError:
