@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from pipeline import knobs
 from pipeline.config.schema import GROUPS, choices_of
-from pipeline.knobs.base import Memory
+from pipeline.knobs.base import Knob, Memory
 from tests.helpers.cli import REPO, run_python
 
 
@@ -79,6 +79,20 @@ def test_a_knobs_memory_term_is_what_the_predictor_adds():
     )  # compiled layers fuse the casts: the compiled layers' keep alone
     assert knobs.memory([("train.loss", "compiled")]) == Memory(logit_bytes=9.4)  # the logits, upcast to fp32
     assert knobs.memory([("train.loss", "model")]) == Memory(logit_bytes=17.4)  # and their log-softmax, gradients
+
+
+def test_the_docs_table_of_memory_terms_has_a_row_for_each_knob_with_a_term():
+    """docs/studies.md's table is written at build time (docs/hooks.py) from each knob's `term_text`; a knob that
+    has a term (it overrides `memory` or `memory_in`) says it there."""
+    from docs.hooks import TERMS, terms_table
+
+    with_term = [
+        k.key for k in knobs.registry() if type(k).memory is not Knob.memory or type(k).memory_in is not Knob.memory_in
+    ]
+    assert len(with_term) >= 7 and all(knobs.by_key()[key].term_text for key in with_term), with_term
+    rows = [line.split(" | ")[0].strip("| `") for line in terms_table().splitlines()[2:]]
+    assert rows == [k.key for k in knobs.registry() if k.term_text]
+    assert TERMS in (REPO / "docs" / "studies.md").read_text(encoding="utf-8")
 
 
 def test_the_parent_reads_the_knobs_without_importing_torch(tmp_path):

@@ -32,6 +32,7 @@ class AttentionKnob(Knob):
     short = "attn"
     searched = tuple(a for a in Attention if a != Attention.EAGER)  # eager attention is sdpa unfused
     role = Role.ATTENTION
+    term_text = ("`eager`: its scores, growing with a row's squared length", "")
 
     def dropped_in(self, lengths_vary: bool, cuda: bool) -> dict[Any, str]:
         """sdpa alone on the CPU: its fused kernel is the CPU's, flex attention compiles a slower one there, and the

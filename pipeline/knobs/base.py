@@ -146,6 +146,7 @@ class Knob:
     searched: tuple[Any, ...] = ()  # the values a study over everything this setting can run tries
     role: Role | None = None  # what another module finds it by, where one must (`Role`)
     card: tuple[int, str] | None = None  # its place and words on a result card's setting line; None: not there
+    term_text: tuple[str, str] | None = None  # its memory term in words, and beside what (the docs' table of terms)
 
     @property
     def section(self) -> str:

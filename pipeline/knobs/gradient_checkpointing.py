@@ -15,6 +15,7 @@ class GradientCheckpointingKnob(Knob):
     short = "ckpt"
     searched = (True, False)
     role = Role.CHECKPOINTING
+    term_text = ("each layer keeps its input, one is recomputed (the shares then apply to nothing)", "")
     card = (3, "checkpointing {}")
 
     def memory(self, value: bool) -> Memory:
