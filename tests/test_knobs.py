@@ -108,11 +108,11 @@ def test_the_parent_reads_the_knobs_without_importing_torch(tmp_path):
 def readme_knob() -> str:
     """The module the docs' development page shows as a new knob."""
     text = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
-    return re.search(r"`pipeline/knobs/tf32\.py`:\n\n```python\n(.*?)```", text, re.S).group(1)
+    return re.search(r"`pipeline/knobs/activation_offloading\.py`[^`]*:\n\n```python\n(.*?)```", text, re.S).group(1)
 
 
-# Run in a fresh interpreter (the schema's dataclasses are made at its import): the README's module put on the
-# folder's path, then every reader of the registry asked about it.
+# Run in a fresh interpreter (the schema's dataclasses are made at its import): the docs' module put on the folder's
+# path, then every reader of the registry asked about it.
 READERS = """
 import json, sys
 import pipeline.knobs
@@ -125,6 +125,13 @@ from pipeline.config.help import help_text
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.schema import TrainConfig, typed
 from pipeline.config.validate import validate
+from pipeline.measure.flops import Shape
+from pipeline.search.calibration import knobs_of
+from pipeline.search.formula import LOSS_BYTES_PER_TOKEN
+from pipeline.search.predictor import Predictor
+
+KEY = "train.activation_offloading"
+GRAPHS = ["train.torch_compile=regional", "train.compile_mode=reduce-overhead", "batch.split=4x1"]
 
 def refusal(*overrides):
     try:
@@ -132,40 +139,60 @@ def refusal(*overrides):
     except ConfigError as err:
         return str(err)
 
-on, off = compose_job("config", ["train.tf32=true"]), compose_job("config", [])
+on, off = compose_job("config", [f"{KEY}=true"]), compose_job("config", [])
 train = typed(on).train
+predictor = Predictor(Shape.from_model(off.model), 16, ["all-linear"])
+held, searched = [knobs_of(on, ["batch.split"]), knobs_of(off, ["batch.split"])], knobs_of(on, ["batch.split", KEY])
 print(json.dumps({
-    "default": TrainConfig().tf32,
+    "default": TrainConfig().activation_offloading,
     "help": help_text("pipeline.train", "x\\n\\ny"),
-    "refused": [refusal("gpu=cpu", "train.tf32=true"), refusal("train.tf32=maybe"), refusal("gpu=cpu")],
-    "ids": [config_id(on), config_id(off), config_id(compose_job("config", ["train.tf32=false"]))],
-    "name": display_name("tiny", "4x1", [("train.tf32", "true")]),
-    "sft": [sft_kwargs(4, 1, train, "fp32", "cpu")["tf32"], sft_kwargs(4, 1, typed(off).train, "fp32", "cpu")["tf32"]],
+    "refused": [
+        refusal(f"{KEY}=true", *GRAPHS), refusal(f"{KEY}=maybe"), refusal(f"{KEY}=true"), refusal(f"{KEY}=false", *GRAPHS)
+    ],
+    "ids": [config_id(on), config_id(off), config_id(compose_job("config", [f"{KEY}=false"]))],
+    "name": display_name("tiny", "4x1", [(KEY, "true")]),
+    "sft": [sft_kwargs(4, 1, train, "fp32", "cpu")["activation_offloading"], sft_kwargs(4, 1, typed(off).train, "fp32", "cpu")["activation_offloading"]],
     "script": script_text(typed(on), sft_kwargs(4, 1, train, "bf16", "cuda"), "tiny 4x1", "x", "python -m ..."),
+    "activations": [predictor.terms(k).activations for k in [*held, searched]],
+    "predicted": [predictor.predict(k) for k in [*held, searched]],
+    "loss_bytes": LOSS_BYTES_PER_TOKEN,
 }))
 """
 
 
 def test_a_new_knob_is_one_module_that_every_reader_of_the_registry_sees(tmp_path):
+    """The docs' example knob, added as its module alone: the schema, --help, validation (its type, and its rule
+    against another knob, in its own line), identity, the display name, the SFTConfig arguments, the script, and the
+    memory predictor (its term, held at the config's value or searched) all read it."""
     folder = tmp_path / "more_knobs"
     folder.mkdir()
-    (folder / "tf32.py").write_text(readme_knob(), encoding="utf-8")
+    (folder / "activation_offloading.py").write_text(readme_knob(), encoding="utf-8")
     proc = run_python("-c", READERS, str(folder), cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["default"] is False  # the schema's field, its default the module's
-    assert "  train.tf32                  true | false\n" in seen["help"]
-    assert "fp32 matrix products on TF32 tensor cores (a GPU of Ampere or later)" in seen["help"]
-    assert seen["refused"] == [
-        "train.tf32: true needs a CUDA device; accepted on the CPU: false",  # its rule
-        "train.tf32: got 'maybe'; accepted: true or false",  # its type
-        None,
-    ]
+    assert "  train.activation_offloading true | false\n" in seen["help"]
+    assert (
+        "move the layers' activations to the CPU until the backward pass: less memory, more transfers" in seen["help"]
+    )
+    pair, typo, alone, graphs_alone = seen["refused"]
+    # its rule against another knob, in its own line
+    assert (
+        pair
+        == "train.activation_offloading: true beside CUDA graphs (train.compile_mode=reduce-overhead); accepted there: false"
+    )
+    assert typo == "train.activation_offloading: got 'maybe'; accepted: true or false"  # its type
+    assert alone is None
+    assert graphs_alone is None or graphs_alone.startswith("train.compile_mode: ")  # the pair is what it refuses
     on, off, written_off = seen["ids"]
     assert on != off == written_off  # part of the identity
-    assert seen["name"] == "tiny 4x1 tf32=on"
+    assert seen["name"] == "tiny 4x1 offload=on"
     assert seen["sft"] == [True, False]
-    assert "        tf32=True,\n" in seen["script"]
+    assert "        activation_offloading=True,\n" in seen["script"]
+    # its memory term: the layers keep none of their activations, only the loss's buffers are left per token
+    held_on, held_off, searched_on = seen["activations"]
+    assert held_on == searched_on == seen["loss_bytes"] < held_off
+    assert seen["predicted"][0] == seen["predicted"][2] < seen["predicted"][1]
 
 
 @pytest.mark.parametrize("knob", knobs.registry(), ids=lambda k: k.key)
