@@ -58,6 +58,12 @@ class AttentionKnob(Knob):
         logits = str(setting.get("train.loss", Loss.TRL)) in (Loss.MODEL, Loss.COMPILED)
         return str(value) if value != Attention.SDPA and compiled and graphs and logits else None
 
+    @staticmethod
+    def score_bytes(element: int) -> int:
+        """What attention without a fused kernel keeps of a score (`search.formula`): its fp32 probability, and its
+        copy in the compute dtype (`element` bytes) where that is narrower."""
+        return 4 + (element if element < 4 else 0)
+
     def model_kwargs(self, model: Any) -> dict[str, Any]:
         return {"attn_implementation": model.attn_implementation}
 

@@ -26,6 +26,9 @@ def resolve(value: str, cuda: bool, bf16: bool | None) -> str | None:
     return {True: Dtype.BF16.value, False: Dtype.FP16.value, None: None}[bf16]
 
 
+ELEMENT_BYTES = {Dtype.FP32: 4, Dtype.FP16: 2, Dtype.BF16: 2}  # the bytes of an element in each compute dtype
+
+
 class DtypeKnob(Knob):
     key = "train.dtype"
     default = Dtype.AUTO
@@ -34,6 +37,11 @@ class DtypeKnob(Knob):
     role = Role.DTYPE
     card = (2, "dtype {}")
     resolve = staticmethod(resolve)
+
+    @staticmethod
+    def element_bytes(dtype: str) -> int:
+        """The bytes of an element computed in `dtype` (resolved: not auto), what the memory formula counts in."""
+        return ELEMENT_BYTES[Dtype(dtype)]
 
     def is_auto(self, value: Any) -> bool:
         """Whether `value` leaves the dtype to the device (what a job resolves when it opens one)."""

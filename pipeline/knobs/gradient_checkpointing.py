@@ -21,6 +21,12 @@ class GradientCheckpointingKnob(Knob):
     def memory(self, value: bool) -> Memory:
         return Memory(checkpointed=value)
 
+    @staticmethod
+    def kept_bytes(layers: int, element: int, hidden: int, layer: float) -> float:
+        """What checkpointed layers keep per token (`search.formula`): each layer its input (`element` bytes x
+        `hidden`), and the one recomputed in the backward all it keeps without checkpointing (`layer`)."""
+        return layers * element * hidden + layer
+
     def recomputes(self, train: Any) -> bool:
         return bool(train.gradient_checkpointing)
 

@@ -52,6 +52,12 @@ def compile_layers(model: torch.nn.Module, mode: str) -> int:
     return len(layers)
 
 
+def layer_bytes(element: int, hidden: int, queries: int, intermediate: int) -> float:
+    """What a compiled layer keeps per token (`search.formula`, against eager's b (6h + 4q + 4i) + 8h): its matrix
+    products' and attention's inputs in the compute dtype (`element` bytes), its fp32 norms."""
+    return element * (6 * queries + 2 * intermediate) + 8 * hidden
+
+
 class TorchCompileKnob(Knob):
     key = "train.torch_compile"
     default = Compile.OFF
@@ -66,6 +72,8 @@ class TorchCompileKnob(Knob):
         "nothing under checkpointing",
     )
     card = (4, "compile {}")
+
+    layer_bytes = staticmethod(layer_bytes)
 
     def canonical(self, value: Any) -> str:
         return Compile.of(value).value
