@@ -3,9 +3,10 @@ learns, held in one module of `pipeline.knobs` with everything that reads it.
 
 A knob module defines `KNOB`, an instance of a `Knob` subclass: its config key, default, help and choices (an enum,
 or a bool), its rule against the stack, the device and the other knobs, its short name in a config's display name,
-the values a study over everything tries, its term in the memory prediction, its SFTConfig keywords, what it does to
-the job's adapters and built trainer, and the lines and helpers it adds to the exported script. Every method does
-nothing by default, so a knob says only what it changes.
+the values a study over everything tries, its term in the memory prediction (and its words in the docs), its
+SFTConfig and model keywords, what it does to the job's data, adapters and built trainer, its words on a result
+card, and the lines and helpers it adds to the exported script. Every method does nothing by default, so a knob says
+only what it changes. No module outside the folder spells a knob's key: it asks the knobs, or the knob of a `Role`.
 
 No module of the folder imports torch at its top: the parent process reads them. The job-side functions import what
 they use inside, and an exported script copies them as they are (`source`).
@@ -92,8 +93,8 @@ class Memory:
     """A knob's term in the peak-memory prediction (`search.predictor`). `activations` multiplies what the layers
     keep per token without checkpointing; `checkpointed`: the layers keep only their inputs and one layer is
     recomputed in full (the share then applies to nothing); `fused`: the layers are compiled, and keep what their
-    matrix products and attention need rather than eager's element-wise intermediates (`search.formula`); `token_bytes` and `static_bytes` add to the bytes per
-    token and the fixed bytes; `logit_bytes` to the bytes per token and vocabulary entry (what a loss keeps of the
+    matrix products and attention need rather than eager's element-wise intermediates (`search.formula`);
+    `token_bytes` and `static_bytes` add to the bytes per token and the fixed bytes; `logit_bytes` to the bytes per token and vocabulary entry (what a loss keeps of the
     logits); `scores` counts the attention scores each head of each layer keeps (attention without a fused kernel
     keeps its probabilities: memory that grows with the squared length of a row); `inputs` counts the copies of each
     layer's input a token keeps beside the activations, in the compute dtype (CUDA graphs' static input buffers). The
@@ -110,16 +111,9 @@ class Memory:
     inputs: float = 0.0
 
     def __add__(self, other: Memory) -> Memory:
-        return Memory(
-            self.activations * other.activations,
-            self.checkpointed or other.checkpointed,
-            self.fused or other.fused,
-            self.token_bytes + other.token_bytes,
-            self.static_bytes + other.static_bytes,
-            self.logit_bytes + other.logit_bytes,
-            self.scores + other.scores,
-            self.inputs + other.inputs,
-        )
+        """Two terms together: shares multiply, flags join, the rest adds up."""
+        a, b = dataclasses.astuple(self), dataclasses.astuple(other)
+        return Memory(a[0] * b[0], a[1] or b[1], a[2] or b[2], *(x + y for x, y in zip(a[3:], b[3:], strict=True)))
 
 
 @dataclass(frozen=True)
