@@ -126,8 +126,7 @@ from pipeline.config.identity import config_id, display_name
 from pipeline.config.schema import TrainConfig, typed
 from pipeline.config.validate import validate
 from pipeline.measure.flops import Shape
-from pipeline.search.calibration import knobs_of
-from pipeline.search.formula import LOSS_BYTES_PER_TOKEN
+from pipeline.search.formula import LOSS_BYTES_PER_TOKEN, Knobs
 from pipeline.search.predictor import Predictor
 
 KEY = "train.activation_offloading"
@@ -142,7 +141,8 @@ def refusal(*overrides):
 on, off = compose_job("config", [f"{KEY}=true"]), compose_job("config", [])
 train = typed(on).train
 predictor = Predictor(Shape.from_model(off.model), 16, ["all-linear"])
-held, searched = [knobs_of(on, ["batch.split"]), knobs_of(off, ["batch.split"])], knobs_of(on, ["batch.split", KEY])
+held = [Knobs(4, 128, "fp32", False, held=((KEY, str(value)),)) for value in (True, False)]
+searched = Knobs(4, 128, "fp32", False, other=((KEY, "true"),))
 print(json.dumps({
     "default": TrainConfig().activation_offloading,
     "help": help_text("pipeline.train", "x\\n\\ny"),
