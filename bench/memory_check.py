@@ -27,7 +27,7 @@ from pipeline.config.compose import compose_job
 from pipeline.knobs.base import Compile
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
-from pipeline.search.calibration import FORMULA_KNOBS, Calibration, knobs_of
+from pipeline.search.calibration import Calibration, formula_keys, knobs_of
 from pipeline.search.formula import Knobs
 from pipeline.search.predictor import Predictor
 from pipeline.search.trials import PEAK_MEASURED, TrialRecord
@@ -92,7 +92,7 @@ def _tidy(knobs: Knobs, held: tuple = ()) -> Knobs:
     """The knobs with the formula's own keys out of `other`, the rest in one order (a store from before a key joined
     the formula kept it there; the order of the space's keys is no part of a setting), and `held` where it has none
     (a store from before the held values were kept)."""
-    other = tuple(sorted((k, v) for k, v in knobs.other if k not in FORMULA_KNOBS))
+    other = tuple(sorted((k, v) for k, v in knobs.other if k not in formula_keys()))
     return dataclasses.replace(knobs, other=other, held=knobs.held or held)
 
 

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from pipeline import knobs
 from pipeline.config.schema import GROUPS, choices_of
-from pipeline.knobs.base import Memory
+from pipeline.knobs.base import Knob, Memory
 from tests.helpers.cli import REPO, run_python
 
 
@@ -44,6 +44,27 @@ def test_what_a_study_over_everything_tries_is_among_the_choices_and_holds_every
     assert seen >= 10
 
 
+def test_each_presets_knob_lines_are_what_the_registry_searches_but_what_the_file_says_it_leaves_out():
+    """A preset of conf/optimize/ lists for each knob it searches exactly the values a study over everything tries
+    (`Knob.searched`), but those its comment names as left out (`# Left out: key=value (why)`); a value a knob
+    gains, or drops, shows here until each preset says what it does with it."""
+    searched = {key: {str(v).lower() for v in values} for key, values in knobs.searched().items()}
+    checked = []
+    for path in sorted((REPO / "conf" / "optimize").glob("*.yaml")):
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("# Left out:")]
+        left_out: dict[str, set[str]] = {}
+        for key, value in re.findall(r"(\w+\.\w+)=([\w-]+)", " ".join(lines)):
+            left_out.setdefault(key, set()).add(value.lower())
+        space = {k: {str(v).lower() for v in vs} for k, vs in (OmegaConf.load(path).get("space") or {}).items()}
+        assert set(left_out) <= set(space), (path.name, left_out)  # it leaves out values of a line it has
+        for key, values in space.items():
+            if key in knobs.by_key():
+                out = left_out.get(key, set())
+                assert not values & out and values | out == searched[key], (path.name, key, values, out)
+                checked.append((path.stem, key))
+    assert {("all-knobs", "train.liger_kernel"), ("capture", "train.loss"), ("knobs", "train.padding")} <= set(checked)
+
+
 def test_a_knobs_memory_term_is_what_the_predictor_adds():
     compiled = [("train.torch_compile", "true"), ("train.gradient_checkpointing", "False")]
     assert knobs.memory(compiled) == Memory(fused=True)
@@ -60,6 +81,20 @@ def test_a_knobs_memory_term_is_what_the_predictor_adds():
     assert knobs.memory([("train.loss", "model")]) == Memory(logit_bytes=17.4)  # and their log-softmax, gradients
 
 
+def test_the_docs_table_of_memory_terms_has_a_row_for_each_knob_with_a_term():
+    """docs/studies.md's table is written at build time (docs/hooks.py) from each knob's `term_text`; a knob that
+    has a term (it overrides `memory` or `memory_in`) says it there."""
+    from docs.hooks import TERMS, terms_table
+
+    with_term = [
+        k.key for k in knobs.registry() if type(k).memory is not Knob.memory or type(k).memory_in is not Knob.memory_in
+    ]
+    assert len(with_term) >= 7 and all(knobs.by_key()[key].term_text for key in with_term), with_term
+    rows = [line.split(" | ")[0].strip("| `") for line in terms_table().splitlines()[2:]]
+    assert rows == [k.key for k in knobs.registry() if k.term_text]
+    assert TERMS in (REPO / "docs" / "studies.md").read_text(encoding="utf-8")
+
+
 def test_the_parent_reads_the_knobs_without_importing_torch(tmp_path):
     code = (
         "import sys; from pipeline import knobs; from pipeline.config import validate; "
@@ -73,11 +108,11 @@ def test_the_parent_reads_the_knobs_without_importing_torch(tmp_path):
 def readme_knob() -> str:
     """The module the docs' development page shows as a new knob."""
     text = (REPO / "docs" / "development.md").read_text(encoding="utf-8")
-    return re.search(r"`pipeline/knobs/tf32\.py`:\n\n```python\n(.*?)```", text, re.S).group(1)
+    return re.search(r"`pipeline/knobs/activation_offloading\.py`[^`]*:\n\n```python\n(.*?)```", text, re.S).group(1)
 
 
-# Run in a fresh interpreter (the schema's dataclasses are made at its import): the README's module put on the
-# folder's path, then every reader of the registry asked about it.
+# Run in a fresh interpreter (the schema's dataclasses are made at its import): the docs' module put on the folder's
+# path, then every reader of the registry asked about it.
 READERS = """
 import json, sys
 import pipeline.knobs
@@ -90,6 +125,12 @@ from pipeline.config.help import help_text
 from pipeline.config.identity import config_id, display_name
 from pipeline.config.schema import TrainConfig, typed
 from pipeline.config.validate import validate
+from pipeline.measure.flops import Shape
+from pipeline.search.formula import LOSS_BYTES_PER_TOKEN, Knobs
+from pipeline.search.predictor import Predictor
+
+KEY = "train.activation_offloading"
+GRAPHS = ["train.torch_compile=regional", "train.compile_mode=reduce-overhead", "batch.split=4x1"]
 
 def refusal(*overrides):
     try:
@@ -97,40 +138,61 @@ def refusal(*overrides):
     except ConfigError as err:
         return str(err)
 
-on, off = compose_job("config", ["train.tf32=true"]), compose_job("config", [])
+on, off = compose_job("config", [f"{KEY}=true"]), compose_job("config", [])
 train = typed(on).train
+predictor = Predictor(Shape.from_model(off.model), 16, ["all-linear"])
+held = [Knobs(4, 128, "fp32", False, held=((KEY, str(value)),)) for value in (True, False)]
+searched = Knobs(4, 128, "fp32", False, other=((KEY, "true"),))
 print(json.dumps({
-    "default": TrainConfig().tf32,
+    "default": TrainConfig().activation_offloading,
     "help": help_text("pipeline.train", "x\\n\\ny"),
-    "refused": [refusal("gpu=cpu", "train.tf32=true"), refusal("train.tf32=maybe"), refusal("gpu=cpu")],
-    "ids": [config_id(on), config_id(off), config_id(compose_job("config", ["train.tf32=false"]))],
-    "name": display_name("tiny", "4x1", [("train.tf32", "true")]),
-    "sft": [sft_kwargs(4, 1, train, "fp32", "cpu")["tf32"], sft_kwargs(4, 1, typed(off).train, "fp32", "cpu")["tf32"]],
+    "refused": [
+        refusal(f"{KEY}=true", *GRAPHS), refusal(f"{KEY}=maybe"), refusal(f"{KEY}=true"), refusal(f"{KEY}=false", *GRAPHS)
+    ],
+    "ids": [config_id(on), config_id(off), config_id(compose_job("config", [f"{KEY}=false"]))],
+    "name": display_name("tiny", "4x1", [(KEY, "true")]),
+    "sft": [sft_kwargs(4, 1, train, "fp32", "cpu")["activation_offloading"], sft_kwargs(4, 1, typed(off).train, "fp32", "cpu")["activation_offloading"]],
     "script": script_text(typed(on), sft_kwargs(4, 1, train, "bf16", "cuda"), "tiny 4x1", "x", "python -m ..."),
+    "activations": [predictor.terms(k).activations for k in [*held, searched]],
+    "predicted": [predictor.predict(k) for k in [*held, searched]],
+    "loss_bytes": LOSS_BYTES_PER_TOKEN,
 }))
 """
 
 
 def test_a_new_knob_is_one_module_that_every_reader_of_the_registry_sees(tmp_path):
+    """The docs' example knob, added as its module alone: the schema, --help, validation (its type, and its rule
+    against another knob, in its own line), identity, the display name, the SFTConfig arguments, the script, and the
+    memory predictor (its term, held at the config's value or searched) all read it."""
     folder = tmp_path / "more_knobs"
     folder.mkdir()
-    (folder / "tf32.py").write_text(readme_knob(), encoding="utf-8")
+    (folder / "activation_offloading.py").write_text(readme_knob(), encoding="utf-8")
     proc = run_python("-c", READERS, str(folder), cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["default"] is False  # the schema's field, its default the module's
-    assert "  train.tf32                  true | false\n" in seen["help"]
-    assert "fp32 matrix products on TF32 tensor cores (a GPU of Ampere or later)" in seen["help"]
-    assert seen["refused"] == [
-        "train.tf32: true needs a CUDA device; accepted on the CPU: false",  # its rule
-        "train.tf32: got 'maybe'; accepted: true or false",  # its type
-        None,
-    ]
+    assert "  train.activation_offloading true | false\n" in seen["help"]
+    assert (
+        "move the layers' activations to the CPU until the backward pass: less memory, more transfers" in seen["help"]
+    )
+    pair, typo, alone, graphs_alone = seen["refused"]
+    # its rule against another knob, in its own line
+    assert (
+        pair
+        == "train.activation_offloading: true beside CUDA graphs (train.compile_mode=reduce-overhead); accepted there: false"
+    )
+    assert typo == "train.activation_offloading: got 'maybe'; accepted: true or false"  # its type
+    assert alone is None
+    assert graphs_alone is None or graphs_alone.startswith("train.compile_mode: ")  # the pair is what it refuses
     on, off, written_off = seen["ids"]
     assert on != off == written_off  # part of the identity
-    assert seen["name"] == "tiny 4x1 tf32=on"
+    assert seen["name"] == "tiny 4x1 offload=on"
     assert seen["sft"] == [True, False]
-    assert "        tf32=True,\n" in seen["script"]
+    assert "        activation_offloading=True,\n" in seen["script"]
+    # its memory term: the layers keep none of their activations, only the loss's buffers are left per token
+    held_on, held_off, searched_on = seen["activations"]
+    assert held_on == searched_on == seen["loss_bytes"] < held_off
+    assert seen["predicted"][0] == seen["predicted"][2] < seen["predicted"][1]
 
 
 @pytest.mark.parametrize("knob", knobs.registry(), ids=lambda k: k.key)

@@ -118,7 +118,7 @@ def test_each_padding_searched_is_probed_at_both_ends_of_the_splits(compose):
     prober = Prober(base, ["batch.split", "train.padding"], "s", "p", 4)
     splits = ["1x8", "2x4", "4x2", "8x1"]
     plan = prober.plan({"batch.split": splits, "train.padding": ["longest", "padding_free", "max_length"]})
-    assert [(p.split, p.padding, p.is_base) for p in plan] == [
+    assert [(p.split, p.layout, p.is_base) for p in plan] == [
         ("1x8", "longest", True),
         ("8x1", "longest", True),
         ("1x8", "padding_free", False),

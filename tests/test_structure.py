@@ -6,20 +6,17 @@ comments read), and the typed config read by attribute outside the config packag
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
+from pipeline import knobs
 from pipeline.config import choices
 from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.schema import choices_of, field_choices
 from pipeline.config.validate import validate
-from pipeline.knobs.adapter_dtype import AdapterDtype
-from pipeline.knobs.compile_mode import CompileMode
-from pipeline.knobs.loss import Loss
-from pipeline.knobs.optimizer_step import OptimizerStep
-from pipeline.knobs.padding import Padding
 from pipeline.records import RunKind, RunState, Status
 from pipeline.search.trials import Role
 
@@ -288,19 +285,88 @@ def test_the_subscript_finder_finds_one():
     ]
 
 
+SHARED_WORDS = {"auto"}  # a knob's choice that is another field's word too (the gpu profile `auto`)
 CHOICE_ENUMS = {  # the config's enums whose values are words of their own: spelled only through the enum
-    enum.__name__: ({m.value for m in enum}, enum.__module__)
+    enum.__name__: ({m.value for m in enum} - SHARED_WORDS, enum.__module__)
     for enum in (
-        Padding,
-        CompileMode,
-        AdapterDtype,
+        *(k.choices for k in knobs.registry() if k.choices is not None),  # every speed knob's
         choices.ModelSource,
         choices.DataKind,
         choices.LauncherKind,
-        Loss,
-        OptimizerStep,
     )
 }
+
+
+def _knob_spellings(tree: ast.AST, text: str) -> list[tuple[int, str]]:
+    """Where a module spells a speed knob's key: its full key in a string (`"train.padding"`, a docstring's
+    `train.padding=max_length`), its field read off a config section (`cfg.train.padding`, `t.padding` where
+    `t = config.train`), an import of its module (`pipeline.knobs.padding`), or, for a name that is no word of its
+    own (`gradient_checkpointing`), the name anywhere, comments included."""
+    found = []
+    registry = knobs.registry()
+    keys = re.compile("|".join(rf"\b{re.escape(k.key)}\b" for k in registry))
+    names = {k.name: k.section for k in registry}
+    modules = {type(k).__module__ for k in registry}
+    aliases = {k.section: k.section for k in registry}
+    for node in ast.walk(tree):  # `t = config.train`, `d, t = config.data, config.train`
+        if isinstance(node, ast.Assign):
+            targets = node.targets[0].elts if isinstance(node.targets[0], ast.Tuple) else node.targets
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            for target, value in zip(targets, values, strict=False):
+                if isinstance(target, ast.Name) and isinstance(value, ast.Attribute) and value.attr in aliases:
+                    aliases[target.id] = value.attr
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and keys.search(node.value):
+            found.append((node.lineno, keys.search(node.value).group()))
+        elif isinstance(node, ast.Attribute) and node.attr in names:
+            owner = node.value
+            section = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", None)
+            if aliases.get(section) == names[node.attr]:
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            found += [(node.lineno, m) for m in imported if m in modules]
+    odd = [name for name in names if "_" in name]
+    for number, line in enumerate(text.splitlines(), start=1):
+        found += [(number, name) for name in odd if re.search(rf"\b{name}\b", line)]
+    return found
+
+
+def test_no_module_outside_the_knobs_spells_a_knobs_key():
+    """A knob holds its own rules: every other module reads it through the registry (each knob's methods, or the
+    knob of a role: `pipeline.knobs.role`), so that a knob is changed, or added, in its module alone."""
+    found = [
+        f"{module}:{line}: {what}"
+        for module, path in MODULES.items()
+        if not module.startswith("pipeline.knobs.")
+        for line, what in _knob_spellings(ast.parse(path.read_text()), path.read_text())
+    ]
+    assert not found, found
+
+
+def test_the_knob_key_finder_finds_each_spelling():
+    code = (
+        "from pipeline.knobs.padding import Padding\n"
+        "d, t = config.data, config.train\n"
+        "x = cfg.train.gradient_checkpointing or t.padding or m.padding or self.dtype\n"
+        "y = {'train.dtype': 1, 'loss': 2}  # liger_kernel\n"
+        "def f(train, model):\n"
+        "    '''The knob train.torch_compile=regional.'''\n"
+        "    return train.loss, model.attn_implementation, probe.loss\n"
+    )
+    assert sorted(_knob_spellings(ast.parse(code), code)) == [
+        (1, "pipeline.knobs.padding"),
+        (3, "cfg.train.gradient_checkpointing"),
+        (3, "gradient_checkpointing"),
+        (3, "t.padding"),
+        (4, "liger_kernel"),
+        (4, "train.dtype"),
+        (6, "torch_compile"),
+        (6, "train.torch_compile"),
+        (7, "attn_implementation"),
+        (7, "model.attn_implementation"),
+        (7, "train.loss"),
+    ]
 
 
 @pytest.mark.parametrize("name", list(CHOICE_ENUMS))

@@ -1,5 +1,5 @@
-"""The one place a LoRA config becomes a `peft.LoraConfig` (the trainer builds the PeftModel, or the adapter-dtype
-knob does: `pipeline.knobs.adapter_dtype`)."""
+"""The one place a LoRA config becomes a `peft.LoraConfig` (the trainer builds the PeftModel, or a speed knob
+does: `Knob.adapters`)."""
 
 from __future__ import annotations
 

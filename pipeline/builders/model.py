@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
+from pipeline import knobs
 from pipeline.config.choices import ModelSource
 from pipeline.config.schema import ARCH_KEYS, ModelConfig
 
@@ -20,14 +21,13 @@ def build_model(
     model: ModelConfig, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype, device: str, seed: int
 ) -> PreTrainedModel:
     """`source: config` builds the model group's architecture with random weights seeded by `seed`;
-    `source: pretrained` loads `name_or_path`."""
+    `source: pretrained` loads `name_or_path`. The speed knobs add their arguments (`Knob.model_kwargs`)."""
+    kwargs = knobs.model_kwargs(model)
     if model.source == ModelSource.PRETRAINED:
-        return AutoModelForCausalLM.from_pretrained(
-            model.name_or_path, dtype=dtype, device_map=device, attn_implementation=model.attn_implementation
-        )
+        return AutoModelForCausalLM.from_pretrained(model.name_or_path, dtype=dtype, device_map=device, **kwargs)
     arch = architecture(model, tokenizer)
     config = AutoConfig.for_model(arch.pop("model_type"), **arch)
     torch.manual_seed(seed)
     with torch.device(device):
-        built = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=model.attn_implementation)
+        built = AutoModelForCausalLM.from_config(config, dtype=dtype, **kwargs)
     return built

@@ -22,7 +22,7 @@ def build_trainer(
     peft_config: LoraConfig | None,
     callbacks: list[TrainerCallback],
 ) -> SFTTrainer:
-    """`peft_config` None: `model` is a PeftModel already (built by a speed knob: `pipeline.knobs.adapter_dtype`)."""
+    """`peft_config` None: `model` is a PeftModel already (built by a speed knob: `Knob.adapters`)."""
     sft_config = build_sft_config(output_dir, sft_kwargs)
     trainer = SFTTrainer(
         model=model,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from pipeline import knobs
 from pipeline.compare.paired import bound
 from pipeline.config.identity import identity_tree
 from pipeline.render.table import format_table
@@ -28,17 +29,13 @@ from pipeline.tracking.store import flatten
 
 FORMAT = "batch-split result card 1"
 VERSIONS = ("python", "torch", "transformers", "trl", "peft", "datasets", "cuda")
-# shown on the card's setting line, in this order, when they are part of it
+# shown on the card's setting line, in this order, when they are part of it (the speed knobs' after the length)
 SETTING_LINE = (
     ("model.name", "model {}"),
     ("batch.effective", "effective batch {}"),
     ("batch.split", "split {}"),
     ("world_size", "world size {}"),
     ("train.max_length", "{} tokens"),
-    ("train.padding", "padding {}"),
-    ("train.dtype", "dtype {}"),
-    ("train.gradient_checkpointing", "checkpointing {}"),
-    ("train.torch_compile", "compile {}"),
     ("data.kind", "data {}"),
     ("data.name", "{}"),
     ("lora.r", "LoRA r {}"),
@@ -108,9 +105,11 @@ class Card:
 
 def setting_line(card: Card) -> str:
     """The setting's main keys in a few words (a key that is not set is left out, but a cap is always said)."""
+    at = [key for key, _ in SETTING_LINE].index("train.max_length") + 1
+    forms = [*SETTING_LINE[:at], *knobs.card_lines(), *SETTING_LINE[at:]]  # each knob's own words (`Knob.card`)
     shown = [
         form.format(_text(card.setting[key]))
-        for key, form in SETTING_LINE
+        for key, form in forms
         if key in card.setting and (card.setting[key] is not None or key == "mem_cap")
     ]
     if card.varying:

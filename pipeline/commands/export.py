@@ -1,7 +1,7 @@
 """Write a config as a plain TRL script, which trains what `python -m pipeline.train` of the same overrides trains.
 
 python -m pipeline.export experiment=seed-t4-graphs gpu=auto     # prints the script's path: mlruns/scripts/...
-python -m pipeline.export batch.split=2x2 train.loss=model --stdout > train.py
+python -m pipeline.export batch.split=2x2 train.steps=20 --stdout > train.py
 
 The script is `<paths.root>/scripts/train_<config_id>.py` (`pipeline.jobs.answer_script`). A sweep's winner and a
 study's answer are written the same way, and their path is printed beside the reproduce line. Bad input is refused

@@ -23,6 +23,7 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from pipeline import knobs
 from pipeline.config.errors import ConfigError
 from pipeline.config.schema import GROUPS, INTERNAL_KEYS, SECTIONS, Config, choices_of, register_configs
 from pipeline.config.store_checks import check_writable_dir
@@ -103,11 +104,11 @@ def translate(err: BaseException) -> ConfigError:
             return ConfigError(key, f"required but not set; accepted: {accepted}")
         if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and re.search(r"not in (struct|')", str(cause)):
             if key.startswith("optimize.space."):
-                return ConfigError("optimize.space", f"Hydra adds no key to it with '='; accepted: {SPACE_FORM}")
+                return ConfigError("optimize.space", f"Hydra adds no key to it with '='; accepted: {space_form()}")
             return ConfigError(key, f"unknown key; accepted keys here: {', '.join(_keys_near(key))}")
         if isinstance(cause, ValidationError) and key == "optimize.space":
             given = re.search(r"Cannot assign (\w+)", str(cause))
-            return ConfigError(key, f"got {f'a {given.group(1)}' if given else 'no mapping'}; accepted: {SPACE_FORM}")
+            return ConfigError(key, f"got {f'a {given.group(1)}' if given else 'no mapping'}; accepted: {space_form()}")
         if isinstance(cause, ValidationError) and "is not Optional" in str(cause):
             choices = choices_of(key)
             return ConfigError(key, f"got null; accepted: {', '.join(choices) if choices else 'a value, not null'}")
@@ -118,9 +119,11 @@ def translate(err: BaseException) -> ConfigError:
     return ConfigError(key or "override", _first_line(err))
 
 
-SPACE_FORM = (
-    "'++optimize.space={train.dtype:[fp16,bf16],...}' (the whole space, config keys with their candidate values)"
-)
+def space_form() -> str:
+    """The accepted form of `optimize.space`, its example the dtype knob's key and the values a study tries of it."""
+    precision = knobs.role(knobs.Role.DTYPE)
+    example = f"{precision.key}:[{','.join(str(v) for v in precision.searched)}]"
+    return f"'++optimize.space={{{example},...}}' (the whole space, config keys with their candidate values)"
 
 
 def _unparsable(err: OverrideParseException) -> ConfigError:

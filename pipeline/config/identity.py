@@ -28,7 +28,7 @@ NAMED_KEYS = ("batch.split", "model", "repeat", "repeats")  # in every name alre
 
 
 def canonical(key: str, value: Any) -> Any:
-    """A speed knob's value as the choice it names (`train.torch_compile=true` -> `regional`), so a config written
+    """A speed knob's value as the choice it names (an alias such as `true` -> `regional`), so a config written
     either way is one config; any other value, or one that names no choice (validation refuses it), as it is."""
     knob = knobs.by_key().get(key)
     if knob is None or not knob.aliases:
@@ -81,8 +81,8 @@ def varying_keys(jobs: list[list[str]]) -> list[str]:
 
 
 def short(key: str, value: Any) -> str:
-    """`train.gradient_checkpointing=false` -> `ckpt=off`, `train.torch_compile=true` -> `compile=regional`: a speed
-    knob by its short name, other keys by their last part."""
+    """A speed knob by its short name and its value as the choice it names (a false checkpointing -> `ckpt=off`, a
+    compile of `true` -> `compile=regional`), other keys by their last part."""
     name = {**SHORT_KEYS, **knobs.short_names()}.get(key, key.rsplit(".", 1)[-1])
     value = canonical(key, value)
     text = str(value)

@@ -1,6 +1,6 @@
 """A job's config as its check leaves it: the schema's dataclasses with what the check parsed out of them, made once
 (`validate` returns it) and read as is by the sweep, the study and the job, so that nothing after the check parses
-a config again: the split, the memory cap in bytes, the compile choice, and where the job runs."""
+a config again: the split, the memory cap in bytes, and where the job runs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
 from pipeline.config.knobs import compute_dtype, on_cuda
 from pipeline.config.schema import Config, typed
-from pipeline.knobs.base import Compile
 from pipeline.records import GIB
 
 _SPLIT = re.compile(r"^([0-9]+)x([0-9]+)$")
@@ -74,7 +73,7 @@ def resolve_cap(cfg: DictConfig) -> tuple[int | None, str | None]:
 @dataclass(frozen=True)
 class JobConfig:
     """One job's config, checked and parsed. `config` is the schema's dataclasses, every interpolation resolved and
-    each speed knob's alias written as the choice it names (`train.torch_compile=true` is `regional`): one spelling
+    each speed knob's alias written as the choice it names (a compile of `true` is `regional`): one spelling
     on record, one identity."""
 
     config: Config
@@ -82,7 +81,6 @@ class JobConfig:
     split: Split
     cap_bytes: int | None  # the memory cap: mem_cap, else the memory of a named gpu profile
     cap_source: str | None  # "mem_cap" or "gpu=<profile>"
-    compile: Compile  # what train.torch_compile compiles
     device: str  # where the job runs: cuda or cpu
     dtype: str | None  # what it computes in; None: auto on a CUDA card whose bf16 support only the device tells
 
@@ -111,7 +109,6 @@ def parse(cfg: DictConfig) -> JobConfig:
         split=parse_split(cfg.batch.split),
         cap_bytes=cap_bytes,
         cap_source=cap_source,
-        compile=Compile(config.train.torch_compile),
         device="cuda" if on_cuda(cfg.gpu) else CPU,
         dtype=compute_dtype(cfg.train, cfg.gpu),
     )

@@ -12,8 +12,7 @@ from pipeline import knobs
 from pipeline.config.choices import CPU
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
-from pipeline.knobs import dtype
-from pipeline.knobs.base import Setting
+from pipeline.knobs.base import Role, Setting
 
 
 def on_cuda(gpu: DictConfig) -> bool:
@@ -24,7 +23,8 @@ def on_cuda(gpu: DictConfig) -> bool:
 def compute_dtype(t: DictConfig, gpu: DictConfig) -> str | None:
     """The dtype the job will compute in, where it can be told before a device is opened (None: auto on an
     unknown card)."""
-    return dtype.resolve(t.dtype, on_cuda(gpu), gpu.bf16)
+    precision = knobs.role(Role.DTYPE)
+    return precision.resolve(precision.value(t), on_cuda(gpu), gpu.bf16)
 
 
 def check_values(section: str, values: Any) -> None:

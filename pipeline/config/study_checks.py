@@ -82,7 +82,7 @@ def check_optimize(o: DictConfig, cfg: DictConfig) -> None:
             check_splits(values, cfg)
             continue
         if OmegaConf.select(cfg, key, default="__missing__") == "__missing__":
-            raise ConfigError(f"optimize.space.{key}", "unknown config key; accepted: keys like train.dtype")
+            raise ConfigError(f"optimize.space.{key}", "unknown config key; accepted: keys like train.steps")
         if not isinstance(values, list | tuple) and not OmegaConf.is_list(values):
             raise ConfigError(f"optimize.space.{key}", f"got {values}; accepted: a list of candidate values")
         if key == "world_size" and not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):

@@ -19,7 +19,6 @@ from pipeline import knobs
 from pipeline.config.choices import DataKind, Distribution, ModelSource
 from pipeline.config.schema import ARCH_KEYS, Config
 from pipeline.knobs import base
-from pipeline.knobs.padding import Padding
 
 BUILDERS = Path(__file__).resolve().parent.parent / "builders"  # the helpers are the builders' own source
 DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
@@ -112,14 +111,14 @@ def model_lines(config: Config, sft: dict) -> list[str]:
     """Tokenizer and base model, in the job's order and with its seed (the adapters' initial weights depend on it)."""
     m, seed = config.model, config.train.seed
     device, dtype = placement(sft)
+    chosen = "".join(f", {key}={value!r}" for key, value in knobs.model_kwargs(m).items())  # the speed knobs' own
     if m.source == ModelSource.PRETRAINED:
         return [
             f"    tokenizer = AutoTokenizer.from_pretrained({m.name_or_path!r})",
             "    if tokenizer.pad_token is None:",
             "        tokenizer.pad_token = tokenizer.eos_token",
             "    model = AutoModelForCausalLM.from_pretrained(",
-            f"        {m.name_or_path!r}, dtype={DTYPES[dtype]}, device_map={device!r}, "
-            f"attn_implementation={m.attn_implementation!r}",
+            f"        {m.name_or_path!r}, dtype={DTYPES[dtype]}, device_map={device!r}{chosen}",
             "    )",
         ]
     architecture = {k: getattr(m, k) for k in ARCH_KEYS if k != "model_type"}
@@ -130,8 +129,7 @@ def model_lines(config: Config, sft: dict) -> list[str]:
         "                                  eos_token_id=tokenizer.eos_token_id, bos_token_id=None)",
         f"    torch.manual_seed({seed})  # the random weights, and after them the adapters' initial ones",
         f"    with torch.device({device!r}):",
-        f"        model = AutoModelForCausalLM.from_config(config, dtype={DTYPES[dtype]}, "
-        f"attn_implementation={m.attn_implementation!r})",
+        f"        model = AutoModelForCausalLM.from_config(config, dtype={DTYPES[dtype]}{chosen})",
     ]
 
 
@@ -147,7 +145,7 @@ def data_lines(config: Config) -> list[str]:
         ]
     source_args = f"{d.path!r}" if d.kind == DataKind.JSONL else f"{d.name!r}, {d.subset!r}, {d.split!r}"
     reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"
-    if t.padding != Padding.PACKING:
+    if not knobs.packs(t):
         return [f"    dataset = {reader}({source_args}, {needed})"]
     return [
         "",

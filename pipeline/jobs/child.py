@@ -35,7 +35,6 @@ from pipeline.config.schema import typed
 from pipeline.jobs import joblog, library_warnings, ranks, watchdog
 from pipeline.jobs.child_setup import ignore_ctrl_c, no_process_locks, quiet, versions, write_json
 from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
-from pipeline.knobs.padding import Padding
 from pipeline.measure import memory
 from pipeline.measure.busy import BusyWindow
 from pipeline.measure.callback import StepMeter, StopTraining
@@ -81,7 +80,8 @@ class Job:
 
     def _setup_device(self) -> None:
         self.device_memory = memory.DeviceMemory()
-        self.placement = resolve_placement(self.cfg.gpu, self.cfg.train.dtype, self.spec.gpu_profiles)
+        precision = knobs.role(knobs.Role.DTYPE).of(self.cfg)
+        self.placement = resolve_placement(self.cfg.gpu, precision, self.spec.gpu_profiles)
         cuda = self.placement.device == "cuda"
         # the ranks' process group before the cap: NCCL's communicator memory is then part of the measured context
         self.backend = init_process_group(cuda, self.cfg.launcher.timeout_s)
@@ -114,7 +114,7 @@ class Job:
         the records that fill as many sequences of max_length tokens: no more is read."""
         train = self.cfg.train
         needed = train.steps * self.cfg.batch.effective
-        packing = train.padding == Padding.PACKING
+        packing = knobs.packs(train)
         self.dataset = self._timed(
             "data",
             build_dataset,
@@ -125,7 +125,7 @@ class Job:
             functools.partial(token_count, self.tokenizer, train.max_length) if packing else None,
             needed * train.max_length if packing else 0,
         )
-        if train.padding == Padding.PADDING_FREE:
+        if knobs.truncates(train):
             self.dataset = truncated(self.dataset, self.tokenizer, train.max_length)
         batch = self.spec.first_batch
         if batch is not None:  # the run's longest micro-batch: its records, in the order of its rows
@@ -229,7 +229,7 @@ class Job:
             self._setup_compile()
             self.timings["setup_s"] = time.time() - started
             within = self._train()
-            fields.update(flops_fields(self.trainer.model, self.meter.steps, self.cfg.train.gradient_checkpointing))
+            fields.update(flops_fields(self.trainer.model, self.meter.steps, knobs.recomputes(self.cfg)))
             reason = self.meter.stop_reason
             status = reason or Status.OK
             if reason:

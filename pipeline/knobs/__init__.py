@@ -1,7 +1,8 @@
 """The speed knobs, one module each in this folder (`base` says what a knob is): every module but `base` defines
 `KNOB`, and the registry is what the folder holds, in the order of the modules' names. Adding a knob is adding its
 module (and its default to its group's YAML): the schema, validation, `--help`, identity, the job's builders, the
-exported script and the search read it from here.
+exported script, the search (its memory formula, probes and prior), the result card and the docs read it from here,
+asking each knob, or the knob of a role (`role`) where they need one in particular; none spells a knob's key.
 
 The registry is read on first use, not at import: a module put on the folder's path (`__path__`) before then is a
 knob like any other.
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Memory
+from pipeline.knobs.base import Knob, Memory, Role
 
 
 @functools.cache
@@ -33,6 +34,45 @@ def in_section(section: str) -> list[Knob]:
 
 def by_key() -> dict[str, Knob]:
     return {k.key: k for k in registry()}
+
+
+@functools.cache
+def role(which: Role) -> Knob:
+    """The knob with a role (`Role`): how a module outside the folder finds the one it must, never by its key."""
+    found = [k for k in registry() if k.role == which]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} knobs have the role {which}")
+    return found[0]
+
+
+def recomputes(config: Any) -> bool:
+    """Whether a config's layers recompute their forward in the backward (`Knob.recomputes`)."""
+    return any(k.recomputes(config.train) for k in in_section("train"))
+
+
+def packs(train: Any) -> bool:
+    """Whether a train section packs records into rows of max_length (`Knob.packs`)."""
+    return any(k.packs(train) for k in in_section("train"))
+
+
+def truncates(train: Any) -> bool:
+    """Whether a train section's records come truncated to max_length before the collator (`Knob.truncates`)."""
+    return any(k.truncates(train) for k in in_section("train"))
+
+
+def one_shape(train: Any) -> bool:
+    """Whether a train section gives every micro-batch one shape (`Knob.one_shape`)."""
+    return any(k.one_shape(train) for k in in_section("train"))
+
+
+def model_kwargs(model: Any) -> dict[str, Any]:
+    """The model's `from_pretrained` arguments the knobs set, from the model section (`Knob.model_kwargs`)."""
+    return {key: value for k in registry() for key, value in k.model_kwargs(model).items()}
+
+
+def card_lines() -> list[tuple[str, str]]:
+    """(key, words) of the knobs a result card's setting line shows, in its order (`Knob.card`)."""
+    return [(k.key, k.card[1]) for k in sorted((k for k in registry() if k.card), key=lambda k: k.card[0])]
 
 
 def short_names() -> dict[str, str]:

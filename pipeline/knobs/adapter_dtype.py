@@ -33,6 +33,7 @@ class AdapterDtypeKnob(Knob):
     help = "compute: LoRA weights in the compute dtype, no casts"
     short = "adapters"
     searched = tuple(AdapterDtype)
+    term_text = ("`compute`: 0.81 of the layers' activations (PEFT's casts not kept)", "eager layers in bf16/fp16 only")
 
     def memory_in(self, value: str, setting: Mapping[str, Any]) -> Memory:
         eager = Compile.of(str(setting.get("train.torch_compile", "off"))) is Compile.OFF

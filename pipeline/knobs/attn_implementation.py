@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Compile, Knob, Memory, Setting, installed
+from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Compile, Knob, Memory, Role, Setting, installed
 from pipeline.knobs.loss import Loss
 
 
@@ -31,6 +31,8 @@ class AttentionKnob(Knob):
     help = "the attention kernels (flash_attention_*: their package, a GPU)"
     short = "attn"
     searched = tuple(a for a in Attention if a != Attention.EAGER)  # eager attention is sdpa unfused
+    role = Role.ATTENTION
+    term_text = ("`eager`: its scores, growing with a row's squared length", "")
 
     def dropped_in(self, lengths_vary: bool, cuda: bool) -> dict[Any, str]:
         """sdpa alone on the CPU: its fused kernel is the CPU's, flex attention compiles a slower one there, and the
@@ -55,6 +57,15 @@ class AttentionKnob(Knob):
         graphs = str(setting.get("train.compile_mode", "default")) in CUDA_GRAPH_MODE_VALUES
         logits = str(setting.get("train.loss", Loss.TRL)) in (Loss.MODEL, Loss.COMPILED)
         return str(value) if value != Attention.SDPA and compiled and graphs and logits else None
+
+    @staticmethod
+    def score_bytes(element: int) -> int:
+        """What attention without a fused kernel keeps of a score (`search.formula`): its fp32 probability, and its
+        copy in the compute dtype (`element` bytes) where that is narrower."""
+        return 4 + (element if element < 4 else 0)
+
+    def model_kwargs(self, model: Any) -> dict[str, Any]:
+        return {"attn_implementation": model.attn_implementation}
 
     def refuses(self, s: Setting) -> str | None:
         attention = s.model.attn_implementation

@@ -3,9 +3,10 @@ learns, held in one module of `pipeline.knobs` with everything that reads it.
 
 A knob module defines `KNOB`, an instance of a `Knob` subclass: its config key, default, help and choices (an enum,
 or a bool), its rule against the stack, the device and the other knobs, its short name in a config's display name,
-the values a study over everything tries, its term in the memory prediction, its SFTConfig keywords, what it does to
-the job's adapters and built trainer, and the lines and helpers it adds to the exported script. Every method does
-nothing by default, so a knob says only what it changes.
+the values a study over everything tries, its term in the memory prediction (and its words in the docs), its
+SFTConfig and model keywords, what it does to the job's data, adapters and built trainer, its words on a result
+card, and the lines and helpers it adds to the exported script. Every method does nothing by default, so a knob says
+only what it changes. No module outside the folder spells a knob's key: it asks the knobs, or the knob of a `Role`.
 
 No module of the folder imports torch at its top: the parent process reads them. The job-side functions import what
 they use inside, and an exported script copies them as they are (`source`).
@@ -70,6 +71,17 @@ class Compile(StrEnum):
         return cls(COMPILE_ALIASES.get(text, text))
 
 
+class Role(StrEnum):
+    """What a module outside this folder finds a knob by where it must find one (`pipeline.knobs.role`), never its
+    key: the settings the memory formula and the probes hold as their own."""
+
+    DTYPE = "dtype"  # the precision the model computes in: the formula's bytes per element
+    CHECKPOINTING = "checkpointing"  # whether the layers recompute: the formula's and the step estimate's
+    COMPILE = "compile"  # what is compiled (a `Compile` value): the formula's
+    ATTENTION = "attention"  # the attention kernels: the formula's
+    LAYOUT = "layout"  # how a micro-batch's rows are laid out: the probes measure each searched one
+
+
 COMPILE_ALIASES = {"true": Compile.REGIONAL.value, "false": Compile.OFF.value}
 # the train.compile_mode values that record CUDA graphs (`compile_mode.CUDA_GRAPH_MODES`), here because the padding
 # reads them too: under them a micro-batch padded to its longest is padded to a length bucket
@@ -81,8 +93,8 @@ class Memory:
     """A knob's term in the peak-memory prediction (`search.predictor`). `activations` multiplies what the layers
     keep per token without checkpointing; `checkpointed`: the layers keep only their inputs and one layer is
     recomputed in full (the share then applies to nothing); `fused`: the layers are compiled, and keep what their
-    matrix products and attention need rather than eager's element-wise intermediates (`search.formula`); `token_bytes` and `static_bytes` add to the bytes per
-    token and the fixed bytes; `logit_bytes` to the bytes per token and vocabulary entry (what a loss keeps of the
+    matrix products and attention need rather than eager's element-wise intermediates (`search.formula`);
+    `token_bytes` and `static_bytes` add to the bytes per token and the fixed bytes; `logit_bytes` to the bytes per token and vocabulary entry (what a loss keeps of the
     logits); `scores` counts the attention scores each head of each layer keeps (attention without a fused kernel
     keeps its probabilities: memory that grows with the squared length of a row); `inputs` counts the copies of each
     layer's input a token keeps beside the activations, in the compute dtype (CUDA graphs' static input buffers). The
@@ -99,16 +111,9 @@ class Memory:
     inputs: float = 0.0
 
     def __add__(self, other: Memory) -> Memory:
-        return Memory(
-            self.activations * other.activations,
-            self.checkpointed or other.checkpointed,
-            self.fused or other.fused,
-            self.token_bytes + other.token_bytes,
-            self.static_bytes + other.static_bytes,
-            self.logit_bytes + other.logit_bytes,
-            self.scores + other.scores,
-            self.inputs + other.inputs,
-        )
+        """Two terms together: shares multiply, flags join, the rest adds up."""
+        a, b = dataclasses.astuple(self), dataclasses.astuple(other)
+        return Memory(a[0] * b[0], a[1] or b[1], a[2] or b[2], *(x + y for x, y in zip(a[3:], b[3:], strict=True)))
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,9 @@ class Knob:
     aliases: Mapping[str, str] = MappingProxyType({})  # other spellings of a choice, e.g. `true` for `regional`
     short: str | None = None  # its name in a config's display name; None: its name
     searched: tuple[Any, ...] = ()  # the values a study over everything this setting can run tries
+    role: Role | None = None  # what another module finds it by, where one must (`Role`)
+    card: tuple[int, str] | None = None  # its place and words on a result card's setting line; None: not there
+    term_text: tuple[str, str] | None = None  # its memory term in words, and beside what (the docs' table of terms)
 
     @property
     def section(self) -> str:
@@ -161,6 +169,14 @@ class Knob:
     def value(self, section: Any) -> Any:
         """Its value in a config section (the schema's dataclass or a DictConfig)."""
         return getattr(section, self.name)
+
+    def of(self, config: Any) -> Any:
+        """Its value in a whole config (the schema's dataclasses or a DictConfig)."""
+        return self.value(getattr(config, self.section))
+
+    def set_in(self, config: Any, value: Any) -> None:
+        """Set its value in a whole config (a DictConfig, or the schema's dataclasses)."""
+        setattr(getattr(config, self.section), self.name, value)
 
     def same_job_as(self, value: Any, s: Setting) -> tuple[Any, str] | None:
         """None where `value` makes a job of its own in setting `s`; else the value whose job it runs there and why
@@ -226,6 +242,26 @@ class Knob:
 
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
         """The SFTConfig arguments it sets; `dtype` and `device` are the job's, resolved."""
+        return {}
+
+    def recomputes(self, train: Any) -> bool:
+        """Whether its value has the layers recompute their forward in the backward (the job's FLOPs count it)."""
+        return False
+
+    def packs(self, train: Any) -> bool:
+        """Whether its value packs records into rows of max_length (the job reads the records that fill them)."""
+        return False
+
+    def truncates(self, train: Any) -> bool:
+        """Whether the job's records come truncated to max_length before the collator (which enforces none)."""
+        return False
+
+    def one_shape(self, train: Any) -> bool:
+        """Whether its value gives every micro-batch one shape, whatever the records' lengths."""
+        return False
+
+    def model_kwargs(self, model: Any) -> dict[str, Any]:
+        """The model's `from_pretrained` (and `from_config`) arguments it sets, from the model section."""
         return {}
 
     def compiles(self, train: Any) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import CPU, Knob, Setting
+from pipeline.knobs.base import CPU, Knob, Role, Setting
 
 
 class Dtype(StrEnum):
@@ -26,11 +26,26 @@ def resolve(value: str, cuda: bool, bf16: bool | None) -> str | None:
     return {True: Dtype.BF16.value, False: Dtype.FP16.value, None: None}[bf16]
 
 
+ELEMENT_BYTES = {Dtype.FP32: 4, Dtype.FP16: 2, Dtype.BF16: 2}  # the bytes of an element in each compute dtype
+
+
 class DtypeKnob(Knob):
     key = "train.dtype"
     default = Dtype.AUTO
     help = "auto: bf16 where supported, fp16 on other GPUs, fp32 on the CPU"
     searched = (Dtype.BF16, Dtype.FP16)  # fp32 trains the same at twice the bytes; auto is one of the two
+    role = Role.DTYPE
+    card = (2, "dtype {}")
+    resolve = staticmethod(resolve)
+
+    @staticmethod
+    def element_bytes(dtype: str) -> int:
+        """The bytes of an element computed in `dtype` (resolved: not auto), what the memory formula counts in."""
+        return ELEMENT_BYTES[Dtype(dtype)]
+
+    def is_auto(self, value: Any) -> bool:
+        """Whether `value` leaves the dtype to the device (what a job resolves when it opens one)."""
+        return value == Dtype.AUTO
 
     def refuses(self, s: Setting) -> str | None:
         dtype, gpu = s.train.dtype, s.gpu

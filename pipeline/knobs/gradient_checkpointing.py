@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.knobs.base import Knob, Memory
+from pipeline.knobs.base import Knob, Memory, Role
 
 
 class GradientCheckpointingKnob(Knob):
@@ -14,9 +14,21 @@ class GradientCheckpointingKnob(Knob):
     help = "recompute each layer's activations in the backward pass: less memory, more compute"
     short = "ckpt"
     searched = (True, False)
+    role = Role.CHECKPOINTING
+    term_text = ("each layer keeps its input, one is recomputed (the shares then apply to nothing)", "")
+    card = (3, "checkpointing {}")
 
     def memory(self, value: bool) -> Memory:
         return Memory(checkpointed=value)
+
+    @staticmethod
+    def kept_bytes(layers: int, element: int, hidden: int, layer: float) -> float:
+        """What checkpointed layers keep per token (`search.formula`): each layer its input (`element` bytes x
+        `hidden`), and the one recomputed in the backward all it keeps without checkpointing (`layer`)."""
+        return layers * element * hidden + layer
+
+    def recomputes(self, train: Any) -> bool:
+        return bool(train.gradient_checkpointing)
 
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
         on = train.gradient_checkpointing

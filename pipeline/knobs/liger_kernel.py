@@ -23,6 +23,7 @@ class LigerKernelKnob(Knob):
     help = "Liger's fused kernels (needs the liger-kernel package and a GPU)"
     short = "liger"
     searched = (False, True)
+    term_text = ("0.70 of the layers' activations", "eager layers only (compiled layers keep the same with it)")
 
     def memory_in(self, value: bool, setting: Mapping[str, Any]) -> Memory:
         eager = Compile.of(str(setting.get("train.torch_compile", "off"))) is Compile.OFF

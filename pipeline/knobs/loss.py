@@ -76,6 +76,11 @@ class LossKnob(Knob):
     default = Loss.TRL
     help = "the LM head and loss: trl, the model's own, compiled, or Liger's fused kernel"
     searched = tuple(Loss)
+    term_text = (
+        "the logits it keeps: `compiled` 9.4 bytes a token and vocabulary entry (fp32), `model` 17.4 (and its "
+        "log-softmax and gradients), `trl` and `liger` none",
+        "Liger's kernels too: TRL applies their layer kernels only",
+    )
 
     def memory(self, value: str) -> Memory:
         return Memory(logit_bytes=LOGIT_BYTES[Loss(value)])

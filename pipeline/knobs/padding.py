@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Knob
+from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Knob, Role
 
 BUCKETS = 4  # length buckets per max_length
 
@@ -51,6 +51,8 @@ class PaddingKnob(Knob):
     default = Padding.LONGEST
     help = "longest: to the batch's longest; buckets: rounded up to a quarter of max_length; max_length: one shape"
     searched = (Padding.LONGEST, Padding.MAX_LENGTH, Padding.PADDING_FREE, Padding.BUCKETS)  # packing: other sequences
+    role = Role.LAYOUT
+    card = (1, "padding {}")
 
     def dropped_in(self, lengths_vary: bool, cuda: bool) -> dict[Any, str]:
         """Every layout where every record has one length: each is then the same batch."""
@@ -62,6 +64,16 @@ class PaddingKnob(Knob):
         by layout: on the chats grid, the compiled loss kept 6.2-19.5 bytes per token and vocabulary entry by
         padding, record-h200/grid-chats-optuna.db)."""
         return layout(value, str(setting.get("train.compile_mode", "default")))
+
+    def packs(self, train: Any) -> bool:
+        return train.padding == Padding.PACKING
+
+    def truncates(self, train: Any) -> bool:
+        """Padding-free: TRL's collator enforces no max_length (`sft_kwargs`)."""
+        return train.padding == Padding.PADDING_FREE
+
+    def one_shape(self, train: Any) -> bool:
+        return train.padding == Padding.MAX_LENGTH
 
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
         padding = train.padding

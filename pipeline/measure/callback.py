@@ -6,7 +6,7 @@ previous step's logging) and other (the rest: input copies, hooks, Python overhe
 CUDA events read after that one synchronisation, never a synchronisation per micro-batch; on CPU from perf_counter.
 
 Trainer order per optimizer step (transformers 5): fetch all micro-batches -> step_begin -> [forward, backward,
-substep_end] per micro-batch (the last one ends with clipping and pre_optimizer_step) -> optimizer_step ->
+substep_end] per micro-batch (the last one ends with clipping and on_pre_optimizer_step) -> on_optimizer_step ->
 scheduler, zero_grad -> step_end -> log. The forward marks come from hooks on the top-level model, which runs once
 per micro-batch even when layers recompute under checkpointing.
 

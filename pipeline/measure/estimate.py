@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from pipeline import knobs
 from pipeline.config.choices import CPU, DataKind, ModelSource
 from pipeline.config.devices import cpu_matmul_flops, cuda_device_count
 from pipeline.measure.flops import Shape, flops_per_token
@@ -32,7 +33,7 @@ def cpu_job_flops(cfg: DictConfig) -> float | None:
         length,
         shape.heads,
         shape.head_dim,
-        bool(cfg.train.gradient_checkpointing),
+        knobs.recomputes(cfg),
     )
     return cfg.train.steps * cfg.batch.effective * length * fpt.hardware
 

@@ -1,7 +1,7 @@
 """The study's baseline: the command line's config as it runs, measured in full so that the answer's speed-up is a
 measured ratio against what the user would have run.
 
-It is the base config with what it resolves at run time filled in (`train.dtype=auto` is the dtype the probes ran
+It is the base config with what it resolves at run time filled in (a dtype of `auto` is the one the probes ran
 in), compared with the space by identity: where it is a point of the space, its trial is that point's (queued with
 its params, so the sampler learns from it); where it is not (a dtype the space leaves out, a padding it does not
 search), it is measured beside the space, labelled so, and counts against no budget. Only `optimize.baseline=false`
@@ -16,29 +16,28 @@ from typing import Any
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
+from pipeline import knobs
 from pipeline.config.errors import ConfigError
 from pipeline.config.knobs import compute_dtype
-from pipeline.knobs.dtype import Dtype
 from pipeline.search import trials
 from pipeline.search.opening import StudyContext
 from pipeline.search.space import Candidate, make_candidate
 from pipeline.search.trials import Role
-
-DTYPE_KEY = "train.dtype"
 
 
 def resolved_values(ctx: StudyContext) -> tuple[tuple[str, Any], ...]:
     """The base config's value of every searched key, as it runs: a searched dtype given as `auto` is the one it
     resolves to (an unsearched one stays `auto`, as in every candidate)."""
     values = []
+    precision = knobs.role(knobs.Role.DTYPE).key
     for key in ctx.space:
         value = OmegaConf.select(ctx.cfg, key)
-        values.append((key, _dtype(ctx, value) if key == DTYPE_KEY else value))
+        values.append((key, _dtype(ctx, value) if key == precision else value))
     return tuple(values)
 
 
 def _dtype(ctx: StudyContext, value: str) -> str:
-    if value != Dtype.AUTO:
+    if not knobs.role(knobs.Role.DTYPE).is_auto(value):
         return value
     return ctx.placement_dtype or compute_dtype(ctx.cfg.train, ctx.cfg.gpu) or value
 

@@ -13,25 +13,21 @@ from typing import Any
 import optuna
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline import knobs as speed_knobs
 from pipeline.config.job import parse, parse_split
 from pipeline.config.schema import typed
 from pipeline.jobs import task
-from pipeline.knobs import registry
-from pipeline.knobs.base import Compile
+from pipeline.knobs import Role, registry
 from pipeline.records import GIB, MicroBatch, RunKind, Status
-from pipeline.search.formula import Knobs
+from pipeline.search.formula import FORMULA_ROLES, Knobs
 from pipeline.search.longest import RunBatches
 from pipeline.search.space import SPLIT_KEY
 from pipeline.tracking import runs
 
-# what the predictor's formula sees
-FORMULA_KNOBS = (
-    "batch.split",
-    "train.dtype",
-    "train.gradient_checkpointing",
-    "train.torch_compile",
-    "model.attn_implementation",
-)
+
+def formula_keys() -> tuple[str, ...]:
+    """The keys the predictor's formula sees itself: the split and the knobs of its roles (`formula.FORMULA_ROLES`)."""
+    return ("batch.split", *(speed_knobs.role(r).key for r in FORMULA_ROLES))
 
 
 def value_at(cfg: Any, key: str) -> Any:
@@ -49,28 +45,26 @@ def knobs_of(
     the config holds it (its term counts: a loss the command line sets keeps its logits); `batch`: the micro-batch its
     peak is measured or predicted on (the run's longest), else one of max_length sequences."""
     micro = parse_split(cfg.batch.split).micro
-    dtype = cfg.train.dtype if cfg.train.dtype != "auto" else (placement_dtype or "fp32")
-    other = tuple((k, str(value_at(cfg, k))) for k in space_keys if k not in FORMULA_KNOBS)
-    unsearched = [k.key for k in registry() if k.key not in space_keys and k.key not in FORMULA_KNOBS]
+    own = formula_keys()
+    precision, checkpointing, compiled, attention = (speed_knobs.role(r) for r in FORMULA_ROLES)
+    dtype = precision.of(cfg)
+    dtype = (placement_dtype or "fp32") if precision.is_auto(dtype) else dtype
+    other = tuple((k, str(value_at(cfg, k))) for k in space_keys if k not in own)
+    unsearched = [k.key for k in registry() if k.key not in space_keys and k.key not in own]
     held = tuple((key, str(value_at(cfg, key))) for key in unsearched)
-    compiled = Compile.of(cfg.train.torch_compile).value
     tokens, squares = (batch.tokens, batch.squares) if batch is not None else (None, None)
     return Knobs(
         micro,
         cfg.train.max_length,
         dtype,
-        bool(cfg.train.gradient_checkpointing),
+        bool(checkpointing.canonical(checkpointing.of(cfg))),
         other,
-        compiled,
-        str(cfg.model.attn_implementation),
+        compiled.canonical(compiled.of(cfg)),
+        str(attention.of(cfg)),
         tokens,
         squares,
         held,
     )
-
-
-CHECKPOINTING = "train.gradient_checkpointing"
-PADDING = "train.padding"
 
 
 ATTR = "calibration"  # the study's user attribute that holds it
@@ -85,7 +79,7 @@ class Calibration:
     probes: list[tuple[Knobs, float]] = field(default_factory=list)  # (knobs, measured peak bytes), every setting
     base_probes: list[tuple[Knobs, float]] = field(default_factory=list)  # those of the base config's setting
     gpu_seconds: float = 0.0
-    dtype: str | None = None  # what the probes' placement resolved (train.dtype=auto)
+    dtype: str | None = None  # what the probes' placement resolved (a dtype of auto)
     device: str | None = None
     scale: float = 1.0  # the predictor's fit
     offset: float = 0.0
@@ -127,8 +121,8 @@ class Calibration:
                     p["dtype"],
                     p["checkpointing"],
                     tuple(map(tuple, p["other"])),
-                    p.get("compile", Compile.OFF.value),
-                    p.get("attention", "sdpa"),
+                    p.get("compile", Knobs.compile),
+                    p.get("attention", Knobs.attention),
                     p.get("tokens"),
                     p.get("squares"),
                     tuple(map(tuple, p.get("held", ()))),
@@ -179,36 +173,38 @@ def _finding(outcome: task.JobOutcome) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Probe:
-    """Where one probe measures: the base config at a split, a checkpointing setting and a padding."""
+    """Where one probe measures: the base config at a split, a checkpointing setting and a layout (the knobs of
+    those roles: `Role.CHECKPOINTING`, `Role.LAYOUT`)."""
 
     split: str
     checkpointing: bool
-    padding: str
-    is_base: bool  # the base config's checkpointing and padding: what calibrates the formula
+    layout: str
+    is_base: bool  # the base config's checkpointing and layout: what calibrates the formula
 
     def name(self, base: DictConfig) -> str:
         micro = parse_split(self.split).micro
+        checkpointing, layout = speed_knobs.role(Role.CHECKPOINTING), speed_knobs.role(Role.LAYOUT)
         said = (
             []
-            if self.checkpointing == bool(base.train.gradient_checkpointing)
+            if self.checkpointing == bool(checkpointing.of(base))
             else [f"ckpt={'on' if self.checkpointing else 'off'}"]
         )
-        said += [] if self.padding == base.train.padding else [f"padding={self.padding}"]
+        said += [] if self.layout == layout.of(base) else [f"{layout.name}={self.layout}"]
         return " ".join([f"probe {micro}x1", *said])
 
     def config(self, base: DictConfig) -> DictConfig:
-        """The base config at this probe's split, checkpointing and padding: the run it measures the longest
+        """The base config at this probe's split, checkpointing and layout: the run it measures the longest
         micro-batch of."""
         at = OmegaConf.create(OmegaConf.to_container(base, resolve=False))
         at.batch.split = self.split
-        at.train.gradient_checkpointing = self.checkpointing
-        at.train.padding = self.padding
+        speed_knobs.role(Role.CHECKPOINTING).set_in(at, self.checkpointing)
+        speed_knobs.role(Role.LAYOUT).set_in(at, self.layout)
         return at
 
 
 @dataclass(frozen=True)
 class Prober:
-    """Runs the probes of one study: the base config, at a micro-batch, a checkpointing setting and a padding, each
+    """Runs the probes of one study: the base config, at a micro-batch, a checkpointing setting and a layout, each
     on the run's longest micro-batch at that split (`batches`; where the records vary in length)."""
 
     base: DictConfig
@@ -220,22 +216,21 @@ class Prober:
 
     def plan(self, space: dict[str, list]) -> list[Probe]:
         """The smallest and largest micro-batch of the space's splits on the base config, and on its other
-        checkpointing setting when the space searches it, and at each other padding the space searches (a padding
+        checkpointing setting when the space searches it, and at each other layout the space searches (a layout
         lays the same tokens out in other rows, and what attention keeps grows with their squared lengths: each
-        padding gets its own line)."""
-        splits, base_ckpt = space[SPLIT_KEY], bool(self.base.train.gradient_checkpointing)
-        base_padding = str(self.base.train.padding)
-        settings = [base_ckpt, *(bool(v) for v in space.get(CHECKPOINTING, []))]
+        layout gets its own line)."""
+        checkpointing, layout = speed_knobs.role(Role.CHECKPOINTING), speed_knobs.role(Role.LAYOUT)
+        splits, base_ckpt = space[SPLIT_KEY], bool(checkpointing.of(self.base))
+        base_layout = str(layout.of(self.base))
+        settings = [base_ckpt, *(bool(v) for v in space.get(checkpointing.key, []))]
         found = [
-            Probe(split, checkpointing, base_padding, checkpointing == base_ckpt)
-            for checkpointing in dict.fromkeys(settings)
+            Probe(split, ckpt, base_layout, ckpt == base_ckpt)
+            for ckpt in dict.fromkeys(settings)
             for split in dict.fromkeys([splits[0], splits[-1]])
         ]
-        paddings = [str(v) for v in space.get(PADDING, []) if str(v) != base_padding]
+        layouts = [str(v) for v in space.get(layout.key, []) if str(v) != base_layout]
         ends = dict.fromkeys([splits[0], splits[-1]])
-        return found + [
-            Probe(split, base_ckpt, padding, False) for padding in dict.fromkeys(paddings) for split in ends
-        ]
+        return found + [Probe(split, base_ckpt, other, False) for other in dict.fromkeys(layouts) for split in ends]
 
     def run(self, space: dict[str, list], kept_on: optuna.Study | None = None) -> Calibration:
         """Every probe of the plan. Each probe's finding is kept on the study `kept_on` as it is measured; a probe
@@ -263,7 +258,7 @@ class Prober:
         found.dtype, found.device = finding["dtype"], finding["device"]
         point = (knobs_of(at_split, self.space_keys, finding["dtype"], batch), finding["peak_gib"] * GIB)
         found.probes.append(point)
-        if finding["median"] and probe.padding == self.base.train.padding:
+        if finding["median"] and probe.layout == speed_knobs.role(Role.LAYOUT).of(self.base):
             found.times.append((parse_split(probe.split).micro, probe.checkpointing, finding["median"]))
         if probe.is_base:
             found.base_probes.append(point)

@@ -6,10 +6,12 @@ its rows' squared lengths, a padding-free row being one):
 - frozen weights:      b x (embedding + every layer's projections + LM head when untied)
 - adapters:            16 x LoRA parameters (fp32 weights, fp32 gradients, two fp32 Adam moments)
 - activations / token: without checkpointing every layer keeps b x (6h + 4q + 4i) + 8h (fp32 norms; q = n_heads d),
-                       compiled layers b x (6q + 2i) + 8h (no element-wise intermediates); with checkpointing each
-                       layer keeps its input (b x h) and one layer is recomputed in full
-- attention / S:       what attention without a fused kernel keeps of its scores (`model.attn_implementation=eager`:
-                       the probabilities in fp32, and in the compute dtype where it is narrower), per head and layer
+                       compiled layers b x (6q + 2i) + 8h (no element-wise intermediates: the compile knob's count);
+                       with checkpointing each layer keeps its input (b x h) and one layer is recomputed in full (the
+                       checkpointing knob's count)
+- attention / S:       what attention without a fused kernel keeps of its scores (eager attention: the attention
+                       knob's count, the probabilities in fp32, and in the compute dtype where it is narrower), per
+                       head and layer
 - loss buffers / token: 8 bytes (TRL's fused LM head computes log-probabilities in tiles and never holds the full
                        logits; the tile's workspace is a constant, left to the offset)
 - the speed knobs:     each knob's memory term (`pipeline.knobs`), beside the job's other knobs (searched or held by
@@ -26,13 +28,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from pipeline.knobs import Memory, unmodelled
+from pipeline.knobs import Memory, Role, role, unmodelled
 from pipeline.knobs import memory as knob_memory
 from pipeline.measure.flops import Shape
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 LORA_STATE_BYTES = 16
 LOSS_BYTES_PER_TOKEN = 8
+# the knobs the formula holds a field of its own for (`Knobs`, each field named as its role), the dtype first
+FORMULA_ROLES = (Role.DTYPE, Role.CHECKPOINTING, Role.COMPILE, Role.ATTENTION)
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Knobs:
     checkpointing: bool
     other: tuple[tuple[str, str], ...] = ()
     compile: str = "off"
-    attention: str = "sdpa"  # model.attn_implementation, which the formula sees
+    attention: str = "sdpa"  # the attention kernels, which the formula sees
     tokens: int | None = None  # T of the micro-batch measured or predicted; None: micro x max_length
     squares: int | None = None  # S; None: micro x max_length^2
     held: tuple[tuple[str, str], ...] = ()
@@ -66,7 +69,7 @@ class Knobs:
         return (
             self.checkpointing == other.checkpointing
             and self.max_length == other.max_length
-            and DTYPE_BYTES[self.dtype] == DTYPE_BYTES[other.dtype]
+            and element_bytes(self.dtype) == element_bytes(other.dtype)
         )
 
     def same_setting(self, other: Knobs) -> bool:
@@ -81,12 +84,14 @@ class Knobs:
     @property
     def values(self) -> dict[str, str]:
         """Every knob value its memory term reads (a searched value over a held one)."""
-        own = {
-            "train.gradient_checkpointing": str(self.checkpointing),
-            "train.torch_compile": self.compile,
-            "model.attn_implementation": self.attention,
-        }
+        own = {role(r).key: str(getattr(self, r.value)) for r in FORMULA_ROLES if r is not Role.DTYPE}
         return {**dict(self.held), **dict(self.other), **own}
+
+
+@functools.cache
+def element_bytes(dtype: str) -> int:
+    """The bytes of an element in a compute dtype (the dtype knob's: `Role.DTYPE`)."""
+    return role(Role.DTYPE).element_bytes(dtype)
 
 
 def memory_term(knobs: Knobs) -> Memory:
@@ -111,7 +116,7 @@ def term_of(values: tuple[tuple[str, str], ...], dtype: str) -> Memory:
 
 
 def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) -> float:
-    b = DTYPE_BYTES[knobs.dtype]
+    b = element_bytes(knobs.dtype)
     per_layer = sum(i * o for i, o in shape.projections().values()) + 2 * shape.hidden
     weights = shape.vocab * shape.hidden * (1 if shape.tied else 2) + shape.layers * per_layer
     lora = shape.lora_params(lora_r, targets)
@@ -121,14 +126,14 @@ def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) ->
 def activation_token_bytes(shape: Shape, knobs: Knobs) -> float:
     """What the layers keep per token (and the loss's buffers): the part of the growth per token the calibration
     scales."""
-    b = DTYPE_BYTES[knobs.dtype]
+    b = element_bytes(knobs.dtype)
     h, i, q = shape.hidden, shape.intermediate, shape.heads * shape.head_dim
     eager = b * (6 * h + 4 * q + 4 * i) + 8 * h
     term = memory_term(knobs)
-    if term.checkpointed:
-        kept = shape.layers * b * h + eager
-    else:
-        layer = b * (6 * q + 2 * i) + 8 * h if term.fused else eager
+    if term.checkpointed:  # the checkpointing knob's own count
+        kept = role(Role.CHECKPOINTING).kept_bytes(shape.layers, b, h, eager)
+    else:  # compiled layers: the compile knob's
+        layer = role(Role.COMPILE).layer_bytes(b, h, q, i) if term.fused else eager
         kept = term.activations * shape.layers * layer
     return kept + LOSS_BYTES_PER_TOKEN + term.token_bytes
 
@@ -137,7 +142,7 @@ def held_token_bytes(shape: Shape, knobs: Knobs) -> float:
     """What the knobs' terms add per token as measured figures, not scaled: the logits a loss keeps, and the copies of
     each layer's input CUDA graphs keep."""
     term = memory_term(knobs)
-    return term.logit_bytes * shape.vocab + term.inputs * DTYPE_BYTES[knobs.dtype] * shape.hidden * shape.layers
+    return term.logit_bytes * shape.vocab + term.inputs * element_bytes(knobs.dtype) * shape.hidden * shape.layers
 
 
 def per_token_bytes(shape: Shape, knobs: Knobs) -> float:
@@ -146,8 +151,7 @@ def per_token_bytes(shape: Shape, knobs: Knobs) -> float:
 
 def square_bytes(shape: Shape, knobs: Knobs) -> float:
     """What attention keeps per unit of S (a squared row length): its scores' bytes in every head and layer."""
-    b = DTYPE_BYTES[knobs.dtype]
-    per_score = 4 + (b if b < 4 else 0)  # the fp32 probabilities, and their copy in a narrower compute dtype
+    per_score = role(Role.ATTENTION).score_bytes(element_bytes(knobs.dtype))  # the attention knob's
     return memory_term(knobs).scores * shape.heads * shape.layers * per_score
 
 

@@ -9,12 +9,12 @@ job's own first step is as large as any and nothing is trained beside it.
 
 from __future__ import annotations
 
+from pipeline import knobs
 from pipeline.builders.order import RunOrder
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.config.choices import FitOver
 from pipeline.config.job import parse_split
 from pipeline.config.schema import Config
-from pipeline.knobs.padding import Padding
 from pipeline.records import MicroBatch
 
 
@@ -51,13 +51,13 @@ class RunBatches:
     def first(self, config: Config) -> MicroBatch | None:
         """What a job of `config` trains at step one beside its own micro-batches: the run's longest, where the
         micro-batches of the run differ in size; None where they are all alike."""
-        if config.train.padding == Padding.MAX_LENGTH or not self.order(config).varies():
+        if knobs.one_shape(config.train) or not self.order(config).varies():
             return None
         return self.longest(config)
 
     def text(self, config: Config) -> str:
         """What the run is, in words: `train.steps=16 (128 records)` or `one pass over 2,000 records`."""
-        records = len(self.order(config).lengths(config.train.padding == Padding.PACKING))
+        records = len(self.order(config).lengths(knobs.packs(config.train)))
         if self.epoch:
             return f"one pass over {records:,} records"
         return f"train.steps={config.train.steps} ({records:,} records)"

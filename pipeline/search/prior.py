@@ -14,19 +14,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pipeline import knobs
 from pipeline.config.validate import parse_split
 from pipeline.search import trials
 from pipeline.search.calibration import Calibration
 from pipeline.search.opening import StudyContext
 from pipeline.search.space import Candidate
 
-CHECKPOINTING = "train.gradient_checkpointing"
-
 
 def estimate(calibration: Calibration, candidate: Candidate) -> float:
     """The candidate's step time as the probes suggest it (inf where they say nothing)."""
     split = parse_split(candidate.split)
-    checkpointing = bool(candidate.config.train.gradient_checkpointing)
+    checkpointing = knobs.recomputes(candidate.config)
     found = calibration.step_estimate(split.micro, split.accumulation, checkpointing)
     return math.inf if found is None else found
 

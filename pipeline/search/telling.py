@@ -21,6 +21,7 @@ import statistics
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from pipeline import knobs as speed_knobs
 from pipeline.jobs import task
 from pipeline.measure.summary import steady_steps
 from pipeline.records import GIB, RunKind, Status, StopRule
@@ -89,7 +90,7 @@ class TrialTeller:
 
     def _predicted_step(self, candidate: Candidate) -> float | None:
         split = candidate.job.split
-        checkpointing = bool(candidate.config.train.gradient_checkpointing)
+        checkpointing = speed_knobs.recomputes(candidate.config)
         return self.ctx.calibration.step_estimate(split.micro, split.accumulation, checkpointing)
 
     def _tell_infeasible(self, trial: optuna.Trial, value: float | None) -> None:
