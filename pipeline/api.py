@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline import exits, progress
+from pipeline.answer.results import Result
 from pipeline.liveness import Owner
 from pipeline.records import RunKind
-from pipeline.results import Result
 
 ACCEPTED = "accepted: a list of overrides as on the command line, e.g. ['batch.split=1x4,2x2,4x1', 'repeats=3']"
 
@@ -125,7 +125,7 @@ def _run(entry: _Entry, overrides: list[str]) -> Result:
 
 
 def _result(cfg, kind: RunKind, code: int) -> Result:
-    from pipeline import results
+    from pipeline.answer import results
     from pipeline.tracking.readback import last_parent
     from pipeline.tracking.store import Tracker
 

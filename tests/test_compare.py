@@ -12,11 +12,12 @@ import pytest
 from optuna.trial import TrialState
 
 from bench.machine import Machine
+from pipeline.answer import speedup
 from pipeline.compare.paired import Judgement, compare, compare_speedups
 from pipeline.compare.ranking import rank
 from pipeline.measure.stats import trimmed_mean
 from pipeline.records import Status
-from pipeline.search import confirmation, speedup
+from pipeline.search import confirmation
 from pipeline.search.confirmation.plan import MIN_ROUNDS, ConfirmationRound, Finalist, Plan, fit, plan
 from pipeline.search.decided import Decided
 from pipeline.search.trials import Role, TrialRecord

@@ -10,6 +10,7 @@ import shlex
 import pytest
 from optuna.trial import TrialState
 
+from pipeline.answer.study import reproduce
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
@@ -21,7 +22,6 @@ from pipeline.jobs.task import job_spec
 from pipeline.knobs.torch_compile import Compile, compile_layers, decoder_layers
 from pipeline.measure.compiled import CompileWatch
 from pipeline.records import StopRule
-from pipeline.search.answer import reproduce
 from pipeline.search.space import candidates, combinations, splits
 from pipeline.search.trials import TrialRecord
 from tests.helpers.configs import composed

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from pipeline.answer.code import export, export_answer, sweep_answer
+from pipeline.answer.script import script_text
 from pipeline.compare.paired import Judgement
 from pipeline.config.errors import ConfigError
 from pipeline.config.validate import validate
-from pipeline.jobs.answer_code import export, export_answer, sweep_answer
-from pipeline.jobs.answer_script import script_text
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
 from pipeline.records import RunKind, Status

@@ -63,7 +63,7 @@ def test_a_knobs_memory_term_is_what_the_predictor_adds():
 def test_the_parent_reads_the_knobs_without_importing_torch(tmp_path):
     code = (
         "import sys; from pipeline import knobs; from pipeline.config import validate; "
-        "from pipeline.builders import sft_args; from pipeline.jobs import answer_script; import pipeline.search.predictor; "
+        "from pipeline.builders import sft_args; from pipeline.answer import script; import pipeline.search.predictor; "
         "assert len(knobs.registry()) >= 11; print('torch' in sys.modules)"
     )
     proc = run_python("-c", code, cwd=tmp_path)
@@ -82,7 +82,7 @@ READERS = """
 import json, sys
 import pipeline.knobs
 pipeline.knobs.__path__.append(sys.argv[1])
-from pipeline.jobs.answer_script import script_text
+from pipeline.answer.script import script_text
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError

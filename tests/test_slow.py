@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from optuna.trial import TrialState
 
+from pipeline.answer.table import format_trials
 from pipeline.records import Status
 from pipeline.search import slow
-from pipeline.search.answer_table import format_trials
 from pipeline.search.trials import TrialRecord
 from pipeline.summaries import Interval
 

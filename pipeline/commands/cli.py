@@ -231,7 +231,7 @@ def _launcher(overrides: list[str]) -> str | None:
 
 def _announce_left_out(left_out: list[str]) -> None:
     """A world-size sweep's combinations that do not make the effective batch: named once, and counted out of the
-    sweep's jobs (`jobs.sweep` reads the count)."""
+    sweep's jobs (`commands.sweep_callback` reads the count)."""
     context.COMMAND.left_out = len(left_out)
     if left_out:
         names = ", ".join(dict.fromkeys(left_out))

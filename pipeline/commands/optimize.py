@@ -37,10 +37,11 @@ def check_study(cfg: DictConfig, job: JobConfig) -> None:
 
 
 def optimize(cfg: DictConfig) -> float | None:
-    from pipeline.search.study import StudyDriver  # after the precheck: bad input never pays for this import
+    from pipeline.answer.conclusion import answered  # after the precheck: bad input never pays for this import
+    from pipeline.search.study import StudyDriver
 
     cap = checked_job(cfg).cap_bytes  # as the precheck parsed it
-    answer = StudyDriver(cfg, list(HydraConfig.get().overrides.task), cap).run()
+    answer = answered(StudyDriver(cfg, list(HydraConfig.get().overrides.task), cap))
     exits.ExitCode.set(answer.exit_code)
     return answer.best.median if answer.best else None
 

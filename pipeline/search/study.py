@@ -10,7 +10,8 @@
    sampler proposing what the queue does not. Workers sharing the study claim configs (`search.workers`).
 3. The confirmation round (`search.confirmation`): the finalists in paired rounds of fresh processes, the answer's claim
    against the baseline always bought.
-4. The answer (`search.answer`): printed and logged, with its speed-up over the baseline or why there is none.
+4. Then the command's answer (`answer.conclusion`): printed and logged, with its speed-up over the baseline or why
+   there is none.
 
 The study lives in `optimize.storage` (sqlite under mlruns/ by default) under a name derived from the config
 (`search.opening`), so re-running the same command resumes it: decided configs are never run again, and trials left
@@ -30,19 +31,13 @@ from optuna.trial import TrialState
 from tqdm import tqdm
 
 from pipeline import progress
-from pipeline.config.choices import ConfirmMode
-from pipeline.config.schema import typed
 from pipeline.jobs import runner, task
 from pipeline.liveness import HEARTBEAT_S
 from pipeline.records import GIB
-from pipeline.render import runs_table
-from pipeline.render.rows import Criteria
 from pipeline.search import baseline, prior, trials, workers
-from pipeline.search.answer import StudyAnswer, StudyFacts, decide, log_answer
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration, Prober
 from pipeline.search.confirmation.jobs import FinalRound
-from pipeline.search.decided import Decided
 from pipeline.search.knob_view import StudyView
 from pipeline.search.opening import StudyContext
 from pipeline.search.sampler import KnobModelSampler, ViewSampler
@@ -110,12 +105,13 @@ class StudyDriver:
             self.ctx.study.enqueue_trial(c.params, skip_if_exists=True)
 
     # ---- the loop ---------------------------------------------------------------------------------------------
-    def run(self) -> StudyAnswer:
+    def run(self) -> None:
+        """The study's loop to its end: calibration, the trials, the confirmation round. Its answer is the command's
+        (`answer.conclusion`), said also where the loop stopped."""
         ctx = self.ctx
         dead = workers.fail_stale(ctx.study)
         task.clean_up(ctx.tracker, dead)
         ctx.open_parent()
-        finished = False
         try:
             self._say_what_runs(dead)
             runner.warm_up(ctx.cfg.launcher.kind)
@@ -123,18 +119,8 @@ class StudyDriver:
             baseline.requeue(ctx, self.base)
             self._loop()
             self.final.confirm()
-            finished = True
         finally:
             workers.release_own(ctx.study)  # interrupted mid-trial: not decided, may run again
-            answer = self._answer(finished)
-            if finished and answer.best is not None:
-                ctx.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
-            print(answer.text if ctx.cfg.wide else answer.compact, flush=True)  # answer.md: the full text
-            if finished:  # the runs table's rank and time ratio of every run, against the answer
-                best, base = (r.config_id if r else None for r in (answer.best, answer.baseline))
-                runs_table.tag_study(ctx.tracker, ctx.parent, Criteria.of(ctx.cfg), best, base)
-            log_answer(ctx.tracker, ctx.parent, answer, finished)
-        return answer
 
     def _say_what_runs(self, dead: list[str]) -> None:
         ctx, o = self.ctx, self.ctx.cfg.optimize
@@ -146,28 +132,6 @@ class StudyDriver:
         )
         if ctx.left_out:
             print("[study] " + "\n".join(left_out_lines(ctx.left_out)), flush=True)
-
-    def _answer(self, finished: bool) -> StudyAnswer:
-        ctx, o = self.ctx, self.ctx.cfg.optimize
-        decided = Decided.of(ctx.study, o.max_loss_dev)
-        best = decided.best
-        coverage = None
-        if CALIBRATION in ctx.study.user_attrs:
-            coverage = prior.coverage(ctx, set(workers.decided(ctx.study)), best.config_id if best else None)
-        setting = StudyFacts(
-            ctx.name,
-            ctx.command,
-            ctx.cap,
-            ctx.cfg.measure.confidence,
-            baseline=bool(o.baseline),
-            confirm_off=o.confirm == ConfirmMode.NEVER,
-            stopped=not finished,
-            coverage=coverage,
-            left_out=tuple(ctx.left_out),
-            run=ctx.batches.text(typed(ctx.cfg)) if ctx.batches else "",
-            busy_threshold=ctx.cfg.measure.busy_threshold,
-        )
-        return decide(decided, setting)
 
     def _budget(self) -> int:
         return min(self.ctx.cfg.optimize.trials, len(self.ctx.valid))

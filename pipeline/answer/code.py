@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.answer.script import script_text
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.compare.paired import Judgement
 from pipeline.config.compose import compose_job
@@ -17,7 +18,6 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.identity import display_name, parse_override
 from pipeline.config.job import JobConfig
 from pipeline.config.validate import validate
-from pipeline.jobs.answer_script import script_text
 from pipeline.jobs.task import job_spec
 from pipeline.render.rows import Row
 from pipeline.tracking.runs import OVERRIDES

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pipeline.answer import speedup
 from pipeline.compare.paired import Comparison, bound, compare
-from pipeline.search import speedup
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.trials import TrialRecord
 

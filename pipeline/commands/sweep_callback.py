@@ -18,11 +18,12 @@ from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import exits, results
+from pipeline import exits
+from pipeline.answer import results
+from pipeline.answer.code import sweep_answer
 from pipeline.config.identity import parse_override, varying_keys
 from pipeline.config.plan import checked_job, expand_jobs
 from pipeline.jobs import runner, task
-from pipeline.jobs.answer_code import sweep_answer
 from pipeline.jobs.context import COMMAND, SweepContext
 from pipeline.records import RunKind, RunState, Status
 from pipeline.render import runs_table
