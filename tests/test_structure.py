@@ -346,3 +346,19 @@ def test_the_yaml_comments_list_a_fields_choices_as_its_enum_does():
             if accepted is None or set(listed) != set(accepted) - {"true", "false"}:
                 wrong.append(f"{path.name}:{number}: {listed} against {accepted}")
     assert not wrong, wrong
+
+
+def _public_classes(modules: dict[str, Path]) -> dict[str, list[str]]:
+    """Each public class name the package defines at a module's top, with the modules that define it."""
+    found: dict[str, list[str]] = {}
+    for module, path in sorted(modules.items()):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                found.setdefault(node.name, []).append(module)
+    return found
+
+
+def test_no_two_modules_define_a_class_of_one_name():
+    """`Memory` or `Fit` names one thing in the package: a reader (and an import) never has to ask which."""
+    twins = {name: modules for name, modules in _public_classes(MODULES).items() if len(modules) > 1}
+    assert not twins, twins

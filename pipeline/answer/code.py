@@ -79,7 +79,7 @@ def export_answer(
     return exported, f"{exported.path}  (the same in plain TRL: python {exported.path})"
 
 
-def sweep_answer(tracker: Tracker, rows: list[Row]) -> tuple[list[str], Exported | None]:
+def export_winner(tracker: Tracker, rows: list[Row]) -> tuple[list[str], Exported | None]:
     """A sweep's winner (ranked from its paired rounds) with its reproduce line and script; nothing without one."""
     winner = next((row for row in rows if row.judgement is Judgement.WINNER and row.ok_runs), None)
     run = tracker.run(winner.ok_runs[0].run_id) if winner else None

@@ -64,7 +64,7 @@ def format_trials(
         fits = "no (predicted)" if r.status is Status.SKIPPED else {True: "yes", False: "no", None: "-"}[r.feasible]
         lines.append([r.number, r.label, _status(r), _step_cell(r, confidence), num(r.tokens_per_s, ",.0f")])
         lines[-1] += [num(r.peak_gib, ".3f"), num(r.predicted_gib, ".3f"), fits]
-        lines[-1] += [num(trials.loss_deviation(r, baseline), ".1e"), note]
+        lines[-1] += [num(trials.trial_loss_deviation(r, baseline), ".1e"), note]
     return markdown_table(lines)
 
 
@@ -102,7 +102,7 @@ def _compact_cells(
         step = "-" if r.median is None or r.ci is None else f"{r.median:.4f}"
         lines.append([r.number, names.get(r.label, r.label), _status(r), step, num(r.tokens_per_s, ",.0f")])
         lines[-1] += [num(r.peak_gib, ".3f"), num(r.predicted_gib, ".3f"), fits]
-        lines[-1].append(num(trials.loss_deviation(r, baseline), ".1e"))
+        lines[-1].append(num(trials.trial_loss_deviation(r, baseline), ".1e"))
     return lines
 
 

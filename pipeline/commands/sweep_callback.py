@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from pipeline import exits
 from pipeline.answer import results
-from pipeline.answer.code import sweep_answer
+from pipeline.answer.code import export_winner
 from pipeline.config.identity import parse_override, varying_keys
 from pipeline.config.plan import checked_job, expand_jobs
 from pipeline.jobs import runner, task
@@ -99,7 +99,7 @@ class SweepCallback(Callback):
         criteria = Criteria.of(config)
         rows = comparison_rows(jobs, criteria)
         runs_table.tag_runs(self.tracker, parent_id, rows, criteria)  # each run's rank and notes; the winner's
-        winner, script = sweep_answer(self.tracker, rows)
+        winner, script = export_winner(self.tracker, rows)
         answer = results.sweep_answer(self.tracker, rows, jobs, criteria.confidence)
         below = [*pairs_lines(rows, jobs), *self._answer(rows, answer), *winner]
         table = "\n".join([format_table(rows, criteria), *below])  # in full: what MLflow and `wide=true` hold

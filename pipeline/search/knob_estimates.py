@@ -24,7 +24,7 @@ def measured(records: list[TrialRecord], keys: set[str]) -> dict[str, tuple[dict
     return found
 
 
-def fitted(points: dict[str, tuple[dict[str, str], float]], reference: dict[str, str]) -> knob_model.Fit:
+def fitted(points: dict[str, tuple[dict[str, str], float]], reference: dict[str, str]) -> knob_model.Posterior:
     """The knob model fitted to `points` (from `measured`), its terms relative to `reference`'s values."""
     space = {key: list(dict.fromkeys(point[key] for point, _ in points.values())) for key in reference}
     return knob_model.fit(knob_model.Encoding.of(space, reference), list(points.values()))
