@@ -362,3 +362,52 @@ def test_no_two_modules_define_a_class_of_one_name():
     """`Memory` or `Fit` names one thing in the package: a reader (and an import) never has to ask which."""
     twins = {name: modules for name, modules in _public_classes(MODULES).items() if len(modules) > 1}
     assert not twins, twins
+
+
+SEARCH_MODULES = {_name(m) for m in MODULES if m.startswith("pipeline.search.")}
+
+
+def _search_internals(tree: ast.AST) -> list[tuple[int, str]]:
+    """Imports of one of `pipeline.search`'s own modules: named (`pipeline.search.trials`), or taken by name from
+    the package (`from pipeline.search import trials`)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("pipeline.search.")]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.startswith("pipeline.search."):
+                found.append((node.lineno, node.module))
+            elif node.module == "pipeline.search":
+                named = [f"pipeline.search.{a.name}" for a in node.names]
+                found += [(node.lineno, name) for name in named if name in SEARCH_MODULES]
+    return found
+
+
+def test_code_outside_the_search_imports_only_its_front_door():
+    """The study is reached through `pipeline.search`'s names (its __init__), so that its modules can be split,
+    merged or renamed without an edit outside it."""
+    found = [
+        f"{module}:{line}: {name}"
+        for module, path in MODULES.items()
+        if not module.startswith("pipeline.search.")
+        for line, name in _search_internals(ast.parse(path.read_text()))
+    ]
+    assert not found, found
+    sample = (
+        "from pipeline.search import trials, TrialRecord\nimport pipeline.search.study\nfrom pipeline.search.x import y"
+    )
+    assert _search_internals(ast.parse(sample)) == [
+        (1, "pipeline.search.trials"),
+        (2, "pipeline.search.study"),
+        (3, "pipeline.search.x"),
+    ]
+
+
+def test_every_name_of_the_search_front_door_resolves():
+    import pipeline.search as search
+
+    missing = [name for name in search.__all__ if getattr(search, name, None) is None]
+    assert not missing, missing
+    assert not set(search.__all__) & {m.rpartition(".")[2] for m in SEARCH_MODULES}, "a name that hides a module"
+    with pytest.raises(AttributeError):
+        search.no_such_name  # noqa: B018

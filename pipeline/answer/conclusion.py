@@ -14,12 +14,16 @@ from pipeline.config.schema import typed
 from pipeline.records import RunState, Status
 from pipeline.render import runs_table
 from pipeline.render.rows import Criteria
-from pipeline.search import prior, trials, workers
-from pipeline.search.calibration import ATTR as CALIBRATION
-from pipeline.search.decided import Decided
-from pipeline.search.opening import StudyContext
-from pipeline.search.study import StudyDriver
-from pipeline.search.trials import TrialRecord
+from pipeline.search import (
+    ANSWER,
+    CALIBRATION,
+    Decided,
+    StudyContext,
+    StudyDriver,
+    TrialRecord,
+    coverage,
+    decided_configs,
+)
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker
 
@@ -42,7 +46,7 @@ def conclude(ctx: StudyContext, finished: bool) -> StudyAnswer:
     decided = Decided.of(ctx.study, ctx.cfg.optimize.max_loss_dev)
     answer = decide(decided, facts(ctx, decided.best, finished))
     if finished and answer.best is not None:
-        ctx.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
+        ctx.study.set_user_attr(ANSWER, answer.best.number)  # what optuna-dashboard shows as best
     print(answer.text if ctx.cfg.wide else answer.compact, flush=True)  # answer.md: the full text
     if finished:  # the runs table's rank and time ratio of every run, against the answer
         best, base = (r.config_id if r else None for r in (answer.best, answer.baseline))
@@ -55,9 +59,9 @@ def facts(ctx: StudyContext, best: TrialRecord | None, finished: bool) -> StudyF
     """What the answer says of the study beside its trials: its command, cap, settings and the space's coverage
     (what the prior said of the configs not measured, against `best`)."""
     o = ctx.cfg.optimize
-    coverage = None
+    covered = None
     if CALIBRATION in ctx.study.user_attrs:
-        coverage = prior.coverage(ctx, set(workers.decided(ctx.study)), best.config_id if best else None)
+        covered = coverage(ctx, set(decided_configs(ctx.study)), best.config_id if best else None)
     return StudyFacts(
         ctx.name,
         ctx.command,
@@ -66,7 +70,7 @@ def facts(ctx: StudyContext, best: TrialRecord | None, finished: bool) -> StudyF
         baseline=bool(o.baseline),
         confirm_off=o.confirm == ConfirmMode.NEVER,
         stopped=not finished,
-        coverage=coverage,
+        coverage=covered,
         left_out=tuple(ctx.left_out),
         run=ctx.batches.text(typed(ctx.cfg)) if ctx.batches else "",
         busy_threshold=ctx.cfg.measure.busy_threshold,

@@ -10,9 +10,7 @@ from dataclasses import dataclass
 
 from pipeline.answer.speedup import Speedup
 from pipeline.compare.paired import bound
-from pipeline.search.knob_estimates import fitted, measured, values
-from pipeline.search.knob_model import Factor
-from pipeline.search.trials import TrialRecord
+from pipeline.search import Factor, TrialRecord, fit_points, measured_points, searched_values
 
 KNOB_ESTIMATE = "knob_estimate."  # the study run's metric of a knob's estimated share, by its key
 
@@ -79,15 +77,15 @@ def knob_gains(
 ) -> Gains:
     """What the answer's moves from the baseline are worth, beside the round's `claim`; nothing where the baseline
     is not a point of the answer's space or no more configs were measured than the keys that vary."""
-    target = values(answer)
-    if baseline is None or set(values(baseline)) != set(target):
+    target = searched_values(answer)
+    if baseline is None or set(searched_values(baseline)) != set(target):
         return Gains()
-    points = measured(records, set(target))
+    points = measured_points(records, set(target))
     varying = [key for key in target if len({point[key] for point, _ in points.values()}) > 1]
-    moved = [key for key in varying if target[key] != values(baseline)[key]]
+    moved = [key for key in varying if target[key] != searched_values(baseline)[key]]
     if not moved or len(points) <= len(varying):
         return Gains()
-    fit = fitted(points, values(baseline))
-    factors = [fit.factor(target, key, values(baseline)[key]) for key in moved]
-    moves = sum(1 for key in target if target[key] != values(baseline)[key])
+    fit = fit_points(points, searched_values(baseline))
+    factors = [fit.factor(target, key, searched_values(baseline)[key]) for key in moved]
+    moves = sum(1 for key in target if target[key] != searched_values(baseline)[key])
     return Gains(tuple(sorted(factors, key=lambda f: -f.ratio)), len(points), moves, claim)

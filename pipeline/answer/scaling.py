@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 from pipeline.answer import speedup
 from pipeline.compare.paired import Comparison, bound, compare
-from pipeline.search.confirmation import ConfirmationRecord
-from pipeline.search.trials import TrialRecord
+from pipeline.search import ConfirmationRecord, TrialRecord
 
 
 def unit(device: str | None, count: int) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from optuna.trial import TrialState
 
 from pipeline import exits
-from pipeline.answer import speedup
+from pipeline.answer import slow, speedup
 from pipeline.answer.code import BOOKKEEPING, Exported, export_answer
 from pipeline.answer.gains import Gains, knob_gains
 from pipeline.answer.scaling import Scaling, world_lines
@@ -27,11 +27,7 @@ from pipeline.answer.table import (
 from pipeline.config.identity import parse_override
 from pipeline.records import GIB, Status
 from pipeline.render.text import WIDTH
-from pipeline.search import slow
-from pipeline.search.decided import Decided
-from pipeline.search.prior import Coverage
-from pipeline.search.space import LeftOut, left_out_lines
-from pipeline.search.trials import TrialRecord
+from pipeline.search import Coverage, Decided, LeftOut, TrialRecord, left_out_lines
 
 
 @dataclass(frozen=True)
@@ -48,7 +44,7 @@ class StudyFacts:
     coverage: Coverage | None = None
     left_out: tuple[LeftOut, ...] = ()
     run: str = ""  # the run the answer must fit, in words (`search.longest`)
-    busy_threshold: float = 0.5  # measure.busy_threshold: a GPU busy less is said idle (`search.slow`)
+    busy_threshold: float = 0.5  # measure.busy_threshold: a GPU busy less is said idle (`answer.slow`)
 
 
 @dataclass(frozen=True)

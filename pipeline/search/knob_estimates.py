@@ -9,23 +9,23 @@ from pipeline.search import knob_model
 from pipeline.search.trials import TrialRecord, measured_seconds
 
 
-def values(record: TrialRecord) -> dict[str, str]:
+def searched_values(record: TrialRecord) -> dict[str, str]:
     """A trial's searched values, as its overrides write them."""
     return dict(parse_override(o) for o in record.overrides)
 
 
-def measured(records: list[TrialRecord], keys: set[str]) -> dict[str, tuple[dict[str, str], float]]:
+def measured_points(records: list[TrialRecord], keys: set[str]) -> dict[str, tuple[dict[str, str], float]]:
     """Each config's searched values and its first measured step seconds, by config id: those of `keys` alone."""
     found: dict[str, tuple[dict[str, str], float]] = {}
     for record in records:
         seconds = measured_seconds(record)
-        if seconds is not None and record.config_id and set(values(record)) == keys:
-            found.setdefault(record.config_id, (values(record), seconds))
+        if seconds is not None and record.config_id and set(searched_values(record)) == keys:
+            found.setdefault(record.config_id, (searched_values(record), seconds))
     return found
 
 
-def fitted(points: dict[str, tuple[dict[str, str], float]], reference: dict[str, str]) -> knob_model.Posterior:
-    """The knob model fitted to `points` (from `measured`), its terms relative to `reference`'s values."""
+def fit_points(points: dict[str, tuple[dict[str, str], float]], reference: dict[str, str]) -> knob_model.Posterior:
+    """The knob model fitted to `points` (from `measured_points`), its terms relative to `reference`'s values."""
     space = {key: list(dict.fromkeys(point[key] for point, _ in points.values())) for key in reference}
     return knob_model.fit(knob_model.Encoding.of(space, reference), list(points.values()))
 
@@ -37,11 +37,11 @@ def estimates(records: list[TrialRecord], baseline: TrialRecord | None) -> dict[
     model has too little to go on (as `answer.gains.knob_gains`)."""
     if baseline is None or not baseline.overrides:
         return {}
-    keys = set(values(baseline))
-    points = measured(records, keys)
+    keys = set(searched_values(baseline))
+    points = measured_points(records, keys)
     varying = [key for key in keys if len({point[key] for point, _ in points.values()}) > 1]
     if len(points) <= len(varying):
         return {}
-    fit = fitted(points, values(baseline))
+    fit = fit_points(points, searched_values(baseline))
     labels = {r.config_id: r.label for r in records if r.config_id in points}
     return {labels[cid]: fit.seconds(point) for cid, (point, _) in points.items()}

@@ -140,7 +140,7 @@ class StudyDriver:
         """The configs still to decide: those of the space while the budget lasts, and a baseline beside the space
         until it is decided. Once the configs decided and those claimed by live workers fill the budget, only the
         claimed ones are open: this worker waits on them (one whose worker dies opens the budget again)."""
-        decided = set(workers.decided(self.ctx.study))
+        decided = set(workers.decided_configs(self.ctx.study))
         space = set(self.ctx.by_id)
         claimed = (workers.claimed(self.ctx.study) & space) - decided
         found = space - decided if len(decided & space) + len(claimed) < self._budget() else claimed
@@ -150,7 +150,7 @@ class StudyDriver:
 
     def _loop(self) -> None:
         budget = self._budget()
-        done = len(set(workers.decided(self.ctx.study)) & set(self.ctx.by_id))
+        done = len(set(workers.decided_configs(self.ctx.study)) & set(self.ctx.by_id))
         # on a terminal or in a notebook only: a log or a pipe gets the lines without the bar's redraws
         bar = progress.bar(total=budget, initial=min(done, budget), desc="trials", unit="trial")
         with progress.lines_above(bar), bar:

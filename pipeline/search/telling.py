@@ -194,7 +194,7 @@ class TrialTeller:
         `repeat_of` with that trial's number, and never measured again; one another worker is measuring (or an
         invalid combination) is FAIL, labelled the same way."""
         study = self.ctx.study
-        decided: FrozenTrial | None = workers.decided(study).get(candidate.config_id) if candidate else None
+        decided: FrozenTrial | None = workers.decided_configs(study).get(candidate.config_id) if candidate else None
         trial.set_user_attr(trials.REPEAT_OF, decided.number if decided else " ".join(f"{k}={v}" for k, v in values))
         if decided is None:
             study.tell(trial, state=TrialState.FAIL)

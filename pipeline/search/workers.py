@@ -54,7 +54,7 @@ def _running(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
 
-def decided(study: optuna.Study) -> dict[str, FrozenTrial]:
+def decided_configs(study: optuna.Study) -> dict[str, FrozenTrial]:
     """Decided trials by config identity (measured, ruled out, or failed as a job), the first of each."""
     found: dict[str, FrozenTrial] = {}
     for t in study.get_trials(deepcopy=False):
@@ -65,7 +65,7 @@ def decided(study: optuna.Study) -> dict[str, FrozenTrial]:
 
 def taken(study: optuna.Study, current: int) -> set[str]:
     """Configs decided, or being measured right now by another live worker."""
-    ids = set(decided(study))
+    ids = set(decided_configs(study))
     for trial in _running(study):
         if trial.number != current and CONFIG_ID in trial.user_attrs and live(trial.user_attrs):
             ids.add(trial.user_attrs[CONFIG_ID])
@@ -96,7 +96,7 @@ def within_budget(
     while True:
         earlier = [t for t in _running(study) if t.number < number and _trial_live(t)]
         if all(CONFIG_ID in t.user_attrs for t in earlier):
-            held = set(decided(study)) | {t.user_attrs[CONFIG_ID] for t in earlier}
+            held = set(decided_configs(study)) | {t.user_attrs[CONFIG_ID] for t in earlier}
             return len((held & space) - {config_id}) < budget
         time.sleep(poll_s)
 
