@@ -411,3 +411,58 @@ def test_every_name_of_the_search_front_door_resolves():
     assert not set(search.__all__) & {m.rpartition(".")[2] for m in SEARCH_MODULES}, "a name that hides a module"
     with pytest.raises(AttributeError):
         search.no_such_name  # noqa: B018
+
+
+def _defined_names(trees: list[ast.AST]) -> set[str]:
+    """Every name the package defines: its functions, classes and methods, and whatever it assigns (module and class
+    attributes, `self._x = ...`), so that a private name of its own reads as its own."""
+    found: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    for part in ast.walk(target):
+                        if isinstance(part, ast.Name):
+                            found.add(part.id)
+                        elif isinstance(part, ast.Attribute):
+                            found.add(part.attr)
+    return found
+
+
+def _private_attributes(tree: ast.AST, own: set[str]) -> list[tuple[int, str]]:
+    """`study._storage`, `trial._trial_id`: an attribute of one leading underscore (not a dunder) on anything but
+    `self` or `cls`, named nowhere in the package (`own`): another library's private attribute."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        if node.attr not in own:
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_a_librarys_private_attribute_is_read_only_through_an_adapter():
+    """An object of another library is read by its public attributes outside pipeline/adapters; what has no public
+    equivalent gets an adapter, checked against the installed version by tests/test_adapters.py."""
+    trees = {module: ast.parse(path.read_text()) for module, path in MODULES.items()}
+    own = _defined_names(list(trees.values()))
+    found = [
+        f"{module}:{line}: {text}"
+        for module, tree in trees.items()
+        if not module.startswith("pipeline.adapters.")
+        for line, text in _private_attributes(tree, own)
+    ]
+    assert not found, found
+
+
+def test_the_private_attribute_finder_finds_one():
+    sample = (
+        "class A:\n    def f(self, other):\n        self._a = 1\n        return other._a, self._b, x._c, x.__dict__\n"
+    )
+    tree = ast.parse(sample + "y = study._storage.get_trial(t._trial_id)\n")
+    found = sorted(_private_attributes(tree, _defined_names([tree])))
+    assert found == [(4, "x._c"), (5, "study._storage"), (5, "t._trial_id")]
