@@ -466,3 +466,42 @@ def test_the_private_attribute_finder_finds_one():
     tree = ast.parse(sample + "y = study._storage.get_trial(t._trial_id)\n")
     found = sorted(_private_attributes(tree, _defined_names([tree])))
     assert found == [(4, "x._c"), (5, "study._storage"), (5, "t._trial_id")]
+
+
+def _others_private_names(module: str, tree: ast.AST) -> list[tuple[int, str]]:
+    """Another pipeline module's private name used here: `from pipeline.a import _b`, or `m._b` where `m` is a
+    pipeline module this one imported (`from pipeline.commands import cli` ... `cli._run`)."""
+    names = {_name(m) for m in MODULES}
+    bound: dict[str, str] = {}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append((node.lineno, f"{node.module}.{alias.name}"))
+                if f"{node.module}.{alias.name}" in names:
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            bound.update({a.asname: a.name for a in node.names if a.asname and a.name in names})
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound):
+            continue
+        if node.attr.startswith("_") and not node.attr.startswith("__") and bound[node.value.id] != module:
+            found.append((node.lineno, f"{bound[node.value.id]}.{node.attr}"))
+    return found
+
+
+def test_a_modules_private_names_are_its_own():
+    """A name with a leading underscore is used in its module alone: what another module calls is public (the
+    Python API calls the command line's precheck and Hydra run as `cli.checked_argv` and `cli.run_hydra`)."""
+    found = [
+        f"{module}:{line}: {name}"
+        for module, path in MODULES.items()
+        for line, name in _others_private_names(_name(module), ast.parse(path.read_text()))
+    ]
+    assert not found, found
+    sample = "from pipeline.commands import cli\nfrom pipeline.config.plan import _repeat\ncli._run(cli.main)\n"
+    assert _others_private_names("pipeline.api", ast.parse(sample)) == [
+        (2, "pipeline.config.plan._repeat"),
+        (3, "pipeline.commands.cli._run"),
+    ]

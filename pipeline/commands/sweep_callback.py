@@ -5,7 +5,7 @@ Hydra calls `SweepCallback`: on_multirun_start opens the parent run and puts the
 the keys that vary across the jobs) in the environment, where every job's task finds it, in this process or in a
 launcher's (submitit copies the environment); on_job_end prints progress; on_multirun_end reads the jobs back from
 MLflow (a remote launcher's jobs never return here), prints the table, logs it, ends the parent run and sets the exit
-status. An interrupted sweep's parent is ended KILLED by the command's interrupt path (`cli._run_hydra`).
+status. An interrupted sweep's parent is ended KILLED by the command's interrupt path (`cli.run_hydra`).
 """
 
 from __future__ import annotations
