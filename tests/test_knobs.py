@@ -13,7 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipeline import knobs
-from pipeline.config.schema import GROUPS, choices_of
+from pipeline.config.accepted import choices_of
+from pipeline.config.schema import GROUPS
 from pipeline.knobs.base import Memory
 from tests.helpers.cli import REPO, run_python
 

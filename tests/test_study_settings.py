@@ -22,8 +22,8 @@ from pipeline.config.validate import validate
 from pipeline.records import Status
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.confirmation.plan import ConfirmationRound
+from pipeline.search.left_out import candidates, check_values
 from pipeline.search.opening import StudyContext, check_binding
-from pipeline.search.space import candidates, check_values
 from pipeline.search.trials import Role, TrialRecord
 from tests.helpers.cli import REPO, run_cli, start_cli
 from tests.helpers.runs import mlflow_runs, the_study

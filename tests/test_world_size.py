@@ -18,7 +18,8 @@ from pipeline.records import Status
 from pipeline.search import confirmation
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.confirmation.plan import ConfirmationRound
-from pipeline.search.space import check_values, combinations, knob_space
+from pipeline.search.left_out import check_values
+from pipeline.search.space import combinations, knob_space
 from pipeline.search.trials import Role, TrialRecord
 from tests.helpers.cli import run_cli
 from tests.helpers.gloo import on_ranks

@@ -23,8 +23,9 @@ from omegaconf.errors import (
     ValidationError,
 )
 
+from pipeline.config.accepted import choices_of
 from pipeline.config.errors import ConfigError
-from pipeline.config.schema import GROUPS, INTERNAL_KEYS, SECTIONS, Config, choices_of, register_configs
+from pipeline.config.schema import GROUPS, INTERNAL_KEYS, SECTIONS, Config, register_configs
 from pipeline.config.store_checks import check_writable_dir
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"

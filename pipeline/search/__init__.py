@@ -12,7 +12,7 @@ _EXPORTS = {
     "StudyDriver": ("pipeline.search.study", "StudyDriver"),
     "StudyContext": ("pipeline.search.opening", "StudyContext"),
     "check_binding": ("pipeline.search.opening", "check_binding"),
-    "check_values": ("pipeline.search.space", "check_values"),
+    "check_values": ("pipeline.search.left_out", "check_values"),
     "LeftOut": ("pipeline.search.space", "LeftOut"),
     "left_out_lines": ("pipeline.search.space", "left_out_lines"),
     # what the study holds, read back by any worker
