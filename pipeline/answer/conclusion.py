@@ -29,8 +29,9 @@ from pipeline.tracking.store import Tracker
 
 
 def answered(driver: StudyDriver) -> StudyAnswer:
-    """The study run to its end, then its answer: also where it stopped (interrupted, or a job's failure raised),
-    so that what it decided is said and logged before the stop goes on."""
+    """The study started and run to its end, then its answer: also where its loop stopped (interrupted, or a job's
+    failure raised), so that what it decided is said and logged before the stop goes on."""
+    driver.start()
     finished = False
     try:
         driver.run()

@@ -53,6 +53,7 @@ class StudyDriver:
         self.teller = TrialTeller(self.ctx)
         self.final = FinalRound(self.ctx)
         self.base: Candidate | None = None
+        self._dead: list[str] = []  # the owners of the trials `start` failed
         if isinstance(self.study.sampler, ViewSampler):
             self.study.sampler.bind(StudyView(self.ctx))
 
@@ -105,15 +106,18 @@ class StudyDriver:
             self.ctx.study.enqueue_trial(c.params, skip_if_exists=True)
 
     # ---- the loop ---------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """The trials dead workers left RUNNING failed and their runs ended, then the study's parent run opened."""
+        self._dead = workers.fail_stale(self.ctx.study)
+        task.clean_up(self.ctx.tracker, self._dead)
+        self.ctx.open_parent()
+
     def run(self) -> None:
-        """The study's loop to its end: calibration, the trials, the confirmation round. Its answer is the command's
-        (`answer.conclusion`), said also where the loop stopped."""
+        """The study's loop to its end, once started: calibration, the trials, the confirmation round. Its answer is
+        the command's (`answer.conclusion`), said also where the loop stopped."""
         ctx = self.ctx
-        dead = workers.fail_stale(ctx.study)
-        task.clean_up(ctx.tracker, dead)
-        ctx.open_parent()
         try:
-            self._say_what_runs(dead)
+            self._say_what_runs(self._dead)
             runner.warm_up(ctx.cfg.launcher.kind)
             self.calibrate()
             baseline.requeue(ctx, self.base)
