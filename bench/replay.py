@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 
 from bench.machine import Machine
 from pipeline.records import Status
-from pipeline.search import confirmation, gains, sampler, trials
+from pipeline.search import confirmation, knob_estimates, sampler, trials
 from pipeline.search.decided import Decided
 from pipeline.search.trials import Role
 
@@ -268,7 +268,7 @@ def _confirm(study, grid: Grid, box: Machine, spent: float, decided: int) -> Out
         job = box.job(config.step_s, warm + steps, warm, fixed_s=config.fixed_s)
         return (statistics.fmean(job.steady) if job.steady else None), job.seconds
 
-    chosen = confirmation.choose(eligible, base, settings, gains.estimates(records, base))
+    chosen = confirmation.choose(eligible, base, settings, knob_estimates.estimates(records, base))
     round_ = confirmation.run_round(chosen, base.label if base else None, settings, spent, run) if chosen else None
     answer_record = Decided(records, base, eligible, None, round_).best
     seconds = spent + (round_.state.seconds if round_ else 0.0)

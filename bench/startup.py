@@ -118,7 +118,7 @@ def main() -> None:
             )
         env = _env(sources["this"], root / "locks")
         server.append(import_time("pipeline.jobs.child", env))
-        parent.append(import_time("pipeline.jobs.task, pipeline.jobs.sweep, hydra", env))
+        parent.append(import_time("pipeline.jobs.task, pipeline.commands.sweep_callback, hydra", env))
     for name in sources:
         print(f"[{name}] first job, store exists:  {_median([r['first_job_s'] for r in kept[name]])}")
         print(f"[{name}] first job, fresh folder:  {_median([r['first_job_s'] for r in fresh[name]])}")

@@ -30,10 +30,10 @@ from pathlib import Path
 
 from scipy.stats import t as student_t
 
+from pipeline.answer.code import export
 from pipeline.config.compose import compose_job
 from pipeline.config.validate import validate
 from pipeline.jobs import runner, task
-from pipeline.jobs.answer_code import export
 from pipeline.measure.stats import trimmed_mean
 
 GIB = 2**30

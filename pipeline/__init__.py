@@ -1,7 +1,7 @@
 """Which micro-batch x gradient-accumulation split trains a LoRA fastest, and does it fit under a memory cap.
 
 From Python: `pipeline.sweep([...])` and `pipeline.study([...])` take the command line's overrides and return a
-`Result` (`pipeline.api`); `pipeline.card(result)` writes its result card (`pipeline.cards.card`). They are
+`Result` (`pipeline.api`); `pipeline.card(result)` writes its result card (`pipeline.answer.card`). They are
 imported on first use, so that a job's process, which imports this package, does not pay for them
 (`__init__.pyi` gives their types).
 """
@@ -17,9 +17,9 @@ _EXPORTS = {
     "study": ("pipeline.api", "study"),
     "BadInput": ("pipeline.api", "BadInput"),
     "PipelineError": ("pipeline.api", "PipelineError"),
-    "Result": ("pipeline.results", "Result"),
-    "Answer": ("pipeline.results", "Answer"),
-    "card": ("pipeline.cards.card", "write_card"),
+    "Result": ("pipeline.answer.results", "Result"),
+    "Answer": ("pipeline.answer.results", "Answer"),
+    "card": ("pipeline.answer.card", "write_card"),
 }
 __all__ = ["Answer", "BadInput", "PipelineError", "Result", "card", "study", "sweep"]
 

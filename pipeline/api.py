@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline import exits, progress
+from pipeline.answer.results import Result
 from pipeline.liveness import Owner
 from pipeline.records import RunKind
-from pipeline.results import Result
 
 ACCEPTED = "accepted: a list of overrides as on the command line, e.g. ['batch.split=1x4,2x2,4x1', 'repeats=3']"
 
@@ -105,7 +105,7 @@ def _checked(overrides: Sequence[str]) -> list[str]:
 
 
 def _run(entry: _Entry, overrides: list[str]) -> Result:
-    """The command line's path: its precheck (`cli._checked_argv`), then Hydra (`cli._run_hydra`); then the record."""
+    """The command line's path: its precheck (`cli.checked_argv`), then Hydra (`cli.run_hydra`); then the record."""
     from pipeline.commands import cli
     from pipeline.config.plan import PRECHECKED, expand_jobs
     from pipeline.jobs.context import COMMAND
@@ -113,19 +113,19 @@ def _run(entry: _Entry, overrides: list[str]) -> Result:
     argv = ["--multirun", *overrides] if entry.multirun else overrides
     with _kept_process_state():
         with _refused_as_exception():
-            argv = cli._checked_argv(entry.prog, entry.config, entry.doc, argv, entry.extra_check, entry.multirun)
+            argv = cli.checked_argv(entry.prog, entry.config, entry.doc, argv, entry.extra_check, entry.multirun)
         jobs = expand_jobs([a for a in argv if not a.startswith("-")], entry.multirun)
         cfg = PRECHECKED.plan.checked[0].config  # where it records: the same for every job that passed the precheck
         total = len(jobs) - COMMAND.left_out if entry.multirun else 0
         with _stores_as_exception(), _counted(entry.task, total) as task:
-            code = cli._run_hydra(entry.config, task, argv)
+            code = cli.run_hydra(entry.config, task, argv)
     if code == exits.INTERRUPTED:
         raise KeyboardInterrupt("interrupted: runs in progress were marked KILLED")
     return _result(cfg, entry.kind, code)
 
 
 def _result(cfg, kind: RunKind, code: int) -> Result:
-    from pipeline import results
+    from pipeline.answer import results
     from pipeline.tracking.readback import last_parent
     from pipeline.tracking.store import Tracker
 

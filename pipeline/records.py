@@ -196,7 +196,7 @@ class Placement:
 
 
 @dataclass(frozen=True)
-class Memory:
+class JobMemory:
     """Peak memory during training (counters reset after the model is built) and what surrounds it."""
 
     peak_bytes: int | None  # what the cap is judged on: reserved + context on CUDA, resident memory on CPU
@@ -220,7 +220,7 @@ class JobResult:
     traceback: str | None = None
     stopped: str | None = None  # why the study stopped it early, e.g. "over-cap at step 3"
     placement: Placement | None = None
-    memory: Memory | None = None
+    memory: JobMemory | None = None
     lora_params: int | None = None
     base_matmul_params: int | None = None
     model_flops_per_token: float | None = None
@@ -253,7 +253,9 @@ class JobResult:
                 "steps": tuple(Step.from_json(s) for s in data.get("steps") or ()),
                 "stalled_steps": tuple(data.get("stalled_steps") or ()),
                 "placement": _from_dict(Placement, placement) if placement else None,
-                "memory": _from_dict(Memory, {**memory, "rank_peak_bytes": tuple(memory.get("rank_peak_bytes") or ())})
+                "memory": _from_dict(
+                    JobMemory, {**memory, "rank_peak_bytes": tuple(memory.get("rank_peak_bytes") or ())}
+                )
                 if memory
                 else None,
             },

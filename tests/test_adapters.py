@@ -13,8 +13,10 @@ from wsgiref.util import setup_testing_defaults
 import optuna
 import psutil
 import pytest
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import TrialState
 
-from pipeline.adapters import dynamo
+from pipeline.adapters import dynamo, optuna_storage
 from pipeline.adapters.dashboard import serialize_trial
 from pipeline.adapters.forkserver import forget_server, server_pid
 from pipeline.adapters.hydra_args import args_parser
@@ -107,3 +109,67 @@ def test_the_dashboards_app_is_its_public_wsgi_app(tmp_path):
     statuses = []
     body = b"".join(optuna_dashboard.wsgi(storage)(environ, lambda status, *rest: statuses.append(status)))
     assert statuses == ["200 OK"] and b'"study_name": "one"' in body
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    """A real sqlite storage, as the study's workers open one, with a study `s` in it."""
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    optuna.create_study(study_name="s", storage=url)
+    return url
+
+
+def _worker(url: str) -> optuna.Study:
+    """The study as one worker sees it: loaded from its URL, its own storage object."""
+    return optuna.load_study(study_name="s", storage=url)
+
+
+def test_a_trials_state_is_read_from_the_storage_as_another_worker_left_it(sqlite_url):
+    study = _worker(sqlite_url)
+    trial = study.ask()
+    assert optuna_storage.stored_state(study, trial) is TrialState.RUNNING
+    _worker(sqlite_url).tell(trial.number, state=TrialState.FAIL)
+    assert optuna_storage.stored_state(study, trial) is TrialState.FAIL
+
+
+def test_another_workers_running_trial_is_failed_once(sqlite_url):
+    study = _worker(sqlite_url)
+    _worker(sqlite_url).ask()  # RUNNING, held by another worker: this one sees a FrozenTrial
+    (frozen,) = study.get_trials(states=(TrialState.RUNNING,))
+    optuna_storage.fail_trial(study, frozen)
+    assert _worker(sqlite_url).trials[0].state is TrialState.FAIL
+    with pytest.raises(UpdateFinishedTrialError):  # another worker got there first: the callers suppress it
+        optuna_storage.fail_trial(study, frozen)
+
+
+def test_a_constraint_is_the_system_attribute_optunas_samplers_read(sqlite_url):
+    study = _worker(sqlite_url)
+    trial = study.ask()
+    optuna_storage.set_system_attr(study, trial, "constraints", [1.5])
+    study.tell(trial, 2.0)
+    assert _worker(sqlite_url).trials[0].system_attrs == {"constraints": [1.5]}
+    from optuna.samplers._base import _CONSTRAINTS_KEY  # where Optuna's samplers read a trial's constraints
+
+    assert _CONSTRAINTS_KEY == "constraints"
+
+
+def test_a_heartbeat_is_written_from_a_thread_through_the_storage(sqlite_url):
+    import threading
+
+    study = _worker(sqlite_url)
+    trial = study.ask()
+    thread = threading.Thread(target=optuna_storage.user_attr_writer(study, trial), args=("heartbeat", 12.5))
+    thread.start()
+    thread.join()
+    assert _worker(sqlite_url).trials[0].user_attrs == {"heartbeat": 12.5}
+
+
+def test_a_lock_study_made_in_the_studys_storage_is_seen_by_every_worker(sqlite_url):
+    study = _worker(sqlite_url)
+    storage = optuna_storage.storage_of(study)
+    assert isinstance(storage, optuna.storages.BaseStorage)
+    lock = optuna.create_study(study_name="s:calibration", storage=storage)
+    lock.set_user_attr("owner", "me")
+    assert optuna.load_study(study_name="s:calibration", storage=sqlite_url).user_attrs == {"owner": "me"}
+    optuna.delete_study(study_name="s:calibration", storage=storage)
+    assert [s.study_name for s in optuna.get_all_study_summaries(storage=sqlite_url)] == ["s"]

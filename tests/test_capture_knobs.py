@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import TrainerCallback
 
+from pipeline.answer.study import reproduce
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import config_id
@@ -23,8 +24,7 @@ from pipeline.config.schema import typed
 from pipeline.config.validate import validate
 from pipeline.knobs.optimizer_step import compile_optimizer_step
 from pipeline.records import Status
-from pipeline.search.answer import reproduce
-from pipeline.search.space import candidates
+from pipeline.search.left_out import candidates
 from pipeline.search.trials import TrialRecord
 from tests.helpers.spaces import assert_every_value_runs, runnable_combinations
 from tests.test_training import make_job

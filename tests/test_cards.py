@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import pipeline
-from pipeline.cards.card import Card, load
-from pipeline.cards.merge import merge
+from pipeline.answer.card import Card, load
+from pipeline.answer.card_merge import merge
 from tests.helpers.cli import run_cli, run_python
 
 FAST = ["train.steps=6", "measure.warmup_steps=1", "train.progress_bar=false"]

@@ -13,22 +13,23 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from pipeline import results
-from pipeline.cards.card import build
+from pipeline.answer import results
+from pipeline.answer.card import build
+from pipeline.answer.conclusion import log_answer
+from pipeline.answer.gains import knob_gains
+from pipeline.answer.speedup import Speedup
+from pipeline.answer.study import StudyFacts, decide
+from pipeline.commands.sweep_callback import SweepCallback
 from pipeline.compare.paired import bound, compare_speedups
 from pipeline.jobs.context import SweepContext
-from pipeline.jobs.sweep import SweepCallback
 from pipeline.measure.summary import summarize_job
 from pipeline.records import RunKind, Status
 from pipeline.render.document import write_report
 from pipeline.render.rows import Criteria
 from pipeline.render.runs_table import tag_study
-from pipeline.search.answer import StudyFacts, decide, log_answer
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.confirmation.plan import ConfirmationRound
 from pipeline.search.decided import Decided
-from pipeline.search.gains import knob_gains
-from pipeline.search.speedup import Speedup
 from pipeline.search.trials import Role, TrialRecord
 from pipeline.tracking import figures, runs
 from pipeline.tracking.readback import read_text

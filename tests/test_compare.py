@@ -12,11 +12,12 @@ import pytest
 from optuna.trial import TrialState
 
 from bench.machine import Machine
+from pipeline.answer import speedup
 from pipeline.compare.paired import Judgement, compare, compare_speedups
 from pipeline.compare.ranking import rank
 from pipeline.measure.stats import trimmed_mean
 from pipeline.records import Status
-from pipeline.search import confirmation, speedup
+from pipeline.search import confirmation
 from pipeline.search.confirmation.plan import MIN_ROUNDS, ConfirmationRound, Finalist, Plan, fit, plan
 from pipeline.search.decided import Decided
 from pipeline.search.trials import Role, TrialRecord
@@ -475,7 +476,7 @@ def test_a_studys_paired_speedup_covers_the_truth_and_its_round_decides_within_i
 def test_the_rounds_lines_give_each_finalists_speed_from_process_to_process():
     """One line a finalist: how many fresh processes ran it in the round, the range of their figures, and the
     farthest from their median; a finalist that ran once has no spread to give."""
-    from pipeline.search.answer_table import confirmation_lines
+    from pipeline.answer.table import confirmation_lines
 
     state = ConfirmationRound(["a", "b", "c"], 0.95, 0.05)
     state.times = {"a": {0: 1.0, 1: 1.1, 2: 0.95}, "b": {0: 2.0, 1: 2.04, 2: 2.02}, "c": {0: 3.0}}

@@ -26,9 +26,10 @@ from docs import examples
 from pipeline import knobs
 from pipeline.commands.optimize import check_study
 from pipeline.config import reference
+from pipeline.config.accepted import choices_of
 from pipeline.config.compose import CONF_DIR
 from pipeline.config.plan import plan_sweep
-from pipeline.config.schema import INTERNAL_KEYS, Config, choices_of
+from pipeline.config.schema import INTERNAL_KEYS, Config
 
 REPO = examples.REPO
 README = REPO / "README.md"

@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from pipeline.answer.code import export, export_answer, export_winner
+from pipeline.answer.script import script_text
 from pipeline.compare.paired import Judgement
 from pipeline.config.errors import ConfigError
 from pipeline.config.validate import validate
-from pipeline.jobs.answer_code import export, export_answer, sweep_answer
-from pipeline.jobs.answer_script import script_text
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
 from pipeline.records import RunKind, Status
@@ -142,7 +142,7 @@ def test_a_sweep_names_its_winner_with_the_reproduce_line_and_script(tmp_path):
     jobs = [j.__class__(**{**j.__dict__, "run_id": ids[j.name]}) for j in jobs]
     rows = comparison_rows(jobs, Criteria())
     assert {r.name: r.judgement for r in rows} == {"tiny 8x1": Judgement.WINNER, "tiny 1x8": Judgement.SLOWER}
-    lines, exported = sweep_answer(tracker, rows)
+    lines, exported = export_winner(tracker, rows)
     assert lines == [
         "winner: tiny 8x1",
         f"  python -m pipeline.train {overrides}",
@@ -151,4 +151,4 @@ def test_a_sweep_names_its_winner_with_the_reproduce_line_and_script(tmp_path):
     assert "per_device_train_batch_size=8," in exported.text and "use_cpu=True," in exported.text
     # no winner (a tie, or one run each): no line
     tie = [j.__class__(**{**j.__dict__, "summary": jobs[0].summary}) for j in jobs]
-    assert sweep_answer(tracker, comparison_rows(tie, Criteria())) == ([], None)
+    assert export_winner(tracker, comparison_rows(tie, Criteria())) == ([], None)

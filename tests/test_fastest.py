@@ -7,6 +7,7 @@ import pytest
 
 from pipeline.config.compose import compose_job
 from pipeline.search import space
+from pipeline.search.left_out import candidates, droppable
 
 KNOBS = (
     "++optimize.space={train.gradient_checkpointing:[true,false],train.torch_compile:[off,regional,true],"
@@ -42,17 +43,17 @@ def _fastest(*overrides: str):
 def test_the_fastest_preset_holds_every_knob_this_setting_can_run_and_names_what_it_cannot():
     cfg = _fastest()
     keys = space.knob_space(cfg)
-    valid, left_out = space.candidates(cfg)
+    valid, left_out = candidates(cfg)
     on_cpu = {f"{x.key}={x.value}" for x in left_out}
     assert {"train.dtype=fp16", "train.compile_mode=reduce-overhead", "train.optimizer_step=graph"} <= on_cpu
-    assert all(space.droppable(x) for x in left_out)
+    assert all(droppable(x) for x in left_out)
     for key in ("train.gradient_checkpointing", "train.torch_compile", "train.loss", "train.optimizer"):
         assert len({dict(c.values)[key] for c in valid}) > 1, key
     assert "train.padding" not in keys  # every record one length: each layout is the same batch
     assert "train.padding" in space.knob_space(_fastest("data.distribution=uniform", "data.min_length=16"))
     narrowed = space.knob_space(_fastest("++optimize.space={train.loss:[trl]}"))
     assert narrowed["train.loss"] == ["trl"]  # optimize.space names a knob's values
-    splits = space.candidates(_fastest("++optimize.space={batch.split:[2x2,4x1]}"))[0]
+    splits = candidates(_fastest("++optimize.space={batch.split:[2x2,4x1]}"))[0]
     assert {dict(c.values)["batch.split"] for c in splits} == {"2x2", "4x1"}  # and the splits'
     label = valid[0].label
     assert "attn=" not in label and "mode=" not in label  # one value on this setting: it names no config
@@ -64,7 +65,7 @@ def test_on_the_cpu_every_value_the_fastest_preset_leaves_out_is_named_on_its_ow
     kernel there) as much as fp16; the study says them one a line under one heading, never run together."""
     from pipeline import knobs
 
-    valid, left_out = space.candidates(_fastest())
+    valid, left_out = candidates(_fastest())
     tried = {(key, space.override_text(value)) for c in valid for key, value in c.values}
     named = {(x.key, space.override_text(x.value)): x.text() for x in left_out}
     offered = {
@@ -90,22 +91,22 @@ def test_a_space_tries_one_config_per_job_and_names_the_twin_it_left_out():
     """Adapters in the compute dtype run the job of fp32 adapters when the dtype is fp32: the study tries that job
     once, and a value that only ever makes such a twin is left out with the value it stands for."""
     both = "++optimize.space={train.dtype:[fp32,bf16],train.adapter_dtype:[fp32,compute]}"
-    valid, left_out = space.candidates(compose_job("optimize", [both, "batch.effective=2", "mem_cap=1GiB"]))
+    valid, left_out = candidates(compose_job("optimize", [both, "batch.effective=2", "mem_cap=1GiB"]))
     pairs = {(dict(c.values)["train.dtype"], dict(c.values)["train.adapter_dtype"]) for c in valid}
     assert pairs == {("fp32", "fp32"), ("bf16", "fp32"), ("bf16", "compute")}
     assert len(valid) == 2 * 3 and not left_out  # 1x2 and 2x1 each
 
     fp32 = "++optimize.space={train.dtype:[fp32],train.adapter_dtype:[fp32,compute]}"
-    valid, left_out = space.candidates(compose_job("optimize", [fp32, "batch.effective=2", "mem_cap=1GiB"]))
+    valid, left_out = candidates(compose_job("optimize", [fp32, "batch.effective=2", "mem_cap=1GiB"]))
     assert {dict(c.values)["train.adapter_dtype"] for c in valid} == {"fp32"}
     assert [x.text() for x in left_out] == [
         "train.adapter_dtype=compute: the same job as fp32 here: in fp32 the adapters are fp32 either way"
     ]
-    assert all(space.droppable(x) for x in left_out)
+    assert all(droppable(x) for x in left_out)
     lists = (
         "++optimize.space={train.dtype:[fp32,bf16],train.adapter_dtype:[fp32,compute],lora.target_modules:[[q_proj]]}"
     )
-    assert len(space.candidates(compose_job("optimize", [lists, "batch.effective=2", "mem_cap=1GiB"]))[0]) == 6
+    assert len(candidates(compose_job("optimize", [lists, "batch.effective=2", "mem_cap=1GiB"]))[0]) == 6
     alone = "++optimize.space={train.dtype:[fp32],train.adapter_dtype:[compute]}"  # no twin in the space: it runs
-    valid, _ = space.candidates(compose_job("optimize", [alone, "batch.effective=2", "mem_cap=1GiB"]))
+    valid, _ = candidates(compose_job("optimize", [alone, "batch.effective=2", "mem_cap=1GiB"]))
     assert {dict(c.values)["train.adapter_dtype"] for c in valid} == {"compute"}

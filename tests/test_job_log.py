@@ -101,9 +101,9 @@ def test_a_job_whose_folder_is_gone_as_it_is_forked_leaves_its_output_alone(tmp_
 
 
 def test_v_asks_for_every_line_on_the_console():
-    argv = cli._checked_argv("pipeline.train", "config", train.__doc__, ["-v", "--cfg", "job"], None, True)
+    argv = cli.checked_argv("pipeline.train", "config", train.__doc__, ["-v", "--cfg", "job"], None, True)
     assert argv == ["--cfg", "job", "launcher.verbose=true"]
-    argv = cli._checked_argv("pipeline.train", "config", train.__doc__, ["--cfg", "job", "--verbose"], None, True)
+    argv = cli.checked_argv("pipeline.train", "config", train.__doc__, ["--cfg", "job", "--verbose"], None, True)
     assert argv == ["--cfg", "job", "launcher.verbose=true"]
 
 

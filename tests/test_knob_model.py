@@ -243,7 +243,7 @@ def test_the_sampler_proposes_only_what_fits_and_nothing_taken_twice():
 
 
 def test_the_answer_names_what_each_knob_it_moved_from_the_baseline_bought():
-    from pipeline.search.gains import knob_gains
+    from pipeline.answer.gains import knob_gains
 
     def record(number, params, role=trials.Role.TRIAL):
         overrides = tuple(f"{k}={v}" for k, v in params.items())

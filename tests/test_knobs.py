@@ -13,7 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from pipeline import knobs
-from pipeline.config.schema import GROUPS, choices_of
+from pipeline.config.accepted import choices_of
+from pipeline.config.schema import GROUPS
 from pipeline.knobs.base import Knob, Memory
 from tests.helpers.cli import REPO, run_python
 
@@ -98,7 +99,7 @@ def test_the_docs_table_of_memory_terms_has_a_row_for_each_knob_with_a_term():
 def test_the_parent_reads_the_knobs_without_importing_torch(tmp_path):
     code = (
         "import sys; from pipeline import knobs; from pipeline.config import validate; "
-        "from pipeline.builders import sft_args; from pipeline.jobs import answer_script; import pipeline.search.predictor; "
+        "from pipeline.builders import sft_args; from pipeline.answer import script; import pipeline.search.predictor; "
         "assert len(knobs.registry()) >= 11; print('torch' in sys.modules)"
     )
     proc = run_python("-c", code, cwd=tmp_path)
@@ -117,7 +118,7 @@ READERS = """
 import json, sys
 import pipeline.knobs
 pipeline.knobs.__path__.append(sys.argv[1])
-from pipeline.jobs.answer_script import script_text
+from pipeline.answer.script import script_text
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.config.compose import compose_job
 from pipeline.config.errors import ConfigError

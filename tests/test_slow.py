@@ -1,13 +1,13 @@
-"""Why a config is slow (`search.slow`): the step's growth per micro-batch at the same tokens, said host-bound only
+"""Why a config is slow (`answer.slow`): the step's growth per micro-batch at the same tokens, said host-bound only
 where the device was measured idle."""
 
 from __future__ import annotations
 
 from optuna.trial import TrialState
 
+from pipeline.answer import slow
+from pipeline.answer.table import format_trials
 from pipeline.records import Status
-from pipeline.search import slow
-from pipeline.search.answer_table import format_trials
 from pipeline.search.trials import TrialRecord
 from pipeline.summaries import Interval
 

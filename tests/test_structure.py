@@ -13,9 +13,9 @@ import pytest
 
 from pipeline import knobs
 from pipeline.config import choices
+from pipeline.config.accepted import choices_of, field_choices
 from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
-from pipeline.config.schema import choices_of, field_choices
 from pipeline.config.validate import validate
 from pipeline.records import RunKind, RunState, Status
 from pipeline.search.trials import Role
@@ -23,6 +23,7 @@ from pipeline.search.trials import Role
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")}
 MAX_FUNCTION_LINES = 60
+MAX_MODULE_LINES = 300
 
 
 def _name(module: str) -> str:
@@ -96,6 +97,16 @@ def test_no_function_is_longer_than_sixty_lines():
     assert not long, long
 
 
+def test_no_module_is_longer_than_three_hundred_lines():
+    """A module holds one concept: one that grows past this is carved by concept, not left to grow."""
+    long = [
+        f"{module}: {n} lines"
+        for module, path in MODULES.items()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    ]
+    assert not long, long
+
+
 ENUMS = {  # values, and the module that alone may spell them
     "MLflow run status": ({s.value for s in RunState}, "pipeline.records"),
     "run kind": ({k.value for k in RunKind}, "pipeline.records"),
@@ -141,10 +152,9 @@ LAYERS = [
     set(ENTRY_POINTS),
     {"api"},
     {"commands"},
+    {"answer"},
     {"search"},
     {"jobs"},
-    {"cards"},
-    {"results"},
     {"render"},
     {"compare", "measure", "tracking", "builders"},
     {"config"},
@@ -202,8 +212,11 @@ def test_an_entry_point_only_runs_its_command():
         "cli",
         "arguments",
         "mlflow_app",
+        "sweep_callback",
     } == set(ENTRY_POINTS), "a command without its entry point, or the reverse"
-    assert not top & {"cli", "arguments", "mlflow_app"}, "the commands' own modules belong in pipeline/commands"
+    assert not top & {"cli", "arguments", "mlflow_app", "sweep_callback"}, (
+        "the commands' own modules belong in pipeline/commands"
+    )
 
 
 def test_the_folder_graph_sees_a_circle_between_folders():
@@ -410,3 +423,162 @@ def test_the_yaml_comments_list_a_fields_choices_as_its_enum_does():
             if accepted is None or set(listed) != set(accepted) - {"true", "false"}:
                 wrong.append(f"{path.name}:{number}: {listed} against {accepted}")
     assert not wrong, wrong
+
+
+def _public_classes(modules: dict[str, Path]) -> dict[str, list[str]]:
+    """Each public class name the package defines at a module's top, with the modules that define it."""
+    found: dict[str, list[str]] = {}
+    for module, path in sorted(modules.items()):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                found.setdefault(node.name, []).append(module)
+    return found
+
+
+def test_no_two_modules_define_a_class_of_one_name():
+    """`Memory` or `Fit` names one thing in the package: a reader (and an import) never has to ask which."""
+    twins = {name: modules for name, modules in _public_classes(MODULES).items() if len(modules) > 1}
+    assert not twins, twins
+
+
+SEARCH_MODULES = {_name(m) for m in MODULES if m.startswith("pipeline.search.")}
+
+
+def _search_internals(tree: ast.AST) -> list[tuple[int, str]]:
+    """Imports of one of `pipeline.search`'s own modules: named (`pipeline.search.trials`), or taken by name from
+    the package (`from pipeline.search import trials`)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("pipeline.search.")]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.startswith("pipeline.search."):
+                found.append((node.lineno, node.module))
+            elif node.module == "pipeline.search":
+                named = [f"pipeline.search.{a.name}" for a in node.names]
+                found += [(node.lineno, name) for name in named if name in SEARCH_MODULES]
+    return found
+
+
+def test_code_outside_the_search_imports_only_its_front_door():
+    """The study is reached through `pipeline.search`'s names (its __init__), so that its modules can be split,
+    merged or renamed without an edit outside it."""
+    found = [
+        f"{module}:{line}: {name}"
+        for module, path in MODULES.items()
+        if not module.startswith("pipeline.search.")
+        for line, name in _search_internals(ast.parse(path.read_text()))
+    ]
+    assert not found, found
+    sample = (
+        "from pipeline.search import trials, TrialRecord\nimport pipeline.search.study\nfrom pipeline.search.x import y"
+    )
+    assert _search_internals(ast.parse(sample)) == [
+        (1, "pipeline.search.trials"),
+        (2, "pipeline.search.study"),
+        (3, "pipeline.search.x"),
+    ]
+
+
+def test_every_name_of_the_search_front_door_resolves():
+    import pipeline.search as search
+
+    missing = [name for name in search.__all__ if getattr(search, name, None) is None]
+    assert not missing, missing
+    assert not set(search.__all__) & {m.rpartition(".")[2] for m in SEARCH_MODULES}, "a name that hides a module"
+    with pytest.raises(AttributeError):
+        search.no_such_name  # noqa: B018
+
+
+def _defined_names(trees: list[ast.AST]) -> set[str]:
+    """Every name the package defines: its functions, classes and methods, and whatever it assigns (module and class
+    attributes, `self._x = ...`), so that a private name of its own reads as its own."""
+    found: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    for part in ast.walk(target):
+                        if isinstance(part, ast.Name):
+                            found.add(part.id)
+                        elif isinstance(part, ast.Attribute):
+                            found.add(part.attr)
+    return found
+
+
+def _private_attributes(tree: ast.AST, own: set[str]) -> list[tuple[int, str]]:
+    """`study._storage`, `trial._trial_id`: an attribute of one leading underscore (not a dunder) on anything but
+    `self` or `cls`, named nowhere in the package (`own`): another library's private attribute."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+            continue
+        if node.attr not in own:
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_a_librarys_private_attribute_is_read_only_through_an_adapter():
+    """An object of another library is read by its public attributes outside pipeline/adapters; what has no public
+    equivalent gets an adapter, checked against the installed version by tests/test_adapters.py."""
+    trees = {module: ast.parse(path.read_text()) for module, path in MODULES.items()}
+    own = _defined_names(list(trees.values()))
+    found = [
+        f"{module}:{line}: {text}"
+        for module, tree in trees.items()
+        if not module.startswith("pipeline.adapters.")
+        for line, text in _private_attributes(tree, own)
+    ]
+    assert not found, found
+
+
+def test_the_private_attribute_finder_finds_one():
+    sample = (
+        "class A:\n    def f(self, other):\n        self._a = 1\n        return other._a, self._b, x._c, x.__dict__\n"
+    )
+    tree = ast.parse(sample + "y = study._storage.get_trial(t._trial_id)\n")
+    found = sorted(_private_attributes(tree, _defined_names([tree])))
+    assert found == [(4, "x._c"), (5, "study._storage"), (5, "t._trial_id")]
+
+
+def _others_private_names(module: str, tree: ast.AST) -> list[tuple[int, str]]:
+    """Another pipeline module's private name used here: `from pipeline.a import _b`, or `m._b` where `m` is a
+    pipeline module this one imported (`from pipeline.commands import cli` ... `cli._run`)."""
+    names = {_name(m) for m in MODULES}
+    bound: dict[str, str] = {}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append((node.lineno, f"{node.module}.{alias.name}"))
+                if f"{node.module}.{alias.name}" in names:
+                    bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            bound.update({a.asname: a.name for a in node.names if a.asname and a.name in names})
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound):
+            continue
+        if node.attr.startswith("_") and not node.attr.startswith("__") and bound[node.value.id] != module:
+            found.append((node.lineno, f"{bound[node.value.id]}.{node.attr}"))
+    return found
+
+
+def test_a_modules_private_names_are_its_own():
+    """A name with a leading underscore is used in its module alone: what another module calls is public (the
+    Python API calls the command line's precheck and Hydra run as `cli.checked_argv` and `cli.run_hydra`)."""
+    found = [
+        f"{module}:{line}: {name}"
+        for module, path in MODULES.items()
+        for line, name in _others_private_names(_name(module), ast.parse(path.read_text()))
+    ]
+    assert not found, found
+    sample = "from pipeline.commands import cli\nfrom pipeline.config.plan import _repeat\ncli._run(cli.main)\n"
+    assert _others_private_names("pipeline.api", ast.parse(sample)) == [
+        (2, "pipeline.config.plan._repeat"),
+        (3, "pipeline.commands.cli._run"),
+    ]

@@ -15,15 +15,15 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from pipeline.answer import speedup
+from pipeline.answer.code import sft_of
 from pipeline.config.errors import ConfigError
 from pipeline.config.validate import validate
-from pipeline.jobs.answer_code import sft_of
 from pipeline.records import Status
-from pipeline.search import speedup
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.confirmation.plan import ConfirmationRound
+from pipeline.search.left_out import candidates, check_values
 from pipeline.search.opening import StudyContext, check_binding
-from pipeline.search.space import candidates, check_values
 from pipeline.search.trials import Role, TrialRecord
 from tests.helpers.cli import REPO, run_cli, start_cli
 from tests.helpers.runs import mlflow_runs, the_study

@@ -390,8 +390,8 @@ def _many_knobs() -> list[tuple[list[str], str, float]]:
 def _sweep_of(store, sweep_id: str, configs, wide: bool) -> tuple[str, str]:
     """A sweep of `configs` in two paired rounds, recorded in `store` and ended as a sweep ends: what it printed
     and its parent run."""
+    from pipeline.commands.sweep_callback import SweepCallback
     from pipeline.jobs.context import SweepContext
-    from pipeline.jobs.sweep import SweepCallback
     from pipeline.records import RunKind
     from pipeline.tracking import runs
     from tests.helpers.configs import composed
@@ -417,7 +417,7 @@ def test_a_sweep_over_many_knobs_prints_120_columns_and_mlflow_and_the_report_ho
     """The table that wrapped on a terminal (over 300 columns: every knob of every config, the notes beside): the
     console's is 120 wide, each config by what differs from the sweep's first config; MLflow's summary.md and the
     report keep every column and every name in full."""
-    from pipeline import results
+    from pipeline.answer import results
     from pipeline.render.document import write_report
     from pipeline.tracking.readback import read_text
 
@@ -456,7 +456,7 @@ def test_a_studys_trials_are_120_columns_wide_each_by_every_key_it_differs_in():
     compact table names it by its overrides, every key of the space."""
     from optuna.trial import TrialState
 
-    from pipeline.search.answer_table import compact_trials, format_trials
+    from pipeline.answer.table import compact_trials, format_trials
     from pipeline.search.trials import Role, TrialRecord
 
     def trial(number, split, moved, label_keys, role=Role.TRIAL, seconds=0.3):
@@ -503,7 +503,7 @@ def test_a_fitted_table_wraps_its_long_cells_at_spaces_and_keeps_to_its_width():
 
 def test_a_study_stopped_before_any_trial_prints_its_empty_table():
     """Ctrl-C during the probes: the study still says what it holds, an empty table (it raised on it)."""
-    from pipeline.search.answer_table import compact_trials
+    from pipeline.answer.table import compact_trials
 
     assert compact_trials([], 0.95, None).splitlines()[:2] == [
         "| # | config | status | step s | tokens/s | peak GiB | pred. GiB | fits | loss dev |",

@@ -13,15 +13,15 @@ import re
 import pytest
 from optuna.trial import TrialState
 
+from pipeline.answer import speedup
+from pipeline.answer.scaling import world_lines
 from pipeline.compare.paired import compare_speedups
 from pipeline.render.headline import fastest_line, sweep_gain
 from pipeline.render.rows import Criteria, comparison_rows
 from pipeline.render.runs_table import in_short, parent_tags
 from pipeline.render.table import format_table, rank_text
-from pipeline.search import speedup
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.confirmation.plan import ConfirmationRound
-from pipeline.search.scaling import world_lines
 from pipeline.search.trials import TrialRecord
 from tests.helpers.records import recorded
 

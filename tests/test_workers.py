@@ -16,6 +16,7 @@ import pytest
 from optuna.trial import TrialState
 from tqdm import tqdm
 
+from pipeline.answer.conclusion import answered
 from pipeline.config.validate import validate
 from pipeline.jobs import task
 from pipeline.liveness import Owner
@@ -95,7 +96,7 @@ def test_a_trial_closed_by_another_worker_before_it_is_owned_is_skipped_and_the_
         real_own(trial)
 
     monkeypatch.setattr(workers, "own", own)
-    answer = driver.run()
+    answer = answered(driver)
     out = capsys.readouterr().out
     assert f"[study] trial {closed[0]} was closed by another worker" in out, out[-3000:]
     assert answer.exit_code == 0 and answer.best is not None, out[-3000:]
@@ -119,7 +120,7 @@ def test_a_trial_closed_by_another_worker_while_its_job_ran_is_skipped_and_measu
         return outcome
 
     monkeypatch.setattr(task, "run", run)
-    answer = driver.run()
+    answer = answered(driver)
     out = capsys.readouterr().out
     assert f"[study] trial {closed[0]} was closed by another worker" in out, out[-3000:]
     assert answer.exit_code == 0 and answer.best is not None, out[-3000:]

@@ -9,6 +9,7 @@ import json
 import pytest
 from optuna.trial import TrialState
 
+from pipeline.answer.scaling import world_lines
 from pipeline.config.devices import cpu_cores
 from pipeline.config.errors import ConfigError
 from pipeline.config.plan import plan_sweep
@@ -17,8 +18,8 @@ from pipeline.records import Status
 from pipeline.search import confirmation
 from pipeline.search.confirmation import ConfirmationRecord
 from pipeline.search.confirmation.plan import ConfirmationRound
-from pipeline.search.scaling import world_lines
-from pipeline.search.space import check_values, combinations, knob_space
+from pipeline.search.left_out import check_values
+from pipeline.search.space import combinations, knob_space
 from pipeline.search.trials import Role, TrialRecord
 from tests.helpers.cli import run_cli
 from tests.helpers.gloo import on_ranks

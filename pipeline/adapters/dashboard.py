@@ -1,5 +1,5 @@
 """optuna-dashboard's JSON of a trial (`optuna_dashboard._serializer.serialize_frozen_trial`), as its own API
-answers it: the study pages (`search.study_pages`) answer best trials in the same form. The package exposes no
+answers it: the study pages (`answer.study_pages`) answer best trials in the same form. The package exposes no
 public serializer."""
 
 from __future__ import annotations

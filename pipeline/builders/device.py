@@ -6,7 +6,7 @@ import torch
 
 from pipeline.config.choices import CPU
 from pipeline.config.schema import GpuConfig
-from pipeline.knobs import Role, role
+from pipeline.knobs import KnobRole, role
 from pipeline.records import GIB, Placement
 
 
@@ -36,7 +36,7 @@ def resolve_placement(gpu: GpuConfig, dtype: str, profiles: dict[str, dict] | No
     fp32 on CPU). A named profile on a CUDA device with more memory is emulated (its memory becomes the cap)."""
     gpu_name, memory_gib, bf16, peak_tflops = gpu.name, gpu.memory_gib, gpu.bf16, gpu.peak_tflops
     use_cuda = gpu_name != CPU and torch.cuda.is_available()
-    resolve = role(Role.DTYPE).resolve
+    resolve = role(KnobRole.DTYPE).resolve
     if use_cuda:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())  # a torchrun rank's own device
         real_gib = props.total_memory / GIB

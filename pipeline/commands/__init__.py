@@ -4,5 +4,6 @@
 train (a job or a Hydra multirun), optimize (the study), report, card, export (the answer as a plain TRL script),
 ui (MLflow's UI; mlflow_app is its server app), dashboard (optuna-dashboard); cli is what every one of them does
 around Hydra: --help, the precheck of the whole command line, exit codes; arguments: the flags of those
-that take flags, refused in one line.
+that take flags, refused in one line; sweep_callback: the Hydra callback that makes a multirun one sweep (its parent
+run, its table, its exit status).
 """

@@ -23,8 +23,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("cards"), help="folder for <name>.json and <name>.md")
     args = parser.parse_args(argv)
 
-    from pipeline import results
-    from pipeline.cards.card import build, write
+    from pipeline.answer import results
+    from pipeline.answer.card import build, write
     from pipeline.config.errors import ConfigError
     from pipeline.config.store_checks import check_store
     from pipeline.render.document import ReportError, find_parent

@@ -53,7 +53,7 @@ def _refuse(err: ConfigError) -> NoReturn:
 
 class Interrupts:
     """Ctrl-C (SIGINT) and SIGTERM. The first stops the command: its job is killed, its runs end KILLED, exit code
-    130 (`_run_hydra`). One more while it does so is said and let be: breaking off that clean-up would leave runs
+    130 (`run_hydra`). One more while it does so is said and let be: breaking off that clean-up would leave runs
     open and print a traceback from wherever it struck. A third stops at once, and leaves the runs it did not end to
     the next command's clean-up (`tracking.runs.end_orphans`). Once the command is ending anyway (its work done, its
     exit handlers ending runs), the first already counts as the one more."""
@@ -128,19 +128,19 @@ def run_entry(
     `sweeps`: whether the entry takes -m (a study searches its own space: it does not)."""
     Interrupts.install()
     try:
-        argv = _checked_argv(prog, config_name, doc, argv, extra_check, sweeps)
+        argv = checked_argv(prog, config_name, doc, argv, extra_check, sweeps)
     except KeyboardInterrupt:
         print("interrupted before anything ran", file=sys.stderr)
         _exit(exits.INTERRUPTED)
     except BrokenPipeError:
         _output_closed()
     try:
-        _exit(_run_hydra(config_name, task, argv))
+        _exit(run_hydra(config_name, task, argv))
     except BrokenPipeError:
         _output_closed()
 
 
-def _checked_argv(
+def checked_argv(
     prog: str,
     config_name: str,
     doc: str,
@@ -231,14 +231,14 @@ def _launcher(overrides: list[str]) -> str | None:
 
 def _announce_left_out(left_out: list[str]) -> None:
     """A world-size sweep's combinations that do not make the effective batch: named once, and counted out of the
-    sweep's jobs (`jobs.sweep` reads the count)."""
+    sweep's jobs (`commands.sweep_callback` reads the count)."""
     context.COMMAND.left_out = len(left_out)
     if left_out:
         names = ", ".join(dict.fromkeys(left_out))
         print(f"[sweep] left out {len(left_out)} job(s) whose split x world_size is not batch.effective: {names}")
 
 
-def _run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) -> int:
+def run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) -> int:
     """Run `task` through hydra.main with `argv`; the exit code. Hydra's own report of a failure (a trimmed
     traceback, exit code 1) is turned off, so that a store failing outside the task (Hydra saving its config on a
     disk that filled up) and a closed output end here with their one line or none."""

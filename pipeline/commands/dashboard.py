@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
         import optuna_dashboard
         from optuna.storages import RDBStorage
 
-        from pipeline.search.study_pages import FeasibleBest
+        from pipeline.answer.study_pages import FeasibleBest
     except ImportError as err:
         print(f"error: {err.name} is not installed: pip install -e '.[dev]' (make install)", file=sys.stderr)
         sys.exit(exits.FAILED)

@@ -3,7 +3,7 @@
 python -m pipeline.export experiment=seed-t4-graphs gpu=auto     # prints the script's path: mlruns/scripts/...
 python -m pipeline.export batch.split=2x2 train.steps=20 --stdout > train.py
 
-The script is `<paths.root>/scripts/train_<config_id>.py` (`pipeline.jobs.answer_script`). A sweep's winner and a
+The script is `<paths.root>/scripts/train_<config_id>.py` (`pipeline.answer.script`). A sweep's winner and a
 study's answer are written the same way, and their path is printed beside the reproduce line. Bad input is refused
 as by `pipeline.train`: one line, exit code 2.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 
 from pipeline import exits
+from pipeline.answer.code import export
 from pipeline.config.errors import ConfigError
-from pipeline.jobs.answer_code import export
 
 
 def main(argv: list[str] | None = None) -> None:

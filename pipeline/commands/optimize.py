@@ -17,8 +17,7 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.job import JobConfig
 from pipeline.config.plan import checked_job
 from pipeline.config.store_checks import check_store
-from pipeline.search.opening import check_binding
-from pipeline.search.space import check_values
+from pipeline.search import check_binding, check_values
 
 CONFIG = "optimize"  # conf/optimize.yaml: the training config, with a base split every effective batch has
 
@@ -37,10 +36,11 @@ def check_study(cfg: DictConfig, job: JobConfig) -> None:
 
 
 def optimize(cfg: DictConfig) -> float | None:
-    from pipeline.search.study import StudyDriver  # after the precheck: bad input never pays for this import
+    from pipeline.answer.conclusion import answered  # after the precheck: bad input never pays for this import
+    from pipeline.search import StudyDriver
 
     cap = checked_job(cfg).cap_bytes  # as the precheck parsed it
-    answer = StudyDriver(cfg, list(HydraConfig.get().overrides.task), cap).run()
+    answer = answered(StudyDriver(cfg, list(HydraConfig.get().overrides.task), cap))
     exits.ExitCode.set(answer.exit_code)
     return answer.best.median if answer.best else None
 

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cards", nargs="+", type=Path, help="result cards (python -m pipeline.card) to merge")
     args = parser.parse_args(argv)
     if args.cards:
-        from pipeline.cards.merge import merge_cards
+        from pipeline.answer.card_merge import merge_cards
 
         sys.exit(merge_cards(args.cards, args.out))
 

@@ -24,8 +24,9 @@ from omegaconf.errors import (
 )
 
 from pipeline import knobs
+from pipeline.config.accepted import choices_of
 from pipeline.config.errors import ConfigError
-from pipeline.config.schema import GROUPS, INTERNAL_KEYS, SECTIONS, Config, choices_of, register_configs
+from pipeline.config.schema import GROUPS, INTERNAL_KEYS, SECTIONS, Config, register_configs
 from pipeline.config.store_checks import check_writable_dir
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -121,7 +122,7 @@ def translate(err: BaseException) -> ConfigError:
 
 def space_form() -> str:
     """The accepted form of `optimize.space`, its example the dtype knob's key and the values a study tries of it."""
-    precision = knobs.role(knobs.Role.DTYPE)
+    precision = knobs.role(knobs.KnobRole.DTYPE)
     example = f"{precision.key}:[{','.join(str(v) for v in precision.searched)}]"
     return f"'++optimize.space={{{example},...}}' (the whole space, config keys with their candidate values)"
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline import knobs
+from pipeline.config.accepted import choices_of, field_choices
 from pipeline.config.compose import group_options
-from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, choices_of, field_choices
+from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config
 
 GROUP_ORDER = ("model", "lora", "gpu", "batch", "data", "train", "optimize", "experiment")
 

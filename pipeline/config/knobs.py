@@ -12,7 +12,7 @@ from pipeline import knobs
 from pipeline.config.choices import CPU
 from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
-from pipeline.knobs.base import Role, Setting
+from pipeline.knobs.base import KnobRole, Setting
 
 
 def on_cuda(gpu: DictConfig) -> bool:
@@ -23,7 +23,7 @@ def on_cuda(gpu: DictConfig) -> bool:
 def compute_dtype(t: DictConfig, gpu: DictConfig) -> str | None:
     """The dtype the job will compute in, where it can be told before a device is opened (None: auto on an
     unknown card)."""
-    precision = knobs.role(Role.DTYPE)
+    precision = knobs.role(KnobRole.DTYPE)
     return precision.resolve(precision.value(t), on_cuda(gpu), gpu.bf16)
 
 

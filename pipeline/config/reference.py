@@ -20,8 +20,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from pipeline import knobs
+from pipeline.config.accepted import choices_of
 from pipeline.config.compose import CONF_DIR, compose_job, group_options
-from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config, choices_of
+from pipeline.config.schema import GROUPS, INTERNAL_KEYS, Config
 
 OTHER_GROUPS = ("experiment", "hydra/launcher")  # groups of conf/ without a schema of their own
 

@@ -5,7 +5,7 @@ Each YAML option in conf/<group>/ starts its defaults list with `<group>_schema`
 types against the dataclass here. A field with a fixed set of values keeps them on the field, as an enum with its
 help (`chosen(...)`, in the manner of TRL's `SFTConfig` metadata; the enums are in `config.choices`, and a speed
 knob's field, with its enum, comes from its module in `pipeline.knobs`): validation
-(`field_choices`), `--help` and the test of the YAML comments read them from there. The fields stay strings for
+(`config.accepted`), `--help` and the test of the YAML comments read them from there. The fields stay strings for
 OmegaConf, so a value is written as the user types it (`reduce-overhead`). Rules that
 span fields (split against effective batch, cap format, ranges) live in `pipeline.config.validate`, checked once
 before anything runs.
@@ -13,9 +13,7 @@ before anything runs.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -264,29 +262,6 @@ SECTIONS: dict[str, type] = {
     "launcher": LauncherConfig,
     "paths": PathsConfig,
 }
-
-
-def field_choices() -> dict[str, tuple[type[StrEnum], tuple[str, ...]]]:
-    """Every field with a fixed set of values, by its dotted key: (its enum, its aliases)."""
-    found = {}
-    for section, schema in SECTIONS.items():
-        for f in dataclasses.fields(schema):
-            if "choices" in f.metadata:
-                found[f"{section}.{f.name}"] = (f.metadata["choices"], f.metadata["aliases"])
-    return found
-
-
-def choices_of(key: str) -> tuple[str, ...] | None:
-    """The accepted values of the field at `key` (its enum's, then its aliases), or None for a field without a
-    fixed set; true and false for a boolean field."""
-    section, _, name = key.partition(".")
-    schema = SECTIONS.get(section)
-    spec = next((f for f in dataclasses.fields(schema) if f.name == name), None) if schema else None
-    if spec is None:
-        return None
-    if "choices" in spec.metadata:
-        return (*(m.value for m in spec.metadata["choices"]), *spec.metadata["aliases"])
-    return ("true", "false") if spec.type in ("bool", bool) else None
 
 
 def typed(cfg: Any) -> Config:

@@ -13,13 +13,14 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline import knobs
+from pipeline.config.accepted import field_choices
 from pipeline.config.choices import CPU, LauncherKind, ModelSource
 from pipeline.config.data import check_data
 from pipeline.config.devices import cpu_cores, cuda_device_count
 from pipeline.config.errors import ConfigError, at_least, at_most, choice, in_range
 from pipeline.config.job import JobConfig, Split, parse, parse_split
 from pipeline.config.knobs import check_knobs, check_values, on_cuda
-from pipeline.config.schema import ARCH_FIELDS, field_choices
+from pipeline.config.schema import ARCH_FIELDS
 from pipeline.config.study_checks import MAX_EXPERIMENT_NAME, check_name, check_optimize
 
 

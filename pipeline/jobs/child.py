@@ -34,13 +34,12 @@ from pipeline.config.choices import CPU
 from pipeline.config.schema import typed
 from pipeline.jobs import joblog, library_warnings, ranks, watchdog
 from pipeline.jobs.child_setup import ignore_ctrl_c, no_process_locks, quiet, versions, write_json
-from pipeline.jobs.files import PROFILE_DIR, RESULT_FILE, STEPS_FILE
+from pipeline.jobs.files import RESULT_FILE
+from pipeline.jobs.instruments import Instruments, instruments
 from pipeline.measure import memory
 from pipeline.measure.busy import BusyWindow
 from pipeline.measure.callback import StepMeter, StopTraining
-from pipeline.measure.collective import AllReduceClock
 from pipeline.measure.compiled import CompileWatch
-from pipeline.measure.first_batch import FirstBatch
 from pipeline.measure.flops import flops_fields
 from pipeline.measure.host import HostWatch
 from pipeline.measure.profile import ProfileWindow
@@ -71,6 +70,8 @@ class Job:
         self.compiled: str | None = None  # what is compiled, for the compile note
         self.compile_watch: CompileWatch | None = None
         self.backend: str | None = None  # the ranks' process group (a torchrun job): nccl or gloo
+        self.first_records = None  # the records of the run's longest micro-batch, where its spec names one
+        self.instruments: Instruments | None = None
 
     def _timed(self, name: str, fn, *args, **kwargs):
         start = time.perf_counter()
@@ -80,7 +81,7 @@ class Job:
 
     def _setup_device(self) -> None:
         self.device_memory = memory.DeviceMemory()
-        precision = knobs.role(knobs.Role.DTYPE).of(self.cfg)
+        precision = knobs.role(knobs.KnobRole.DTYPE).of(self.cfg)
         self.placement = resolve_placement(self.cfg.gpu, precision, self.spec.gpu_profiles)
         cuda = self.placement.device == "cuda"
         # the ranks' process group before the cap: NCCL's communicator memory is then part of the measured context
@@ -143,32 +144,12 @@ class Job:
             world_size(),
             self.cfg.launcher.timeout_s,
         )
-        steps_path = str(self.workdir / STEPS_FILE) if self.writer else None
-        cuda = self.placement.device == "cuda"
-        clock = AllReduceClock(cuda) if self.backend else None
-        self.meter = StepMeter(cuda, steps_path, self.spec.stop, self.context_bytes, clock)
-        callbacks = [self.meter, *([clock] if clock else [])]
-        first = None
-        if self.spec.first_batch is not None:  # before the meter: the step's peak holds it
-            first = FirstBatch(self.spec.first_batch, self.first_records, self.meter, self.cfg.train.max_length)
-            callbacks.insert(0, first)
-        measure = self.cfg.measure
-        if cuda and self.device_memory.handle is not None:
-            self.busy = BusyWindow(self.device_memory.handle, after=measure.warmup_steps)
-            callbacks.append(self.busy)
-        self.host = HostWatch(measure.warmup_steps)
-        callbacks.append(self.host)
-        if measure.profile and self.writer:
-            # the steps right after the warm-up; they are then no steady steps (the profiler costs host time)
-            self.profiler = ProfileWindow(
-                self.workdir / PROFILE_DIR,
-                skip_first=measure.warmup_steps,
-                wait=0,
-                warmup=1,
-                active=measure.profile_steps,
-                cuda=cuda,
-            )
-            callbacks.append(self.profiler)
+        cuda, nvml, ranks = self.placement.device == "cuda", self.device_memory.handle, bool(self.backend)
+        tools = instruments(
+            self.spec, self.workdir, self.writer, cuda, self.context_bytes, nvml, ranks, self.first_records
+        )
+        self.instruments = tools
+        self.meter, self.busy, self.host, self.profiler = tools.meter, tools.busy, tools.host, tools.profiler
         model, peft_config = self._timed("adapters", self._adapters)
         self.trainer = self._timed(
             "trainer_build",
@@ -179,12 +160,9 @@ class Job:
             str(self.workdir / "trainer"),
             self.sft_kwargs,
             peft_config,
-            callbacks,
+            tools.callbacks,
         )
-        if clock:
-            clock.bind(self.trainer)  # it hooks the model the Trainer wraps in DDP once training begins
-        if first:
-            first.bind(self.trainer)
+        tools.bind(self.trainer)
 
     def _adapters(self) -> tuple:
         """The model and LoRA config the trainer gets, as the speed knobs leave them (adapters in the compute dtype:
@@ -273,12 +251,8 @@ class Job:
         )
 
     def _steps(self) -> tuple[Step, ...]:
-        """The meter's steps, those the profiler recorded marked so."""
-        steps = tuple(self.meter.steps) if self.meter else ()
-        if self.profiler is None or self.profiler.first_step is None:
-            return steps
-        profiled = range(self.profiler.first_step - 1, self.profiler.first_step + self.profiler.active)
-        return tuple(dataclasses.replace(s, profiled=True) if s.step in profiled else s for s in steps)
+        """The steps measured, none where the job failed before its instruments were built."""
+        return self.instruments.steps() if self.instruments else ()
 
     def _free_after_oom(self) -> None:
         for name in ("trainer", "model"):

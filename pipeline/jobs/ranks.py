@@ -41,7 +41,7 @@ def exit_reason(code: int | None) -> str:
     if code is None:
         return "did not exit"
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else str(-code)
+        name = signal.Signals(-code).name if -code in {s.value for s in signal.Signals} else str(-code)
         hint = " (killed: out of host memory, or by a user)" if -code == signal.SIGKILL else ""
         return f"killed by {name}{hint}"
     return f"exited with code {code}"

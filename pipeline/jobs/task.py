@@ -3,7 +3,7 @@ waits, summarises what the child returned (or, for a child that died, what it ha
 to MLflow in one go.
 
 Inside a multirun the run is nested under the sweep's parent run and named after what varies across the sweep; both
-come from the sweep context the sweep callback (`jobs.sweep`) puts in the environment.
+come from the sweep context the sweep callback (`commands.sweep_callback`) puts in the environment.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Memory, Role
+from pipeline.knobs.base import Knob, KnobRole, Memory
 
 
 @functools.cache
@@ -37,8 +37,8 @@ def by_key() -> dict[str, Knob]:
 
 
 @functools.cache
-def role(which: Role) -> Knob:
-    """The knob with a role (`Role`): how a module outside the folder finds the one it must, never by its key."""
+def role(which: KnobRole) -> Knob:
+    """The knob with a role (`KnobRole`): how a module outside the folder finds the one it must, never by its key."""
     found = [k for k in registry() if k.role == which]
     if len(found) != 1:
         raise LookupError(f"{len(found)} knobs have the role {which}")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Compile, Knob, Memory, Role, Setting, installed
+from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Compile, Knob, KnobRole, Memory, Setting, installed
 from pipeline.knobs.loss import Loss
 
 
@@ -31,7 +31,7 @@ class AttentionKnob(Knob):
     help = "the attention kernels (flash_attention_*: their package, a GPU)"
     short = "attn"
     searched = tuple(a for a in Attention if a != Attention.EAGER)  # eager attention is sdpa unfused
-    role = Role.ATTENTION
+    role = KnobRole.ATTENTION
     term_text = ("`eager`: its scores, growing with a row's squared length", "")
 
     def dropped_in(self, lengths_vary: bool, cuda: bool) -> dict[Any, str]:

@@ -6,7 +6,7 @@ or a bool), its rule against the stack, the device and the other knobs, its shor
 the values a study over everything tries, its term in the memory prediction (and its words in the docs), its
 SFTConfig and model keywords, what it does to the job's data, adapters and built trainer, its words on a result
 card, and the lines and helpers it adds to the exported script. Every method does nothing by default, so a knob says
-only what it changes. No module outside the folder spells a knob's key: it asks the knobs, or the knob of a `Role`.
+only what it changes. No module outside the folder spells a knob's key: it asks the knobs, or the knob of a `KnobRole`.
 
 No module of the folder imports torch at its top: the parent process reads them. The job-side functions import what
 they use inside, and an exported script copies them as they are (`source`).
@@ -71,7 +71,7 @@ class Compile(StrEnum):
         return cls(COMPILE_ALIASES.get(text, text))
 
 
-class Role(StrEnum):
+class KnobRole(StrEnum):
     """What a module outside this folder finds a knob by where it must find one (`pipeline.knobs.role`), never its
     key: the settings the memory formula and the probes hold as their own."""
 
@@ -138,7 +138,7 @@ class Knob:
     aliases: Mapping[str, str] = MappingProxyType({})  # other spellings of a choice, e.g. `true` for `regional`
     short: str | None = None  # its name in a config's display name; None: its name
     searched: tuple[Any, ...] = ()  # the values a study over everything this setting can run tries
-    role: Role | None = None  # what another module finds it by, where one must (`Role`)
+    role: KnobRole | None = None  # what another module finds it by, where one must (`KnobRole`)
     card: tuple[int, str] | None = None  # its place and words on a result card's setting line; None: not there
     term_text: tuple[str, str] | None = None  # its memory term in words, and beside what (the docs' table of terms)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import CPU, Knob, Role, Setting
+from pipeline.knobs.base import CPU, Knob, KnobRole, Setting
 
 
 class Dtype(StrEnum):
@@ -34,7 +34,7 @@ class DtypeKnob(Knob):
     default = Dtype.AUTO
     help = "auto: bf16 where supported, fp16 on other GPUs, fp32 on the CPU"
     searched = (Dtype.BF16, Dtype.FP16)  # fp32 trains the same at twice the bytes; auto is one of the two
-    role = Role.DTYPE
+    role = KnobRole.DTYPE
     card = (2, "dtype {}")
     resolve = staticmethod(resolve)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.knobs.base import Knob, Memory, Role
+from pipeline.knobs.base import Knob, KnobRole, Memory
 
 
 class GradientCheckpointingKnob(Knob):
@@ -14,7 +14,7 @@ class GradientCheckpointingKnob(Knob):
     help = "recompute each layer's activations in the backward pass: less memory, more compute"
     short = "ckpt"
     searched = (True, False)
-    role = Role.CHECKPOINTING
+    role = KnobRole.CHECKPOINTING
     term_text = ("each layer keeps its input, one is recomputed (the shares then apply to nothing)", "")
     card = (3, "checkpointing {}")
 

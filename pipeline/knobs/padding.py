@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Knob, Role
+from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Knob, KnobRole
 
 BUCKETS = 4  # length buckets per max_length
 
@@ -51,7 +51,7 @@ class PaddingKnob(Knob):
     default = Padding.LONGEST
     help = "longest: to the batch's longest; buckets: rounded up to a quarter of max_length; max_length: one shape"
     searched = (Padding.LONGEST, Padding.MAX_LENGTH, Padding.PADDING_FREE, Padding.BUCKETS)  # packing: other sequences
-    role = Role.LAYOUT
+    role = KnobRole.LAYOUT
     card = (1, "padding {}")
 
     def dropped_in(self, lengths_vary: bool, cuda: bool) -> dict[Any, str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipeline.knobs.base import COMPILE_ALIASES, Compile, Knob, Memory, Role
+from pipeline.knobs.base import COMPILE_ALIASES, Compile, Knob, KnobRole, Memory
 from pipeline.knobs.compile_mode import KNOB as MODE
 from pipeline.knobs.compile_mode import CompileMode
 
@@ -65,7 +65,7 @@ class TorchCompileKnob(Knob):
     aliases = COMPILE_ALIASES
     short = "compile"
     searched = (Compile.OFF, Compile.REGIONAL)  # whole compiles for minutes per config, to regional's speed
-    role = Role.COMPILE
+    role = KnobRole.COMPILE
     term_text = (
         "compiled layers keep what their products and attention need, b (6q + 2i) + 8h a token and layer against "
         "eager's b (6h + 4q + 4i) + 8h; the whole model's graph 1.12 times that",

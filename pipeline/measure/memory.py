@@ -10,7 +10,7 @@ import psutil
 import pynvml
 import torch
 
-from pipeline.records import Memory
+from pipeline.records import JobMemory
 
 
 def _proc_status_kib(field: str) -> int | None:
@@ -116,15 +116,15 @@ def apply_cuda_cap(cap_bytes: int | None, device_memory: DeviceMemory) -> CapPla
     return CapPlan(context, fraction)
 
 
-def job_memory(placement, cap_bytes, meter, context_bytes: int, model_load_bytes, device_memory) -> Memory:
+def job_memory(placement, cap_bytes, meter, context_bytes: int, model_load_bytes, device_memory) -> JobMemory:
     """A job's peaks; in a torchrun job also every rank's at the last step, and the largest as the peak (each rank is
     judged against the cap on its own device, so the job fits when its largest rank does)."""
     if placement is None:
-        return Memory(peak_bytes=None, cap_bytes=cap_bytes)
+        return JobMemory(peak_bytes=None, cap_bytes=cap_bytes)
     ranks = meter.rank_peaks if meter else ()
     if placement.device == "cuda":
         reserved = torch.cuda.max_memory_reserved()
-        return Memory(
+        return JobMemory(
             peak_bytes=max((reserved + context_bytes, *ranks)),
             cap_bytes=cap_bytes,
             model_load_bytes=model_load_bytes,
@@ -135,7 +135,7 @@ def job_memory(placement, cap_bytes, meter, context_bytes: int, model_load_bytes
             rank_peak_bytes=ranks,
         )
     rss = peak_rss_bytes()
-    return Memory(
+    return JobMemory(
         peak_bytes=max((rss, *ranks)),
         cap_bytes=cap_bytes,
         model_load_bytes=model_load_bytes,

@@ -183,8 +183,8 @@ def loss_reference(jobs: list[RecordedJob], baseline: str | None = FIRST_JOB) ->
 
 def loss_deviation(row: Row, reference: tuple[float, ...] | None) -> float | None:
     """The largest relative deviation of a config's per-step losses from the reference's, over the steps both ran
-    and over the config's own runs (not its confirmation runs): the one `loss dev` of every table, card, report and
-    the `loss_max_rel_dev` metric."""
+    and over the config's own runs (not its confirmation runs; `measure.stats.max_relative_deviation` for each):
+    the `loss dev` of every table, card, report and the `loss_max_rel_dev` metric."""
     if not reference:
         return None
     runs = [j for j in row.jobs if j.kind in MEASURED and j.losses]

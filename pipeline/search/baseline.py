@@ -29,7 +29,7 @@ def resolved_values(ctx: StudyContext) -> tuple[tuple[str, Any], ...]:
     """The base config's value of every searched key, as it runs: a searched dtype given as `auto` is the one it
     resolves to (an unsearched one stays `auto`, as in every candidate)."""
     values = []
-    precision = knobs.role(knobs.Role.DTYPE).key
+    precision = knobs.role(knobs.KnobRole.DTYPE).key
     for key in ctx.space:
         value = OmegaConf.select(ctx.cfg, key)
         values.append((key, _dtype(ctx, value) if key == precision else value))
@@ -37,7 +37,7 @@ def resolved_values(ctx: StudyContext) -> tuple[tuple[str, Any], ...]:
 
 
 def _dtype(ctx: StudyContext, value: str) -> str:
-    if not knobs.role(knobs.Role.DTYPE).is_auto(value):
+    if not knobs.role(knobs.KnobRole.DTYPE).is_auto(value):
         return value
     return ctx.placement_dtype or compute_dtype(ctx.cfg.train, ctx.cfg.gpu) or value
 

@@ -17,7 +17,7 @@ from pipeline import knobs as speed_knobs
 from pipeline.config.job import parse, parse_split
 from pipeline.config.schema import typed
 from pipeline.jobs import task
-from pipeline.knobs import Role, registry
+from pipeline.knobs import KnobRole, registry
 from pipeline.records import GIB, MicroBatch, RunKind, Status
 from pipeline.search.formula import FORMULA_ROLES, Knobs
 from pipeline.search.longest import RunBatches
@@ -174,7 +174,7 @@ def _finding(outcome: task.JobOutcome) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Probe:
     """Where one probe measures: the base config at a split, a checkpointing setting and a layout (the knobs of
-    those roles: `Role.CHECKPOINTING`, `Role.LAYOUT`)."""
+    those roles: `KnobRole.CHECKPOINTING`, `KnobRole.LAYOUT`)."""
 
     split: str
     checkpointing: bool
@@ -183,7 +183,7 @@ class Probe:
 
     def name(self, base: DictConfig) -> str:
         micro = parse_split(self.split).micro
-        checkpointing, layout = speed_knobs.role(Role.CHECKPOINTING), speed_knobs.role(Role.LAYOUT)
+        checkpointing, layout = speed_knobs.role(KnobRole.CHECKPOINTING), speed_knobs.role(KnobRole.LAYOUT)
         said = (
             []
             if self.checkpointing == bool(checkpointing.of(base))
@@ -197,8 +197,8 @@ class Probe:
         micro-batch of."""
         at = OmegaConf.create(OmegaConf.to_container(base, resolve=False))
         at.batch.split = self.split
-        speed_knobs.role(Role.CHECKPOINTING).set_in(at, self.checkpointing)
-        speed_knobs.role(Role.LAYOUT).set_in(at, self.layout)
+        speed_knobs.role(KnobRole.CHECKPOINTING).set_in(at, self.checkpointing)
+        speed_knobs.role(KnobRole.LAYOUT).set_in(at, self.layout)
         return at
 
 
@@ -219,7 +219,7 @@ class Prober:
         checkpointing setting when the space searches it, and at each other layout the space searches (a layout
         lays the same tokens out in other rows, and what attention keeps grows with their squared lengths: each
         layout gets its own line)."""
-        checkpointing, layout = speed_knobs.role(Role.CHECKPOINTING), speed_knobs.role(Role.LAYOUT)
+        checkpointing, layout = speed_knobs.role(KnobRole.CHECKPOINTING), speed_knobs.role(KnobRole.LAYOUT)
         splits, base_ckpt = space[SPLIT_KEY], bool(checkpointing.of(self.base))
         base_layout = str(layout.of(self.base))
         settings = [base_ckpt, *(bool(v) for v in space.get(checkpointing.key, []))]
@@ -258,7 +258,7 @@ class Prober:
         found.dtype, found.device = finding["dtype"], finding["device"]
         point = (knobs_of(at_split, self.space_keys, finding["dtype"], batch), finding["peak_gib"] * GIB)
         found.probes.append(point)
-        if finding["median"] and probe.layout == speed_knobs.role(Role.LAYOUT).of(self.base):
+        if finding["median"] and probe.layout == speed_knobs.role(KnobRole.LAYOUT).of(self.base):
             found.times.append((parse_split(probe.split).micro, probe.checkpointing, finding["median"]))
         if probe.is_base:
             found.base_probes.append(point)

@@ -28,14 +28,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from pipeline.knobs import Memory, Role, role, unmodelled
+from pipeline.knobs import KnobRole, Memory, role, unmodelled
 from pipeline.knobs import memory as knob_memory
 from pipeline.measure.flops import Shape
 
 LORA_STATE_BYTES = 16
 LOSS_BYTES_PER_TOKEN = 8
 # the knobs the formula holds a field of its own for (`Knobs`, each field named as its role), the dtype first
-FORMULA_ROLES = (Role.DTYPE, Role.CHECKPOINTING, Role.COMPILE, Role.ATTENTION)
+FORMULA_ROLES = (KnobRole.DTYPE, KnobRole.CHECKPOINTING, KnobRole.COMPILE, KnobRole.ATTENTION)
 
 
 @dataclass(frozen=True)
@@ -84,14 +84,14 @@ class Knobs:
     @property
     def values(self) -> dict[str, str]:
         """Every knob value its memory term reads (a searched value over a held one)."""
-        own = {role(r).key: str(getattr(self, r.value)) for r in FORMULA_ROLES if r is not Role.DTYPE}
+        own = {role(r).key: str(getattr(self, r.value)) for r in FORMULA_ROLES if r is not KnobRole.DTYPE}
         return {**dict(self.held), **dict(self.other), **own}
 
 
 @functools.cache
 def element_bytes(dtype: str) -> int:
-    """The bytes of an element in a compute dtype (the dtype knob's: `Role.DTYPE`)."""
-    return role(Role.DTYPE).element_bytes(dtype)
+    """The bytes of an element in a compute dtype (the dtype knob's: `KnobRole.DTYPE`)."""
+    return role(KnobRole.DTYPE).element_bytes(dtype)
 
 
 def memory_term(knobs: Knobs) -> Memory:
@@ -131,9 +131,9 @@ def activation_token_bytes(shape: Shape, knobs: Knobs) -> float:
     eager = b * (6 * h + 4 * q + 4 * i) + 8 * h
     term = memory_term(knobs)
     if term.checkpointed:  # the checkpointing knob's own count
-        kept = role(Role.CHECKPOINTING).kept_bytes(shape.layers, b, h, eager)
+        kept = role(KnobRole.CHECKPOINTING).kept_bytes(shape.layers, b, h, eager)
     else:  # compiled layers: the compile knob's
-        layer = role(Role.COMPILE).layer_bytes(b, h, q, i) if term.fused else eager
+        layer = role(KnobRole.COMPILE).layer_bytes(b, h, q, i) if term.fused else eager
         kept = term.activations * shape.layers * layer
     return kept + LOSS_BYTES_PER_TOKEN + term.token_bytes
 
@@ -151,7 +151,7 @@ def per_token_bytes(shape: Shape, knobs: Knobs) -> float:
 
 def square_bytes(shape: Shape, knobs: Knobs) -> float:
     """What attention keeps per unit of S (a squared row length): its scores' bytes in every head and layer."""
-    per_score = role(Role.ATTENTION).score_bytes(element_bytes(knobs.dtype))  # the attention knob's
+    per_score = role(KnobRole.ATTENTION).score_bytes(element_bytes(knobs.dtype))  # the attention knob's
     return memory_term(knobs).scores * shape.heads * shape.layers * per_score
 
 

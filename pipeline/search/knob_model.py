@@ -111,7 +111,7 @@ class Factor:
 
 
 @dataclass(frozen=True)
-class Fit:
+class Posterior:
     """The posterior over the terms: predictions of log step time with their standard deviation."""
 
     encoding: Encoding
@@ -141,7 +141,7 @@ class Fit:
         return Factor(key, before, params[key], math.exp(delta), math.exp(delta - z * sd), math.exp(delta + z * sd))
 
 
-def fit(encoding: Encoding, observations: Sequence[tuple[Params, float]], noise_sd: float = NOISE_SD) -> Fit:
+def fit(encoding: Encoding, observations: Sequence[tuple[Params, float]], noise_sd: float = NOISE_SD) -> Posterior:
     """The posterior of the terms given measured step times (seconds) of configs; several of one config pool as
     independent measurements."""
     width = len(encoding.columns()) + 1
@@ -152,4 +152,4 @@ def fit(encoding: Encoding, observations: Sequence[tuple[Params, float]], noise_
     precision = x.T @ x / noise_sd**2 + np.diag(1.0 / prior**2)
     cov = np.linalg.inv(precision)
     mean = cov @ (x.T @ (y - centre)) / noise_sd**2
-    return Fit(encoding, mean, cov, centre, len(y))
+    return Posterior(encoding, mean, cov, centre, len(y))

@@ -25,10 +25,11 @@ from pipeline.records import GIB
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration, knobs_of
 from pipeline.search.formula import Knobs
+from pipeline.search.left_out import candidates
 from pipeline.search.longest import RunBatches
 from pipeline.search.predictor import Predictor
 from pipeline.search.sampler import make_sampler
-from pipeline.search.space import Candidate, LeftOut, candidates, knob_space
+from pipeline.search.space import Candidate, LeftOut, knob_space
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
 

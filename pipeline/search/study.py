@@ -10,7 +10,8 @@
    sampler proposing what the queue does not. Workers sharing the study claim configs (`search.workers`).
 3. The confirmation round (`search.confirmation`): the finalists in paired rounds of fresh processes, the answer's claim
    against the baseline always bought.
-4. The answer (`search.answer`): printed and logged, with its speed-up over the baseline or why there is none.
+4. Then the command's answer (`answer.conclusion`): printed and logged, with its speed-up over the baseline or why
+   there is none.
 
 The study lives in `optimize.storage` (sqlite under mlruns/ by default) under a name derived from the config
 (`search.opening`), so re-running the same command resumes it: decided configs are never run again, and trials left
@@ -30,19 +31,13 @@ from optuna.trial import TrialState
 from tqdm import tqdm
 
 from pipeline import progress
-from pipeline.config.choices import ConfirmMode
-from pipeline.config.schema import typed
 from pipeline.jobs import runner, task
 from pipeline.liveness import HEARTBEAT_S
 from pipeline.records import GIB
-from pipeline.render import runs_table
-from pipeline.render.rows import Criteria
 from pipeline.search import baseline, prior, trials, workers
-from pipeline.search.answer import StudyAnswer, StudyFacts, decide, log_answer
 from pipeline.search.calibration import ATTR as CALIBRATION
 from pipeline.search.calibration import Calibration, Prober
 from pipeline.search.confirmation.jobs import FinalRound
-from pipeline.search.decided import Decided
 from pipeline.search.knob_view import StudyView
 from pipeline.search.opening import StudyContext
 from pipeline.search.sampler import KnobModelSampler, ViewSampler
@@ -58,6 +53,7 @@ class StudyDriver:
         self.teller = TrialTeller(self.ctx)
         self.final = FinalRound(self.ctx)
         self.base: Candidate | None = None
+        self._dead: list[str] = []  # the owners of the trials `start` failed
         if isinstance(self.study.sampler, ViewSampler):
             self.study.sampler.bind(StudyView(self.ctx))
 
@@ -110,31 +106,25 @@ class StudyDriver:
             self.ctx.study.enqueue_trial(c.params, skip_if_exists=True)
 
     # ---- the loop ---------------------------------------------------------------------------------------------
-    def run(self) -> StudyAnswer:
+    def start(self) -> None:
+        """The trials dead workers left RUNNING failed and their runs ended, then the study's parent run opened."""
+        self._dead = workers.fail_stale(self.ctx.study)
+        task.clean_up(self.ctx.tracker, self._dead)
+        self.ctx.open_parent()
+
+    def run(self) -> None:
+        """The study's loop to its end, once started: calibration, the trials, the confirmation round. Its answer is
+        the command's (`answer.conclusion`), said also where the loop stopped."""
         ctx = self.ctx
-        dead = workers.fail_stale(ctx.study)
-        task.clean_up(ctx.tracker, dead)
-        ctx.open_parent()
-        finished = False
         try:
-            self._say_what_runs(dead)
+            self._say_what_runs(self._dead)
             runner.warm_up(ctx.cfg.launcher.kind)
             self.calibrate()
             baseline.requeue(ctx, self.base)
             self._loop()
             self.final.confirm()
-            finished = True
         finally:
             workers.release_own(ctx.study)  # interrupted mid-trial: not decided, may run again
-            answer = self._answer(finished)
-            if finished and answer.best is not None:
-                ctx.study.set_user_attr(trials.ANSWER, answer.best.number)  # what optuna-dashboard shows as best
-            print(answer.text if ctx.cfg.wide else answer.compact, flush=True)  # answer.md: the full text
-            if finished:  # the runs table's rank and time ratio of every run, against the answer
-                best, base = (r.config_id if r else None for r in (answer.best, answer.baseline))
-                runs_table.tag_study(ctx.tracker, ctx.parent, Criteria.of(ctx.cfg), best, base)
-            log_answer(ctx.tracker, ctx.parent, answer, finished)
-        return answer
 
     def _say_what_runs(self, dead: list[str]) -> None:
         ctx, o = self.ctx, self.ctx.cfg.optimize
@@ -147,28 +137,6 @@ class StudyDriver:
         if ctx.left_out:
             print("[study] " + "\n".join(left_out_lines(ctx.left_out)), flush=True)
 
-    def _answer(self, finished: bool) -> StudyAnswer:
-        ctx, o = self.ctx, self.ctx.cfg.optimize
-        decided = Decided.of(ctx.study, o.max_loss_dev)
-        best = decided.best
-        coverage = None
-        if CALIBRATION in ctx.study.user_attrs:
-            coverage = prior.coverage(ctx, set(workers.decided(ctx.study)), best.config_id if best else None)
-        setting = StudyFacts(
-            ctx.name,
-            ctx.command,
-            ctx.cap,
-            ctx.cfg.measure.confidence,
-            baseline=bool(o.baseline),
-            confirm_off=o.confirm == ConfirmMode.NEVER,
-            stopped=not finished,
-            coverage=coverage,
-            left_out=tuple(ctx.left_out),
-            run=ctx.batches.text(typed(ctx.cfg)) if ctx.batches else "",
-            busy_threshold=ctx.cfg.measure.busy_threshold,
-        )
-        return decide(decided, setting)
-
     def _budget(self) -> int:
         return min(self.ctx.cfg.optimize.trials, len(self.ctx.valid))
 
@@ -176,7 +144,7 @@ class StudyDriver:
         """The configs still to decide: those of the space while the budget lasts, and a baseline beside the space
         until it is decided. Once the configs decided and those claimed by live workers fill the budget, only the
         claimed ones are open: this worker waits on them (one whose worker dies opens the budget again)."""
-        decided = set(workers.decided(self.ctx.study))
+        decided = set(workers.decided_configs(self.ctx.study))
         space = set(self.ctx.by_id)
         claimed = (workers.claimed(self.ctx.study) & space) - decided
         found = space - decided if len(decided & space) + len(claimed) < self._budget() else claimed
@@ -186,7 +154,7 @@ class StudyDriver:
 
     def _loop(self) -> None:
         budget = self._budget()
-        done = len(set(workers.decided(self.ctx.study)) & set(self.ctx.by_id))
+        done = len(set(workers.decided_configs(self.ctx.study)) & set(self.ctx.by_id))
         # on a terminal or in a notebook only: a log or a pipe gets the lines without the bar's redraws
         bar = progress.bar(total=budget, initial=min(done, budget), desc="trials", unit="trial")
         with progress.lines_above(bar), bar:

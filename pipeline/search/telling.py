@@ -22,6 +22,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from pipeline import knobs as speed_knobs
+from pipeline.adapters import optuna_storage
 from pipeline.jobs import task
 from pipeline.measure.summary import steady_steps
 from pipeline.records import GIB, RunKind, Status, StopRule
@@ -178,7 +179,7 @@ class TrialTeller:
     def constrain(self, trial: optuna.Trial, over_gib: float) -> None:
         """Peak minus cap, as Optuna 5 stores a constraint and as optuna-dashboard reads one."""
         trial.set_constraint("memory_gib", over_gib)
-        self.ctx.study._storage.set_trial_system_attr(trial._trial_id, "constraints", [over_gib])
+        optuna_storage.set_system_attr(self.ctx.study, trial, "constraints", [over_gib])
 
     def _measurements(self) -> list[tuple[Knobs, float]]:
         """Peaks measured so far, by any worker: the probes and every trial that ran a full step."""
@@ -195,14 +196,14 @@ class TrialTeller:
         `repeat_of` with that trial's number, and never measured again; one another worker is measuring (or an
         invalid combination) is FAIL, labelled the same way."""
         study = self.ctx.study
-        decided: FrozenTrial | None = workers.decided(study).get(candidate.config_id) if candidate else None
+        decided: FrozenTrial | None = workers.decided_configs(study).get(candidate.config_id) if candidate else None
         trial.set_user_attr(trials.REPEAT_OF, decided.number if decided else " ".join(f"{k}={v}" for k, v in values))
         if decided is None:
             study.tell(trial, state=TrialState.FAIL)
             return
         for name, value in decided.system_attrs.items():
             if name.startswith("constraints"):
-                study._storage.set_trial_system_attr(trial._trial_id, name, value)
+                optuna_storage.set_system_attr(study, trial, name, value)
         if decided.state is TrialState.COMPLETE:
             study.tell(trial, decided.value)
         else:

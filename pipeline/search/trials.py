@@ -183,9 +183,11 @@ def baseline(study: optuna.Study) -> TrialRecord | None:
     return found[0] if found else None
 
 
-def loss_deviation(record: TrialRecord, reference: TrialRecord | None) -> float | None:
-    """Largest relative deviation of a trial's per-step losses from the reference's, over the steps both ran (the
-    one definition: `measure.stats.max_relative_deviation`, as every table reads it)."""
+def trial_loss_deviation(record: TrialRecord, reference: TrialRecord | None) -> float | None:
+    """Largest relative deviation of one trial's per-step losses from the reference trial's, over the steps both
+    ran: what the study's eligibility and its trials' table read. The deviation itself is
+    `measure.stats.max_relative_deviation`; a config's over all its runs (the tables' `loss dev`) is
+    `render.rows.loss_deviation`."""
     if reference is None or not record.losses or not reference.losses:
         return None
     return max_relative_deviation(list(record.losses), list(reference.losses))
@@ -198,7 +200,7 @@ def eligible(study: optuna.Study, max_loss_dev: float) -> list[TrialRecord]:
     for r in records(study, (TrialState.COMPLETE,)):
         if not (r.feasible and r.status is Status.OK and r.median is not None):
             continue
-        deviation = loss_deviation(r, reference)
+        deviation = trial_loss_deviation(r, reference)
         if deviation is None or deviation <= max_loss_dev:
             found.append(r)
     return found

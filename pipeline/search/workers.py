@@ -25,6 +25,7 @@ import optuna
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from pipeline.adapters import optuna_storage
 from pipeline.liveness import GRACE_S, HEARTBEAT_S, Owner
 from pipeline.search.trials import CONFIG_ID, OWNER, is_decided
 
@@ -47,14 +48,14 @@ def _trial_live(trial: FrozenTrial) -> bool:
 
 def closed_elsewhere(study: optuna.Study, trial: optuna.Trial) -> bool:
     """Whether this worker's trial was finished by another worker (which took this one for dead)."""
-    return study._storage.get_trial(trial._trial_id).state.is_finished()
+    return optuna_storage.stored_state(study, trial).is_finished()
 
 
 def _running(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
 
-def decided(study: optuna.Study) -> dict[str, FrozenTrial]:
+def decided_configs(study: optuna.Study) -> dict[str, FrozenTrial]:
     """Decided trials by config identity (measured, ruled out, or failed as a job), the first of each."""
     found: dict[str, FrozenTrial] = {}
     for t in study.get_trials(deepcopy=False):
@@ -65,7 +66,7 @@ def decided(study: optuna.Study) -> dict[str, FrozenTrial]:
 
 def taken(study: optuna.Study, current: int) -> set[str]:
     """Configs decided, or being measured right now by another live worker."""
-    ids = set(decided(study))
+    ids = set(decided_configs(study))
     for trial in _running(study):
         if trial.number != current and CONFIG_ID in trial.user_attrs and live(trial.user_attrs):
             ids.add(trial.user_attrs[CONFIG_ID])
@@ -96,7 +97,7 @@ def within_budget(
     while True:
         earlier = [t for t in _running(study) if t.number < number and _trial_live(t)]
         if all(CONFIG_ID in t.user_attrs for t in earlier):
-            held = set(decided(study)) | {t.user_attrs[CONFIG_ID] for t in earlier}
+            held = set(decided_configs(study)) | {t.user_attrs[CONFIG_ID] for t in earlier}
             return len((held & space) - {config_id}) < budget
         time.sleep(poll_s)
 
@@ -108,7 +109,7 @@ def fail_stale(study: optuna.Study) -> list[str]:
     for trial in _running(study):
         if not _trial_live(trial):
             with contextlib.suppress(UpdateFinishedTrialError):
-                study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+                optuna_storage.fail_trial(study, trial)
                 owners.append(trial.user_attrs.get(OWNER, ""))
     return owners
 
@@ -118,7 +119,7 @@ def release_own(study: optuna.Study) -> None:
     me = str(Owner.current())
     for trial in _running(study):
         if trial.user_attrs.get(OWNER) == me:
-            study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+            optuna_storage.fail_trial(study, trial)
 
 
 def own(trial: optuna.Trial) -> None:
@@ -147,8 +148,7 @@ def beating(set_attr, interval_s: float = HEARTBEAT_S) -> Iterator[None]:
 
 def trial_heartbeat(study: optuna.Study, trial: optuna.Trial):
     """The heartbeat of one trial, beaten from a thread (it writes through the storage, not the Trial object)."""
-    storage, trial_id = study._storage, trial._trial_id
-    return beating(lambda key, value: storage.set_trial_user_attr(trial_id, key, value))
+    return beating(optuna_storage.user_attr_writer(study, trial))
 
 
 @contextlib.contextmanager
@@ -161,7 +161,7 @@ def claim(study: optuna.Study, what: str, poll_s: float = 2.0) -> Iterator[bool]
     finished), and a holder may finish between the first look at the attribute and the create: both look again.
     The lock goes through the study's own storage: a storage opened by URL on every look is an engine and a pool of
     connections each, which a waiter polling every `poll_s` piled up until PostgreSQL refused more clients."""
-    storage = study._storage  # Optuna keeps no public handle on it
+    storage = optuna_storage.storage_of(study)
     lock_name = f"{study.study_name}:{what}"
     ownerless = _Ownerless()
     while what not in study.user_attrs:

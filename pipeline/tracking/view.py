@@ -37,7 +37,7 @@ WIDTHS = {  # pixels: a group's name whole, a rank's and a ratio's words whole (
     NAME_COLUMN: 352,
     CREATED: 36,
     "tags.`rank`": 225,
-    "tags.`time_vs_fastest`": 160,
+    "tags.`time_vs_fastest`": 190,
     "tags.`status`": 70,
     "tags.`note`": 240,
     "metrics.`step_time_median_s`": 150,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 
 from pipeline.measure.summary import summarize_job
-from pipeline.records import JobResult, Memory, Placement, RunKind, Status, Step
+from pipeline.records import JobMemory, JobResult, Placement, RunKind, Status, Step
 from pipeline.summaries import RecordedJob
 
 
@@ -34,7 +34,7 @@ def result(times, loss_offset=0.0, peak=2**30, cap=None, tokens=100, busy=None) 
     return JobResult(
         status=Status.OK,
         steps=steps,
-        memory=Memory(peak_bytes=peak, cap_bytes=cap),
+        memory=JobMemory(peak_bytes=peak, cap_bytes=cap),
         placement=placement,
         model_flops_per_token=1e9,
         gpu_busy=busy,

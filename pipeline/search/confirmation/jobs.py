@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pipeline.jobs import task
 from pipeline.records import RunKind, Status
-from pipeline.search import confirmation, gains, workers
+from pipeline.search import confirmation, knob_estimates, workers
 from pipeline.search.decided import Decided
 from pipeline.search.opening import StudyContext
 from pipeline.search.trials import TrialRecord
@@ -23,7 +23,7 @@ class FinalRound:
         ctx = self.ctx
         settings = confirmation.RoundSettings.of(ctx.cfg)
         decided = Decided.of(ctx.study, ctx.cfg.optimize.max_loss_dev)
-        model = gains.estimates(decided.records, decided.baseline)
+        model = knob_estimates.estimates(decided.records, decided.baseline)
         chosen = confirmation.choose(decided.eligible, decided.baseline, settings, model)
         if not chosen or confirmation.ATTR in ctx.study.user_attrs:
             return

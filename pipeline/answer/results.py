@@ -1,6 +1,6 @@
 """What a recorded sweep or study found, read back from MLflow: its table (one row per config, the rows the console
 and the report print), its answer and where it is recorded. The one source of what `pipeline.sweep` and
-`pipeline.study` return and of what a result card holds (`cards.card`).
+`pipeline.study` return and of what a result card holds (`answer.card`).
 
 The answer of a study is the study's own (its MLflow run holds the reproduce line, the config's id and its paired
 speed-up over the baseline). A sweep has no search: its answer is the config its table ranks first (or, with one run

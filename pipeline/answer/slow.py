@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pipeline.config.job import parse_split
 from pipeline.records import Status
-from pipeline.search.trials import TrialRecord, measured_seconds
+from pipeline.search import TrialRecord, measured_seconds
 
 SPLIT = "batch.split="
 BOUND_SHARE = 0.5  # a config whose per-micro-batch cost is at least this share of its step is bound by it

@@ -7,15 +7,14 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
+from pipeline.answer import slow
 from pipeline.compare.paired import Comparison
 from pipeline.config.identity import display_name, parse_override
 from pipeline.records import Status
 from pipeline.render.names import shown_names
 from pipeline.render.table import step_header
 from pipeline.render.text import WIDTH, fitted_table, interval_text, markdown_table, num, table_width, wrapped_lines
-from pipeline.search import slow, trials
-from pipeline.search.confirmation import ConfirmationRecord
-from pipeline.search.trials import Role, TrialRecord
+from pipeline.search import ConfirmationRecord, Role, TrialRecord, trial_loss_deviation
 from pipeline.summaries import TOKENS_RATE
 
 SPLIT = "batch.split"
@@ -58,14 +57,14 @@ def _step_cell(r: TrialRecord, confidence: float) -> str:
 def format_trials(
     records: list[TrialRecord], confidence: float, baseline: TrialRecord | None, busy_threshold: float = 0.5
 ) -> str:
-    """Every trial with its figures; a note says what a config is bound by where it was measured (`search.slow`)."""
+    """Every trial with its figures; a note says what a config is bound by where it was measured (`answer.slow`)."""
     header = ["#", "config", "status", step_header(confidence), TOKENS_RATE, "peak GiB", "predicted GiB", "fits"]
     lines: list[list[object]] = [[*header, "loss dev", "note"]]
     for r, note in _ordered(records, busy_threshold):
         fits = "no (predicted)" if r.status is Status.SKIPPED else {True: "yes", False: "no", None: "-"}[r.feasible]
         lines.append([r.number, r.label, _status(r), _step_cell(r, confidence), num(r.tokens_per_s, ",.0f")])
         lines[-1] += [num(r.peak_gib, ".3f"), num(r.predicted_gib, ".3f"), fits]
-        lines[-1] += [num(trials.loss_deviation(r, baseline), ".1e"), note]
+        lines[-1] += [num(trial_loss_deviation(r, baseline), ".1e"), note]
     return markdown_table(lines)
 
 
@@ -103,7 +102,7 @@ def _compact_cells(
         step = "-" if r.median is None or r.ci is None else f"{r.median:.4f}"
         lines.append([r.number, names.get(r.label, r.label), _status(r), step, num(r.tokens_per_s, ",.0f")])
         lines[-1] += [num(r.peak_gib, ".3f"), num(r.predicted_gib, ".3f"), fits]
-        lines[-1].append(num(trials.loss_deviation(r, baseline), ".1e"))
+        lines[-1].append(num(trial_loss_deviation(r, baseline), ".1e"))
     return lines
 
 

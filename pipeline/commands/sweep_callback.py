@@ -5,7 +5,7 @@ Hydra calls `SweepCallback`: on_multirun_start opens the parent run and puts the
 the keys that vary across the jobs) in the environment, where every job's task finds it, in this process or in a
 launcher's (submitit copies the environment); on_job_end prints progress; on_multirun_end reads the jobs back from
 MLflow (a remote launcher's jobs never return here), prints the table, logs it, ends the parent run and sets the exit
-status. An interrupted sweep's parent is ended KILLED by the command's interrupt path (`cli._run_hydra`).
+status. An interrupted sweep's parent is ended KILLED by the command's interrupt path (`cli.run_hydra`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline import exits, results
+from pipeline import exits
+from pipeline.answer import results
+from pipeline.answer.code import export_winner
 from pipeline.config.identity import parse_override, varying_keys
 from pipeline.config.plan import checked_job, expand_jobs
 from pipeline.jobs import runner, task
-from pipeline.jobs.answer_code import sweep_answer
 from pipeline.jobs.context import COMMAND, SweepContext
 from pipeline.records import RunKind, RunState, Status
 from pipeline.render import runs_table
@@ -98,7 +99,7 @@ class SweepCallback(Callback):
         criteria = Criteria.of(config)
         rows = comparison_rows(jobs, criteria)
         runs_table.tag_runs(self.tracker, parent_id, rows, criteria)  # each run's rank and notes; the winner's
-        winner, script = sweep_answer(self.tracker, rows)
+        winner, script = export_winner(self.tracker, rows)
         answer = results.sweep_answer(self.tracker, rows, jobs, criteria.confidence)
         below = [*pairs_lines(rows, jobs), *self._answer(rows, answer), *winner]
         table = "\n".join([format_table(rows, criteria), *below])  # in full: what MLflow and `wide=true` hold

@@ -3,7 +3,7 @@ share (JSON for tools, Markdown for people), and the merge of cards from several
 
 A card holds the device (name, memory, driver, how many), the versions, the setting (every key of the config that
 defines what was trained and measured, where all its rows agree; `varying` names the keys that differ between its
-rows), the table (`pipeline.results` rows), and the answer with its reproduce line. Cards merge by a row's name
+rows), the table (`pipeline.answer.results` rows), and the answer with its reproduce line. Cards merge by a row's name
 without its model (`4x1 ckpt=off`). The figures of cards with the same setting stand side by side; where settings
 differ the merge names the keys that differ and says that those columns cannot be compared: a ratio within one card
 still can be.
@@ -20,10 +20,10 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from pipeline import knobs
+from pipeline.answer.results import Answer, Result
 from pipeline.compare.paired import bound
 from pipeline.config.identity import identity_tree
 from pipeline.render.table import format_table
-from pipeline.results import Answer, Result
 from pipeline.tracking.readback import read_text
 from pipeline.tracking.store import flatten
 
@@ -144,7 +144,7 @@ def _text(value: object) -> str:
 
 
 def build(result: Result) -> Card:
-    """The card of a result read from its store (`pipeline.results.read`, or what `pipeline.sweep` returned)."""
+    """The card of a result read from its store (`pipeline.answer.results.read`, or what `pipeline.sweep` returned)."""
     tracker = result.tracker
     runs_of_rows = [r.measured[0].run_id for r in result.rows]
     configs = [_identity(tracker, run_id) for run_id in runs_of_rows]

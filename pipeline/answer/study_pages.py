@@ -20,7 +20,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from pipeline.adapters.dashboard import serialize_trial as serialize_frozen_trial
-from pipeline.search.trials import ANSWER, REPEAT_OF
+from pipeline.search import ANSWER, REPEAT_OF
 
 STUDY_DETAIL = re.compile(r"/api/studies/(\d+)")
 PAGE = re.compile(r"/dashboard(/.*)?")

@@ -1,39 +1,33 @@
 """The study's answer: a table of every trial, the confirmation round's comparisons, and the best eligible config as
 a command line that rebuilds it, as the SFTConfig arguments its job trained with, and as a speed-up over the
 baseline paired across neighbouring processes; over world sizes, the devices it uses and its paired speed-up against
-the best on one (`search.scaling`); or, when nothing fits, the smallest need. Computed first from what
+the best on one (`answer.scaling`); or, when nothing fits, the smallest need. Computed first from what
 the study holds (`Decided`), then printed and logged once."""
 
 from __future__ import annotations
 
-import math
 import shlex
 from dataclasses import dataclass, field
 
 from optuna.trial import TrialState
 
 from pipeline import exits
-from pipeline.config.identity import parse_override
-from pipeline.jobs.answer_code import BOOKKEEPING, Exported, export_answer
-from pipeline.records import GIB, RunState, Status
-from pipeline.render.text import WIDTH
-from pipeline.search import slow, speedup
-from pipeline.search.answer_table import (
+from pipeline.answer import slow, speedup
+from pipeline.answer.code import BOOKKEEPING, Exported, export_answer
+from pipeline.answer.gains import Gains, knob_gains
+from pipeline.answer.scaling import Scaling, world_lines
+from pipeline.answer.speedup import Claim, Speedup
+from pipeline.answer.table import (
     compact_names,
     compact_trials,
     confirmation_lines,
     format_trials,
     shortened,
 )
-from pipeline.search.decided import Decided
-from pipeline.search.gains import KNOB_ESTIMATE, Gains, knob_gains
-from pipeline.search.prior import Coverage
-from pipeline.search.scaling import Scaling, world_lines
-from pipeline.search.space import LeftOut, left_out_lines
-from pipeline.search.speedup import Claim, Speedup
-from pipeline.search.trials import TrialRecord
-from pipeline.tracking import runs
-from pipeline.tracking.store import Tracker
+from pipeline.config.identity import parse_override
+from pipeline.records import GIB, Status
+from pipeline.render.text import WIDTH
+from pipeline.search import Coverage, Decided, LeftOut, TrialRecord, left_out_lines
 
 
 @dataclass(frozen=True)
@@ -50,7 +44,7 @@ class StudyFacts:
     coverage: Coverage | None = None
     left_out: tuple[LeftOut, ...] = ()
     run: str = ""  # the run the answer must fit, in words (`search.longest`)
-    busy_threshold: float = 0.5  # measure.busy_threshold: a GPU busy less is said idle (`search.slow`)
+    busy_threshold: float = 0.5  # measure.busy_threshold: a GPU busy less is said idle (`answer.slow`)
 
 
 @dataclass(frozen=True)
@@ -232,46 +226,3 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
         script=script,
         gains=gains,
     )
-
-
-CLAIM_METRICS = ("speedup_vs_baseline", "speedup_low", "speedup_high")
-
-
-def withdrawn(before: dict[str, float], now: dict[str, float]) -> dict[str, float]:
-    """The claim's figures an earlier answer of this study logged and this one does not give (a resumed study whose
-    round no longer decides, or whose answer moved other knobs): NaN, MLflow's figure of none, so that the run, and
-    the card and `pipeline.study` read from it, never keep a figure the answer no longer says."""
-    stale = [k for k in before if (k in CLAIM_METRICS or k.startswith(KNOB_ESTIMATE)) and k not in now]
-    return dict.fromkeys(stale, math.nan)
-
-
-def log_answer(tracker: Tracker, parent: str, answer: StudyAnswer, finished: bool) -> None:
-    """The answer on the study's MLflow run: answer.md, summary metrics, the reproduce command as a tag."""
-    tracker.artifact_text(parent, "answer.md", answer.text + "\n")
-    metrics = {"trials_decided": answer.decided, "gpu_seconds": answer.gpu_seconds}
-    if answer.best is not None:
-        metrics.update(best_step_time_median_s=answer.best.median, best_peak_gib=answer.best.peak_gib)
-        tracker.tags(parent, {"answer": answer.command, runs.BEST_CONFIG: answer.best.config_id})
-    if answer.script is not None:
-        tracker.artifact_text(parent, answer.script.path.name, answer.script.text)
-        tracker.tags(parent, {"answer_script": str(answer.script.path)})
-    if answer.speedup is not None:
-        c = answer.speedup.comparison
-        metrics.update(speedup_vs_baseline=c.speedup, speedup_low=c.low, speedup_high=c.high)
-    if answer.baseline is not None:
-        tracker.tags(parent, {runs.BASELINE: answer.baseline.label, runs.BASELINE_CONFIG: answer.baseline.config_id})
-    if answer.claim is not None:
-        tracker.tags(parent, {runs.CLAIM: "\n".join(line.strip() for line in answer.claim.lines())})
-    metrics.update(answer.gains.metrics())
-    if answer.best is not None:
-        metrics.update(best_world_size=answer.best.world_size)
-    if answer.scaling is not None:
-        c, (efficiency, low, high) = answer.scaling.comparison, answer.scaling.efficiency
-        metrics.update(speedup_vs_one_device=c.speedup, scaling_efficiency=efficiency)
-        metrics.update(scaling_efficiency_low=low, scaling_efficiency_high=high)
-    if answer.predictor_errors:
-        errors = answer.predictor_errors
-        metrics.update(predictor_error_max=max(errors), predictor_error_mean=sum(errors) / len(errors))
-    tracker.metrics(parent, {**withdrawn(tracker.run(parent).data.metrics, metrics), **metrics})
-    tracker.tags(parent, {runs.STATUS: Status.OK if finished else Status.KILLED})
-    tracker.end(parent, RunState.FINISHED if finished else RunState.KILLED)

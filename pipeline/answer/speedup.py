@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from pipeline.compare.paired import Comparison, bound, compare, equal_text
 from pipeline.records import Status
-from pipeline.search.confirmation import ConfirmationRecord
-from pipeline.search.trials import TrialRecord
+from pipeline.search import ConfirmationRecord, TrialRecord
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from pipeline import exits
-from pipeline.cards.card import Card, CardError, answer_line, load, setting_line
+from pipeline.answer.card import Card, CardError, answer_line, load, setting_line
 from pipeline.compare.paired import ratio_text
 from pipeline.records import Status
 from pipeline.render.rows import FASTEST

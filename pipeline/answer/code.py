@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.answer.script import script_text
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.compare.paired import Judgement
 from pipeline.config.compose import compose_job
@@ -17,7 +18,6 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.identity import display_name, parse_override
 from pipeline.config.job import JobConfig
 from pipeline.config.validate import validate
-from pipeline.jobs.answer_script import script_text
 from pipeline.jobs.task import job_spec
 from pipeline.render.rows import Row
 from pipeline.tracking.runs import OVERRIDES
@@ -79,7 +79,7 @@ def export_answer(
     return exported, f"{exported.path}  (the same in plain TRL: python {exported.path})"
 
 
-def sweep_answer(tracker: Tracker, rows: list[Row]) -> tuple[list[str], Exported | None]:
+def export_winner(tracker: Tracker, rows: list[Row]) -> tuple[list[str], Exported | None]:
     """A sweep's winner (ranked from its paired rounds) with its reproduce line and script; nothing without one."""
     winner = next((row for row in rows if row.judgement is Judgement.WINNER and row.ok_runs), None)
     run = tracker.run(winner.ok_runs[0].run_id) if winner else None

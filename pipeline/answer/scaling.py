@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pipeline.answer import speedup
 from pipeline.compare.paired import Comparison, bound, compare
-from pipeline.search import speedup
-from pipeline.search.confirmation import ConfirmationRecord
-from pipeline.search.trials import TrialRecord
+from pipeline.search import ConfirmationRecord, TrialRecord
 
 
 def unit(device: str | None, count: int) -> str:
