@@ -27,8 +27,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 
 install: $(VENV)/.installed ## Make .venv with the CPU build of torch 2.13.0 and the pinned stack
 
-demo: install ## Sweep splits 1x4,2x2,4x1 three times (paired rounds) on the tiny CPU model, recorded in MLflow
-	$(BIN)/python -m pipeline.train -m batch.split=1x4,2x2,4x1 repeats=3 $(ARGS)
+demo: install ## Sweep splits 1x4,2x2,4x1 five times (paired rounds) on the tiny CPU model, recorded in MLflow
+	$(BIN)/python -m pipeline.train -m batch.split=1x4,2x2,4x1 repeats=5 $(ARGS)
 
 test: install ## Run the default test suite (CPU, under 5 minutes)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -124,9 +124,16 @@ class ConfirmationRound:
         return [compare(f, reference, self.times, self.confidence, self.tolerance) for f in others]
 
     def open(self) -> list[str]:
-        """The finalists still measured: the best, and those whose comparison with it is not settled."""
-        settled = {c.config for c in self.comparisons() if c.settled()}
-        return [f for f in self.finalists if f not in settled and f not in self.failed]
+        """The finalists still measured: the best, the leader (the rounds' fastest guess, which the answer becomes
+        where nothing tells it from the best), and those whose comparison with either is not settled. A finalist
+        settled against the best alone leaves too soon where the leader moves: the baseline's pairs with the new
+        leader, the answer's claim, would stay as few as the best needed."""
+        lead = self.leader(self.times)
+        unsettled = {c.config for c in self.comparisons() if not c.settled()}
+        if lead != self.best:
+            unsettled |= {c.config for c in self.comparisons(lead) if not c.settled()}
+        kept = unsettled | {self.best, lead}
+        return [f for f in self.finalists if f in kept and f not in self.failed]
 
     def run(
         self,
