@@ -509,3 +509,19 @@ def test_a_study_stopped_before_any_trial_prints_its_empty_table():
         "| # | config | status | step s | tokens/s | peak GiB | pred. GiB | fits | loss dev |",
         "|---|--------|--------|--------|----------|----------|-----------|------|----------|",
     ]
+
+
+def test_the_answers_sftconfig_fits_the_console_and_reads_back_as_the_same_call():
+    """A study's answer prints its SFTConfig (twenty-odd arguments, 690 characters on one line before): wrapped at its
+    arguments, every line of it fits 120 columns beside its indent, and the lines joined are the same call."""
+    import ast
+
+    from pipeline.answer.study import sft_call
+
+    kwargs = {f"argument_{n}": value for n, value in enumerate([2, 0.0002, "linear", True, None, "steps"] * 5)}
+    text = "  " + sft_call(kwargs)
+    assert all(len(line) <= 120 for line in text.splitlines()) and len(text.splitlines()) > 1
+    call = ast.parse(" ".join(line.strip() for line in text.splitlines()), mode="eval").body
+    assert call.func.id == "SFTConfig"
+    assert {k.arg: ast.literal_eval(k.value) for k in call.keywords} == kwargs
+    assert sft_call({}) == "SFTConfig()"

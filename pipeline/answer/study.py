@@ -79,8 +79,20 @@ def reproduce(command: list[str], best: TrialRecord) -> str:
     return "python -m pipeline.train " + shlex.join(answer_overrides(command, best))
 
 
-def sft_call(kwargs: dict) -> str:
-    return "SFTConfig(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")"
+def sft_call(kwargs: dict, width: int = WIDTH - 2) -> str:
+    """The answer's SFTConfig as a call, wrapped at its arguments to the console's width (each later line indented
+    under the first argument), so that no line of the answer wraps in a terminal."""
+    arguments = [f"{k}={v!r}" for k, v in kwargs.items()]
+    lines, line = [], "SFTConfig("
+    for number, argument in enumerate(arguments):
+        piece = argument + (")" if number == len(arguments) - 1 else ",")
+        if len(line) + 1 + len(piece) > width and line.strip() not in ("", "SFTConfig("):
+            lines.append(line)
+            line = " " * 10 + piece
+        else:
+            line += ("" if line.endswith("(") else " ") + piece
+    lines.append(line if arguments else "SFTConfig()")
+    return "\n  ".join(lines)
 
 
 def claim_of(decided: Decided, best: TrialRecord, setting: StudyFacts) -> Claim:
