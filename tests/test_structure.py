@@ -163,6 +163,29 @@ LAYERS = [
 ]
 
 
+def _documented_layers() -> list[set[str]]:
+    """The layer line of docs/development.md, top to bottom, as LAYERS spells it: `a → b, c → ...`."""
+    text = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8")
+    paragraph = " ".join(
+        text.partition("\nLayers, each importing only from those below it: ")[2].split("\n\n")[0].split()
+    )
+    line = paragraph.split(". ")[0]
+    layers = [{name.strip(" `") for name in part.split(",")} for part in line.split("→")]
+    layers[0] = set(ENTRY_POINTS)  # "the entry points (`pipeline/<command>.py`)"
+    return layers
+
+
+def test_the_layers_are_the_ones_the_development_page_draws():
+    """The rooms and their order as docs/development.md states them are the ones this file enforces, and every
+    folder and top-level module of the package is in one of them and in the page's layout."""
+    assert _documented_layers()[1:] == [layer - {"__init__"} for layer in LAYERS[1:]]
+    layout = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8").partition("## Layout")[2]
+    parts = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    parts |= {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"} - set(ENTRY_POINTS)
+    assert all(any(part in layer for layer in LAYERS) for part in parts), parts
+    assert not [part for part in parts if f"  {part}/" not in layout and f"  {part}.py" not in layout]
+
+
 def _layer(module: str) -> int:
     part = module.split(".")[1] if "." in module else "__init__"
     return next(i for i, layer in enumerate(LAYERS) if part in layer)
