@@ -338,7 +338,7 @@ def readme_studies() -> list[str]:
 def test_the_docs_have_cpu_sized_study_examples_beside_those_the_pages_test_runs():
     assert readme_studies() == ["python -m pipeline.optimize mem_cap=14GiB"]
     assert (
-        "python -m pipeline.optimize mem_cap=0.6GiB optimize.trials=4 batch.effective=8 model.vocab_size=2048 "
+        "python -m pipeline.optimize mem_cap=0.57GiB optimize.trials=4 batch.effective=8 model.vocab_size=2048 "
         "train.max_length=256" in _study_commands([REPO / "docs" / "getting-started.md"])
     )
 
