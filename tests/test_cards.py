@@ -79,6 +79,7 @@ def test_a_file_that_is_no_card_is_refused_in_one_line(tmp_path):
     ]
 
 
+@pytest.mark.slow  # a CPU sweep to card: 8 s
 @pytest.mark.skipif(not H200_CARDS, reason="no H200 card committed yet: bench/card_h200.sh makes it on the GPU")
 def test_a_cpu_card_and_the_h200_card_merge(tmp_path):
     cpu, _ = a_sweep_card(tmp_path)
