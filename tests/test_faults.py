@@ -419,7 +419,7 @@ def test_a_job_stopped_mid_run_is_said_left_out_of_its_steady_steps_and_noted(tm
     assert out.count("no step for") == 1
     ended = re.search(
         r"^\[job\] tiny 4x1: ok, step [\d.]+ s; (?P<note>step (?P<step>\d+) took (?P<took>[\d.]+) s, over the stall "
-        r"limit of 2 s: left out of the steady steps)(?:; \d+ library warnings? in \S+)?$",
+        r"limit of 2 s: left out of the steady steps)(?:; \d+ library warnings? in its job\.log)?$",
         out,
         re.M,
     )

@@ -54,7 +54,7 @@ class JobOutcome:
     spec: JobSpec
     result: JobResult
     summary: JobSummary
-    log_note: str = ""  # where its log is, for its console line: `312 library warnings in <path>`
+    log_note: str = ""  # its log, for its console line: `312 library warnings in its job.log`, `its output in <path>`
 
     @property
     def status(self) -> Status:
@@ -205,14 +205,17 @@ def _explain(result: JobResult, log: Path, kind: str, label: str) -> None:
 
 
 def _log_note(tracker: Tracker, run_id: str, result: JobResult, logged: list[Path]) -> str:
-    """`312 library warnings in <path>`, or for a job that failed or ran out of memory `its output in <path>`; ''
-    otherwise."""
+    """`312 library warnings in its job.log` (the job.log artifact of the run its starting line names: a path of 70
+    characters on every job's line would wrap each in a terminal), or for a job that failed or ran out of memory
+    `its output in <path>`, to open at once; '' otherwise."""
     count = result.library_warnings
     failed = result.status in (Status.FAILED, Status.OOM)
     if not logged or not (count or (failed and logged[0].stat().st_size)):
         return ""
     where = tracker.artifact_place(run_id, JOB_LOG)
-    return f"{count} library warning{'s' if count != 1 else ''} in {where}" if count else f"its output in {where}"
+    if failed:
+        return f"its output in {where}"
+    return f"{count} library warning{'s' if count != 1 else ''} in its {JOB_LOG}"
 
 
 def profile_files(workdir: Path) -> list[Path]:
