@@ -132,7 +132,7 @@ def points(study: optuna.Study, base: DictConfig, true_is: str) -> list[Point]:
         record = TrialRecord.of(trial)
         if record.status not in PEAK_MEASURED or not record.peak_gib or trial.datetime_start is None:
             continue
-        k = knobs(base, trial.params, true_is, (record.longest or {}).get("tokens"))
+        k = knobs(base, trial.params, true_is, record.longest.tokens if record.longest else None)
         end = (trial.datetime_complete or trial.datetime_start).timestamp()
         found.append(Point(record.label, k, record.peak_gib * GIB, trial.datetime_start.timestamp(), end))
     return found

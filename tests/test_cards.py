@@ -44,10 +44,10 @@ def test_cards_of_two_sweeps_merge_into_one_table_by_gpu(tmp_path):
     proc = run_cli("--sweep", short.name, "--out", str(tmp_path / "cli"), cwd=tmp_path, module="pipeline.card")
     assert proc.returncode == 0, proc.stderr
     assert load(tmp_path / "cli" / short_path.name) == load(short_path)
-    assert proc.stdout.startswith(f"# Sweep {short.name} on {short.device['name']}")
+    assert proc.stdout.startswith(f"# Sweep {short.name} on {short.device.name}")
 
     assert short.varying == ["batch.split"] and short.setting["train.max_length"] == 128
-    assert short.device["type"] == "cpu" and short.versions["torch"].startswith("2.")
+    assert short.device.type == "cpu" and short.versions["torch"].startswith("2.")
     assert short.rows[0]["config"] == short.answer.config and len(short.rows) == 2
     assert short.answer.reproduce.startswith(f"python -m pipeline.train batch.split={short.answer.config.split()[1]}")
 

@@ -71,7 +71,7 @@ def test_the_answer_fits_every_step_of_the_run_and_the_predictor_works_per_token
     assert len(records) == 8, sorted(records)
     # 8x1 padded to the long record: over the cap, by its prediction on that micro-batch or measured on it
     eight = records["tiny 8x1 padding=longest"]
-    assert eight.longest["tokens"] == 8 * LONG and eight.longest["first"], eight.longest
+    assert eight.longest.tokens == 8 * LONG and eight.longest.first, eight.longest
     need = eight.peak_gib if eight.status is Status.OVER_CAP else eight.predicted_gib
     assert eight.status in (Status.OVER_CAP, Status.SKIPPED) and need * 1024 > cap_mib and not eight.feasible
     # a config measured over the cap stops at step one, where its job trains the run's longest micro-batch
@@ -92,7 +92,7 @@ def test_the_answer_fits_every_step_of_the_run_and_the_predictor_works_per_token
     sft = sft_kwargs(split.micro, split.accumulation, job.config.train, "fp32", "cpu")
     longest = RunOrder(job.config, epoch=True).longest(sft, 1)
     assert (LONG_AT,) in longest.rows, longest
-    assert int(line.group(2).replace(",", "")) == longest.tokens == answer.longest["tokens"]
+    assert int(line.group(2).replace(",", "")) == longest.tokens == answer.longest.tokens
 
     # the memory predictor, per token: every config, every padding, within 6% of its measured peak
     errors = {label: r.predictor_error for label, r in records.items() if r.predictor_error is not None}

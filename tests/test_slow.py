@@ -8,7 +8,7 @@ from optuna.trial import TrialState
 from pipeline.answer import slow
 from pipeline.answer.table import format_trials
 from pipeline.records import Status
-from pipeline.search.trials import TrialRecord
+from pipeline.search.trials import Profile, TrialRecord
 from pipeline.summaries import Interval
 
 # Qwen3-0.6B on variable-length chats, one H200, padding-free (the figures of the issue that asked for this): a
@@ -64,7 +64,7 @@ def test_without_a_device_measured_idle_no_host_bound_is_said():
     costs = slow.micro_costs(records)
     (cost,) = costs.values()
     assert slow.note(records[0], costs, 0.5) == f"{cost.seconds:.2f} s per micro-batch whatever its size"
-    profiled = _record(9, "1x8", 2.78, profile={"host_ms": 2780.0, "device_ms": 210.0, "launches_per_step": 45000})
+    profiled = _record(9, "1x8", 2.78, profile=Profile(host_ms=2780.0, device_ms=210.0, launches_per_step=45000))
     assert slow.note(profiled, costs, 0.5).startswith("host-bound")
     assert "profile: device 0.210 s, host 2.780 s, 45,000 launches a step" in slow.step_line("b", profiled, costs, 0.5)
 

@@ -605,3 +605,111 @@ def test_a_modules_private_names_are_its_own():
         (2, "pipeline.config.plan._repeat"),
         (3, "pipeline.commands.cli._run"),
     ]
+
+
+# Outside data is parsed once, where it enters, into a typed object; past that, code reads attributes.
+BOUNDARY_READERS = {  # module or folder: why its `.get("...")` reads are the parsing itself
+    "pipeline.records": "the records that cross a process boundary, each with its from_json/from_dict",
+    "pipeline.summaries": "a job's summary read back from its MLflow run's metrics",
+    "pipeline.tracking": "the only code that talks to MLflow: tags, params, metrics and artifacts read back",
+    "pipeline.adapters": "a library's own structures (Optuna's system attributes, Dynamo's counters, ...)",
+    "pipeline.config": "Hydra's raw config and overrides, conf/, the user's data files, a model's config.json",
+}
+PARSERS = re.compile(r"_*(of|from_\w+)")  # a typed object's constructor from its stored form: `Card.from_json`, ...
+EVERYWHERE = {  # a receiver that holds no outside record wherever it is read
+    "os.environ": "the process's own environment: a setting read where it applies",
+    "sys.modules": "the modules this process imported",
+    "kwargs": "a function's own keyword arguments",
+    "self.__dict__": "an object's own attributes",
+    "frame.f_globals": "a traceback frame's module globals",
+}
+INTERNAL = {  # (module or folder, receiver): why that mapping is no outside record
+    ("pipeline.knobs", "setting"): "a point of the space as config keys to values: a key absent holds its default",
+    ("pipeline.answer.script", "sft"): "SFTConfig's keywords the script prints as they are: absent is TRL's default",
+    ("pipeline.answer.card_merge", "card.setting"): "a card's setting: an open mapping keyed by config key",
+    ("pipeline.answer.study_pages", "trial"): "optuna-dashboard's JSON of a trial, changed and passed on whole",
+    ("pipeline.answer.study_pages", "environ"): "the WSGI request this middleware answers",
+    ("pipeline.answer.study_pages", "query"): "that request's query, parsed a line above",
+    ("pipeline.commands.mlflow_app", "request.query_params"): "the HTTP request this page answers",
+    ("pipeline.jobs.child", "self.timings"): "the job's own timings, kept by this process",
+    ("pipeline.jobs.stall", "record"): "a running job's steps file as it grows: two figures, before any record",
+    ("pipeline.measure.callback", "logs"): "the Trainer's log of this step, handed to on_log: read into the Step",
+    ("pipeline.measure.clock", "spent"): "Dynamo's timers by phase name (adapters.dynamo): not timed is 0",
+    ("pipeline.measure.first_batch", "p"): "a row the Trainer's own preparation made in this process",
+}
+
+
+def _within(module: str, owner: str) -> bool:
+    return module == owner or module.startswith(f"{owner}.")
+
+
+def _literal_gets(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, receiver, function) of every `receiver.get("key", ...)` with a literal key, and the function around it
+    (its innermost `def`; "" at module level)."""
+    found = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else function
+            call = child.func if isinstance(child, ast.Call) else None
+            if isinstance(call, ast.Attribute) and call.attr == "get" and child.args:
+                key = child.args[0]
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    found.append((child.lineno, ast.unparse(call.value), function))
+            visit(child, inner)
+
+    visit(tree, "")
+    return found
+
+
+def _boundary_reads(module: str, tree: ast.AST) -> list[tuple[int, str]]:
+    """The `.get("...")` reads of `module` that are neither a boundary reader's nor on a known internal mapping."""
+    if any(_within(module, owner) for owner in BOUNDARY_READERS):
+        return []
+    return [
+        (line, receiver)
+        for line, receiver, function in _literal_gets(tree)
+        if not PARSERS.fullmatch(function)
+        and receiver not in EVERYWHERE
+        and not any(_within(module, owner) and receiver == known for owner, known in INTERNAL)
+    ]
+
+
+def test_outside_data_is_read_by_attribute_past_its_boundary():
+    """Data from outside the process (MLflow's tags, params and metrics, Optuna's attributes, a job's JSON files, a
+    card, Hydra's raw config) is parsed once where it enters, into a dataclass or enum, and read by attribute after.
+
+    The rule, on every `x.get("literal", ...)`: it stands in a boundary reader (BOUNDARY_READERS, the modules whose
+    job is that parsing), or in a typed object's constructor from its stored form (a function named `of` or
+    `from_*`: `Card.from_json`, `TrialRecord.of`), or its receiver is a mapping that holds no outside record
+    (EVERYWHERE: the environment, a function's keywords; INTERNAL: a module's own mapping, each with its reason).
+    Anything else is an outside record read by key past its boundary. A key held in a constant (`tags.get(runs.X)`)
+    is not seen: the rule reads literal keys."""
+    found = [
+        f"{module}:{line}: {receiver}.get"
+        for module, path in MODULES.items()
+        for line, receiver in _boundary_reads(_name(module), ast.parse(path.read_text()))
+    ]
+    assert not found, found
+    used = {
+        (owner, known)
+        for module, path in MODULES.items()
+        for _, receiver, _ in _literal_gets(ast.parse(path.read_text()))
+        for owner, known in INTERNAL
+        if _within(_name(module), owner) and receiver == known
+    }
+    assert used == set(INTERNAL), f"INTERNAL entries no module reads: {set(INTERNAL) - used}"
+
+
+def test_the_boundary_read_finder_finds_one():
+    sample = (
+        "import os\n"
+        "def show(card, kwargs):\n"
+        "    return card.device.get('name'), os.environ.get('HOME'), kwargs.get('x'), card.get(KEY)\n"
+        "class Device:\n"
+        "    @classmethod\n"
+        "    def from_json(cls, data):\n"
+        "        return cls(data.get('name'))\n"
+    )
+    assert _boundary_reads("pipeline.answer.shown", ast.parse(sample)) == [(3, "card.device")]
+    assert _boundary_reads("pipeline.tracking.shown", ast.parse(sample)) == []

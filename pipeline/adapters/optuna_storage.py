@@ -1,7 +1,8 @@
 """Optuna's storage behind a study, reached through `Study._storage` and `Trial._trial_id` / `FrozenTrial._trial_id`
 (Optuna 5 keeps no public handle on either). The study's workers write through it what the public `Study` and
 `Trial` cannot: a trial's state as the storage holds it now, a trial of another (dead) worker marked FAIL, a system
-attribute, a heartbeat written from a thread, and the lock studies made in the same storage."""
+attribute, a heartbeat written from a thread, and the lock studies made in the same storage; and it reads a trial's
+constraints where Optuna's samplers keep them."""
 
 from __future__ import annotations
 
@@ -43,3 +44,10 @@ def user_attr_writer(study: optuna.Study, trial: optuna.Trial) -> Callable[[str,
     thread beating its heartbeat while the trial runs: it holds the storage and the trial's id, not the `Trial`."""
     storage, trial_id = study._storage, trial._trial_id
     return lambda key, value: storage.set_trial_user_attr(trial_id, key, value)
+
+
+def constraints(trial: FrozenTrial) -> list[float]:
+    """A trial's constraint values as Optuna's samplers keep them in its system attributes, in either form: Optuna 5's
+    `constraints:<name>`, or the older list under `constraints` (`optuna.samplers._base._CONSTRAINTS_KEY`)."""
+    named = [v for k, v in trial.system_attrs.items() if k.startswith("constraints:")]
+    return named or list(trial.system_attrs.get("constraints", []))

@@ -23,7 +23,9 @@ from pipeline import knobs
 from pipeline.answer.results import Answer, Result
 from pipeline.compare.paired import bound
 from pipeline.config.identity import identity_tree
+from pipeline.records import JobResult
 from pipeline.render.table import format_table
+from pipeline.tracking.figures import RunDevice
 from pipeline.tracking.readback import read_text
 from pipeline.tracking.store import flatten
 
@@ -51,13 +53,38 @@ class CardError(ValueError):
 
 
 @dataclass(frozen=True)
+class Device:
+    """What a card's jobs ran on. `memory_gib` None: not known (a CPU, or a run without a placement); `driver`
+    "none" on a CPU, None on a card written before it was recorded; `count` the devices (world size), 1 if missing."""
+
+    type: str  # cuda or cpu (`tracking.figures.NOT_RECORDED` where no job placed its model)
+    name: str
+    memory_gib: float | None = None
+    driver: str | None = None
+    count: int = 1
+
+    @classmethod
+    def from_json(cls, data: dict) -> Device:
+        count = int(data.get("count") or 1)
+        return cls(str(data["type"]), str(data["name"]), data.get("memory_gib"), data.get("driver"), count)
+
+    @property
+    def text(self) -> str:
+        """`2x NVIDIA H200, 139.8 GiB, driver 570.86`."""
+        name = f"{self.count}x {self.name}" if self.count > 1 else self.name
+        memory = f", {self.memory_gib:g} GiB" if self.memory_gib else ""
+        driver = f", driver {self.driver}" if self.driver not in (None, "none") else ""
+        return f"{name}{memory}{driver}"
+
+
+@dataclass(frozen=True)
 class Card:
     kind: str  # sweep or study
     name: str  # its sweep id or study name
     run_id: str
     date: str
     command: str
-    device: dict[str, object]  # type (cuda, cpu), name, memory_gib, driver, count
+    device: Device
     versions: dict[str, str]
     setting: dict[str, object]
     varying: list[str]
@@ -79,19 +106,16 @@ class Card:
         missing = sorted(fields - set(data))
         if missing:
             raise CardError(f"a result card without {', '.join(missing)}")
-        return cls(**{**{k: data[k] for k in fields}, "answer": Answer.from_json(data["answer"])})
+        typed = {"answer": Answer.from_json(data["answer"]), "device": Device.from_json(data["device"])}
+        return cls(**{**{k: data[k] for k in fields}, **typed})
 
     @property
     def device_text(self) -> str:
-        d = self.device
-        name = f"{d['count']}x {d['name']}" if int(d.get("count") or 1) > 1 else str(d["name"])
-        memory = f", {d['memory_gib']:g} GiB" if d.get("memory_gib") else ""
-        driver = f", driver {d['driver']}" if d.get("driver") not in (None, "none") else ""
-        return f"{name}{memory}{driver}"
+        return self.device.text
 
     def markdown(self) -> str:
         versions = " · ".join(f"{k} {v}" for k, v in self.versions.items())
-        lines = [f"# {self.kind.capitalize()} {self.name} on {self.device['name']}", ""]
+        lines = [f"# {self.kind.capitalize()} {self.name} on {self.device.name}", ""]
         lines += [f"Device: {self.device_text} · {versions}", "", f"Setting: {setting_line(self)}", ""]
         lines += [f"`{self.command}`", "", self.table, "", f"Answer: {answer_line(self.answer)}"]
         if self.answer.reproduce:
@@ -191,19 +215,21 @@ def _identity(tracker, run_id: str) -> dict[str, object]:
     return flatten(identity_tree(OmegaConf.create(text))) if text else {}
 
 
-def _device(tracker, run_id: str | None, params: dict[str, str]) -> dict[str, object]:
+def _device(tracker, run_id: str | None, params: dict[str, str]) -> Device:
     """What the jobs ran on: from a job's params and its result's placement (the device's real memory)."""
-    placement = {}
+    run = RunDevice.from_params(params)
+    return Device(run.type, run.name, _memory_gib(tracker, run_id), run.driver, run.count)
+
+
+def _memory_gib(tracker, run_id: str | None) -> float | None:
+    """The device's real memory, from the job's recorded result; None where it has none (or one this version does not
+    read)."""
     text = read_text(tracker, run_id, "result.json") if run_id else None
-    if text:
-        placement = json.loads(text).get("placement") or {}
-    return {
-        "type": params.get("device", "not recorded"),
-        "name": params.get("device_name", "not recorded"),
-        "memory_gib": placement.get("device_memory_gib"),
-        "driver": params.get("version.driver", "not recorded"),
-        "count": int(params.get("world_size", 1)),
-    }
+    try:
+        result = JobResult.from_json(json.loads(text)) if text else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return result.placement.device_memory_gib if result and result.placement else None
 
 
 def _plain(record: dict) -> dict:

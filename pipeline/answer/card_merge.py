@@ -111,9 +111,9 @@ def merge(named: list[tuple[str, Card]]) -> str:
         out += ["", "Every card has the same setting: the columns compare."]
     shown, others = columns(named, labels)
     out += ["", markdown_table(_by_config(shown)), ""]
-    out += [f"- {file} ({card.device['name']}): {answer_line(card.answer)}" for file, card, _ in shown]
+    out += [f"- {file} ({card.device.name}): {answer_line(card.answer)}" for file, card, _ in shown]
     out += [
-        f"- {file} ({card.device['name']}, {label}, {card.date}): the same GPU and setting as {newest}, whose newer "
+        f"- {file} ({card.device.name}, {label}, {card.date}): the same GPU and setting as {newest}, whose newer "
         f"card the column shows; its answer: {answer_line(card.answer)}"
         for file, card, label, newest in others
     ]
@@ -137,7 +137,7 @@ def columns(
 
 
 def _by_config(shown: list[tuple[str, Card, str]]) -> list[list[object]]:
-    header = ["config", *(f"{card.device['name']} ({file}, {label})" for file, card, label in shown)]
+    header = ["config", *(f"{card.device.name} ({file}, {label})" for file, card, label in shown)]
     keys = list(dict.fromkeys(row_key(card, r) for _, card, _ in shown for r in card.rows))
     cells = [{row_key(card, r): cell(r) for r in card.rows} for _, card, _ in shown]
     return [header, *([key, *(c.get(key, "-") for c in cells)] for key in keys)]

@@ -95,7 +95,7 @@ def log_answer(tracker: Tracker, parent: str, answer: StudyAnswer, finished: boo
     metrics = {"trials_decided": answer.decided, "gpu_seconds": answer.gpu_seconds}
     if answer.best is not None:
         metrics.update(best_step_time_median_s=answer.best.median, best_peak_gib=answer.best.peak_gib)
-        tracker.tags(parent, {"answer": answer.command, runs.BEST_CONFIG: answer.best.config_id})
+        tracker.tags(parent, {runs.ANSWER_COMMAND: answer.command, runs.BEST_CONFIG: answer.best.config_id})
     if answer.script is not None:
         tracker.artifact_text(parent, answer.script.path.name, answer.script.text)
         tracker.tags(parent, {"answer_script": str(answer.script.path)})

@@ -23,7 +23,7 @@ from pipeline.render.rows import Criteria, Row, order, recorded_rows
 from pipeline.render.table import format_table, rank_text
 from pipeline.summaries import RecordedJob
 from pipeline.tracking import runs
-from pipeline.tracking.readback import read_text
+from pipeline.tracking.readback import ParentTags, read_text
 from pipeline.tracking.store import Tracker
 
 COLUMNS = (
@@ -164,19 +164,19 @@ ANSWER_LINES = ("best feasible:", "nothing fits", "no config fits yet")  # how t
 
 def study_answer(parent, rows: list[Row], jobs: list[RecordedJob], confidence: float, printed: str) -> Answer:
     """The study's own answer (`printed`: its answer.md, as the console showed it)."""
-    tags, metrics = parent.data.tags, parent.data.metrics
+    tags, metrics = ParentTags.from_tags(parent.data.tags), parent.data.metrics
     cap = float(parent.data.params["cap_gib"]) if "cap_gib" in parent.data.params else _cap_gib(jobs)
     said = [line.strip() for line in printed.splitlines() if line.startswith(ANSWER_LINES)]
     text = said[0] if said else fastest_line(rows, cap).replace("**", "")
-    best = next((r for r in rows if r.config_id == tags.get(runs.BEST_CONFIG)), None)
+    best = next((r for r in rows if r.config_id == tags.best_config), None)
     if best is None:
-        return Answer(None, None, None, None, None, confidence, None, text, tags.get(runs.CLAIM, ""))
+        return Answer(None, None, None, None, None, confidence, None, text, tags.claim)
     gain = [metrics.get(k) for k in ("speedup_vs_baseline", "speedup_low", "speedup_high")]
     gain = [None if v is None or math.isnan(v) else v for v in gain]  # NaN: an earlier answer's figure withdrawn
-    named = tags.get(runs.BASELINE)
+    named = tags.baseline
     against = (f"the baseline {named}" if named else "the baseline") if gain[0] is not None else None
-    claim = tags.get(runs.CLAIM, "").splitlines()
-    return Answer(best.name, tags.get("answer"), *gain, confidence, against, text, claim[0] if claim else "")
+    claim = tags.claim.splitlines()
+    return Answer(best.name, tags.answer_command, *gain, confidence, against, text, claim[0] if claim else "")
 
 
 def _cap_gib(jobs: list[RecordedJob]) -> float | None:
@@ -187,30 +187,32 @@ def _cap_gib(jobs: list[RecordedJob]) -> float | None:
 def read(tracker: Tracker, parent_id: str) -> Result:
     """The result of the sweep or study whose MLflow parent run is `parent_id`."""
     parent = tracker.run(parent_id)
-    tags = parent.data.tags
-    kind = RunKind(tags[runs.KIND])
+    tags = ParentTags.from_tags(parent.data.tags)
+    if tags.kind is None:
+        raise KeyError(runs.KIND)  # no sweep's or study's parent run
+    kind = tags.kind
     jobs = runs.read_jobs(tracker, parent_id)
     params = tracker.run(jobs[0].run_id).data.params if jobs else {}
     criteria = Criteria.recorded(params)
     rows = recorded_rows(jobs, criteria, tags)
     if kind is RunKind.SWEEP:
         answer = sweep_answer(tracker, rows, jobs, criteria.confidence)
-        summary, command = format_table(rows, criteria), f"python -m pipeline.train -m {tags.get('overrides', '')}"
+        summary, command = format_table(rows, criteria), f"python -m pipeline.train -m {tags.overrides}"
     else:
         summary = read_text(tracker, parent_id, "answer.md") or format_table(rows, criteria)
         answer = study_answer(parent, rows, jobs, criteria.confidence, summary)
-        command = f"python -m pipeline.optimize {tags.get('overrides', '')}"
+        command = f"python -m pipeline.optimize {tags.overrides}"
     return Result(
         kind=str(kind),
-        name=tags.get(runs.SWEEP) or tags[runs.STUDY],
+        name=tags.name,
         run_id=parent_id,
         tracking_uri=tracker.uri,
         table=frame([row_record(r) for r in order(rows)]),
         answer=answer,
         summary=summary.rstrip("\n"),
         command=command.rstrip(),
-        exit_code=0 if tags.get(runs.STATUS) == Status.OK else 1,
-        line=tags.get(runs.NOTE, ""),
+        exit_code=0 if tags.status == Status.OK else 1,
+        line=tags.note,
         rows=rows,
         criteria=criteria,
         tracker=tracker,

@@ -69,7 +69,7 @@ def _device_idle(record: TrialRecord, busy_threshold: float) -> str | None:
     """What says the device waited, where it was measured."""
     if record.gpu_busy is not None and record.gpu_busy < busy_threshold:
         return f"GPU busy {100 * record.gpu_busy:.0f}%"
-    host, device = record.profile.get("host_ms"), record.profile.get("device_ms")
+    host, device = record.profile.host_ms, record.profile.device_ms
     if host and device is not None and device < 0.5 * host:
         return f"device {device / 1000:.3f} s of a {host / 1000:.3f} s step (profile)"
     return None
@@ -103,11 +103,11 @@ def step_line(
         parts.append(idle)
     elif record.gpu_busy is not None:
         parts.append(f"GPU busy {100 * record.gpu_busy:.0f}%")
-    if record.profile.get("host_ms"):
+    if record.profile.host_ms:
         p = record.profile
         parts.append(
-            f"profile: device {p.get('device_ms', 0) / 1000:.3f} s, host {p['host_ms'] / 1000:.3f} s, "
-            f"{p.get('launches_per_step', 0):,.0f} launches a step"
+            f"profile: device {(p.device_ms or 0) / 1000:.3f} s, host {p.host_ms / 1000:.3f} s, "
+            f"{p.launches_per_step or 0:,.0f} launches a step"
         )
     bound = cost is not None and cost.share(record) >= BOUND_SHARE
     if bound:
@@ -126,6 +126,6 @@ def lines(
     said = [
         step_line(role, r, costs, busy_threshold, named)
         for role, r in shown
-        if measured_seconds(r) is not None and (setting(r) in costs or r.gpu_busy is not None or r.profile)
+        if measured_seconds(r) is not None and (setting(r) in costs or r.gpu_busy is not None or r.profile.measured)
     ]
     return ["where the step goes:", *(f"  {line}" for line in said)] if said else []

@@ -115,9 +115,9 @@ def fit_line(best: TrialRecord, setting: StudyFacts) -> str:
     longest, run = best.longest, setting.run or "the run"
     if not longest:
         return head
-    if not longest.get("first"):
-        return f"{head}; every micro-batch of {run} alike ({longest['tokens']:,} tokens)"
-    return f"{head} on the run's longest micro-batch ({longest['tokens']:,} tokens; step {longest['step']:,} of {run})"
+    if not longest.first:
+        return f"{head}; every micro-batch of {run} alike ({longest.tokens:,} tokens)"
+    return f"{head} on the run's longest micro-batch ({longest.tokens:,} tokens; step {longest.step:,} of {run})"
 
 
 def _best_lines(

@@ -20,6 +20,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from pipeline.adapters.dashboard import serialize_trial as serialize_frozen_trial
+from pipeline.adapters.optuna_storage import constraints
 from pipeline.search import ANSWER, REPEAT_OF
 
 STUDY_DETAIL = re.compile(r"/api/studies/(\d+)")
@@ -44,12 +45,6 @@ WRAPPING = (  # a trial's attribute lines: `white-space: nowrap` in optuna-dashb
     ".MuiCardContent-root .MuiTableContainer-root th:first-child{width:30%}"
     ".MuiCardContent-root .MuiTableContainer-root td{overflow-wrap:anywhere}</style>"
 )
-
-
-def constraints(trial: FrozenTrial) -> list[float]:
-    """A trial's constraint values in either form: Optuna 5's `constraints:<name>`, or the older list."""
-    named = [v for k, v in trial.system_attrs.items() if k.startswith("constraints:")]
-    return named or list(trial.system_attrs.get("constraints", []))
 
 
 def feasible_best(storage: BaseStorage, study_id: int) -> list[FrozenTrial]:

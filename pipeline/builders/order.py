@@ -37,6 +37,7 @@ class Batching:
     drop_last: bool
     padding_free: bool  # one row without padding (TRL's padding-free collator, packing's too)
     pad_to: int | None  # pad_to_multiple_of
+    packing: bool = False  # rows of records packed together (TRL's best-fit-decreasing packing)
 
     @classmethod
     def of(cls, sft: dict, world_size: int) -> Batching:
@@ -48,6 +49,7 @@ class Batching:
             drop_last=bool(sft.get("dataloader_drop_last")),
             padding_free=bool(sft.get("padding_free") or sft.get("packing")),
             pad_to=sft.get("pad_to_multiple_of"),
+            packing=bool(sft.get("packing")),
         )
 
     def layout(self, lengths: list[int]) -> tuple[int, int, int]:
@@ -157,7 +159,8 @@ class RunOrder:
     def longest(self, sft: dict, world_size: int) -> MicroBatch:
         """The micro-batch of the run with the most tokens (as its layout computes them), then the largest squared
         lengths, then the most real tokens; the first such."""
-        return self._longest(Batching.of(sft, world_size), bool(sft.get("packing")))
+        batching = Batching.of(sft, world_size)
+        return self._longest(batching, batching.packing)
 
     @functools.cache  # noqa: B019
     def _longest(self, b: Batching, packing: bool) -> MicroBatch:

@@ -8,6 +8,7 @@ points compose and check every job of the command line first (`config.plan`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 
@@ -182,3 +183,14 @@ def _first_line(err: BaseException | str) -> str:
 def resolved_container(cfg: DictConfig) -> dict:
     """The config as plain data with every interpolation resolved."""
     return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+
+
+@functools.cache
+def gpu_profiles() -> dict[str, dict]:
+    """Every card profile in conf/gpu (read once), so a job can find the peak of the device it really runs on."""
+    profiles = {}
+    for path in sorted((CONF_DIR / "gpu").glob("*.yaml")):
+        node = OmegaConf.load(path)
+        if node.get("memory_gib"):
+            profiles[path.stem] = {"memory_gib": node.memory_gib, "peak_tflops": node.peak_tflops}
+    return profiles

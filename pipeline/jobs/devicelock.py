@@ -17,6 +17,7 @@ import os
 import shlex
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -105,18 +106,36 @@ def _shown(command: list[str]) -> str:
     return text if len(text) <= COMMAND_CHARS else text[: COMMAND_CHARS - 3] + "..."
 
 
-def _holder(text: str) -> str:
-    """`job tiny 1x4 #0 of pid 4242 (started 16:53:35 by alice: python -m pipeline.train -m ...)`."""
-    try:
+@dataclass(frozen=True)
+class Holder:
+    """A lock file's record (`_record`): whose it is and what it runs; a user or command missing (a holder that could
+    not tell them) is empty, and left out of the waiting job's line."""
+
+    owner: Owner
+    what: str
+    user: str = ""
+    command: str = ""
+
+    @classmethod
+    def from_json(cls, text: str) -> Holder:
+        """ValueError, KeyError or TypeError for a file that is not one (half written, or another version's)."""
         data = json.loads(text)
         owner = Owner.parse(data["owner"])
         if owner is None:
             raise ValueError(data["owner"])
+        return cls(owner, str(data["what"]), str(data.get("user") or ""), str(data.get("command") or ""))
+
+
+def _holder(text: str) -> str:
+    """`job tiny 1x4 #0 of pid 4242 (started 16:53:35 by alice: python -m pipeline.train -m ...)`."""
+    try:
+        held = Holder.from_json(text)
     except (ValueError, KeyError, TypeError):
         return "another process"
+    owner = held.owner
     started = datetime.datetime.fromtimestamp(owner.started)
     when = started.strftime("%H:%M:%S" if started.date() == datetime.date.today() else "%Y-%m-%d %H:%M:%S")
-    by = f" by {data['user']}" if data.get("user") else ""
-    command = f": {data['command']}" if data.get("command") else ""
+    by = f" by {held.user}" if held.user else ""
+    command = f": {held.command}" if held.command else ""
     where = f" on {owner.host}" if owner.host != host() else ""
-    return f"{data['what']} of pid {owner.pid}{where} (started {when}{by}{command})"
+    return f"{held.what} of pid {owner.pid}{where} (started {when}{by}{command})"

@@ -63,6 +63,22 @@ class RankFailure:
     status: Status = Status.FAILED
 
 
+@dataclass(frozen=True)
+class RankError:
+    """A rank's own report of its failure (RANK_ERROR, `report_error`); a status missing: FAILED."""
+
+    rank: int
+    time: float
+    error: str
+    status: Status = Status.FAILED
+
+    @classmethod
+    def from_json(cls, data: dict) -> RankError:
+        return cls(
+            int(data["rank"]), float(data["time"]), str(data["error"]), Status(data.get("status", Status.FAILED))
+        )
+
+
 def _read(path: Path) -> dict | list | None:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -73,16 +89,16 @@ def _read(path: Path) -> dict | list | None:
 def first_failure(workdir: Path, world_size: int) -> RankFailure | None:
     """The rank that failed first and why; None when no rank failed."""
     ended = _read(workdir / RANKS_FILE) or []
-    reported = [r for r in (_read(p) for p in workdir.glob(RANK_ERROR.format(rank="*"))) if r]
+    reported = [RankError.from_json(r) for r in (_read(p) for p in workdir.glob(RANK_ERROR.format(rank="*"))) if r]
     killed = [e for e in ended if e["exitcode"] < 0 and -e["exitcode"] != signal.SIGTERM]
     if killed:
         first = min(killed, key=lambda e: e["rank"])
         text = f"rank {first['rank']} of {world_size} (pid {first['pid']}) was {exit_reason(first['exitcode'])}"
         return RankFailure(first["rank"], text)
     if reported:
-        first = min(reported, key=lambda r: r["time"])
-        text = f"rank {first['rank']} of {world_size} failed first: {first['error']}"
-        return RankFailure(first["rank"], text, Status(first.get("status", Status.FAILED.value)))
+        report = min(reported, key=lambda r: r.time)
+        text = f"rank {report.rank} of {world_size} failed first: {report.error}"
+        return RankFailure(report.rank, text, report.status)
     if ended:
         first = ended[0]
         text = f"rank {first['rank']} of {world_size} (pid {first['pid']}) {exit_reason(first['exitcode'])}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import gzip
 import shlex
 import shutil
@@ -20,11 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from pipeline import knobs
 from pipeline.config.choices import CPU, LauncherKind
-from pipeline.config.compose import CONF_DIR
+from pipeline.config.compose import gpu_profiles
 from pipeline.config.identity import display_name
 from pipeline.config.job import JobConfig
 from pipeline.config.schema import Config
@@ -59,17 +56,6 @@ class JobOutcome:
     @property
     def status(self) -> Status:
         return self.result.status
-
-
-@functools.cache
-def gpu_profiles() -> dict[str, dict]:
-    """Every card profile in conf/gpu (read once), so a job can find the peak of the device it really runs on."""
-    profiles = {}
-    for path in sorted((CONF_DIR / "gpu").glob("*.yaml")):
-        node = OmegaConf.load(path)
-        if node.get("memory_gib"):
-            profiles[path.stem] = {"memory_gib": node.memory_gib, "peak_tflops": node.peak_tflops}
-    return profiles
 
 
 def job_spec(job: JobConfig, name: str | None = None, stop: StopRule | None = None, uncapped: bool = False) -> JobSpec:

@@ -20,6 +20,8 @@ from pipeline.render.table import footnotes, paired_header, paired_text, rank_te
 from pipeline.render.text import markdown_table, num
 from pipeline.summaries import TOKENS_RATE, RecordedJob
 from pipeline.tracking import runs
+from pipeline.tracking.figures import RunDevice
+from pipeline.tracking.readback import ParentTags
 from pipeline.tracking.store import Tracker
 
 
@@ -78,11 +80,11 @@ def claim_lines(parent, rows: list[Row], jobs: list[RecordedJob]) -> list[str]:
     """What the answer is compared with and whether a speed-up is claimed, under the headline: `Baseline: tiny 1x8
     (the command line's config)`, then the claim (`Claim: 1.84x the baseline's tokens/s [...]`, or `Claim: no
     speed-up over the baseline is claimed: ...`)."""
-    tags = parent.data.tags
-    if tags.get(runs.KIND) == RunKind.STUDY:
-        named = tags.get(runs.BASELINE)
+    tags = ParentTags.from_tags(parent.data.tags)
+    if tags.kind is RunKind.STUDY:
+        named = tags.baseline
         baseline = f"Baseline: {named} (the command line's config)" if named else "Baseline: none measured"
-        claim = tags.get(runs.CLAIM, "").splitlines() or ["no speed-up over the baseline is claimed (none recorded)"]
+        claim = tags.claim.splitlines() or ["no speed-up over the baseline is claimed (none recorded)"]
         return [baseline, "", *(f"Claim: {line}" if i == 0 else line for i, line in enumerate(claim))]
     first = next((r for r in rows if jobs and r.config_id == jobs[0].config_id), None)
     baseline = f"Baseline: {first.name} (the sweep's first config: the first value of every swept key)" if first else ""
@@ -98,8 +100,8 @@ def write_report(
     """Write report.md, report.html and the PNGs for a sweep or study (the latest by default); return the folder.
     Its rows are judged by the criteria its jobs were (`confidence`: another interval's level, where asked)."""
     parent = find_parent(tracker, sweep_id, study)
-    tags = parent.data.tags
-    name = tags.get(runs.SWEEP) or tags[runs.STUDY]
+    tags = ParentTags.from_tags(parent.data.tags)
+    name = tags.name
     jobs = runs.read_jobs(tracker, parent.info.run_id)
     criteria = Criteria.recorded(tracker.run(jobs[0].run_id).data.params if jobs else {}, confidence)
     rows = order(recorded_rows(jobs, criteria, tags))
@@ -113,9 +115,9 @@ def write_report(
         "Loss per step": plots.losses(_curves(rows), context, out / "loss.png"),
     }
     command = (
-        f"python -m pipeline.train -m {tags.get('overrides', '')}"
+        f"python -m pipeline.train -m {tags.overrides}"
         if context.kind == "Sweep"
-        else (f"python -m pipeline.optimize {tags.get('overrides', '')}")
+        else (f"python -m pipeline.optimize {tags.overrides}")
     )
     facts = [
         f"Device: {context.device}",
@@ -138,15 +140,16 @@ def write_report(
 
 
 def _context(tracker: Tracker, parent, name: str, jobs: list[RecordedJob]) -> plots.Context:
-    kind = "Study" if parent.data.tags.get(runs.KIND) == RunKind.STUDY else "Sweep"
+    kind = "Study" if ParentTags.from_tags(parent.data.tags).kind is RunKind.STUDY else "Sweep"
     caps = [j.summary.memory_gib["cap"] for j in jobs if "cap" in j.summary.memory_gib]
     cap = max(caps) if caps else (float(parent.data.params["cap_gib"]) if "cap_gib" in parent.data.params else None)
     # every run under the parent, probes and confirmation jobs too: a study whose trials were all skipped by
     # prediction still ran its probes on the device
-    params = [r.data.params for r in tracker.search(f"tags.mlflow.parentRunId = {runs.quoted(parent.info.run_id)}")]
-    device = next((p["device_name"] for p in params if p.get("device_name")), "device not recorded")
+    found = tracker.search(f"tags.mlflow.parentRunId = {runs.quoted(parent.info.run_id)}")
+    devices = [RunDevice.from_params(r.data.params) for r in found]
+    device = next((d.name for d in devices if d.recorded), "device not recorded")
     date = datetime.datetime.fromtimestamp(parent.info.start_time / 1000).strftime("%Y-%m-%d %H:%M")
-    on_cpu = not any(p.get("device") == "cuda" for p in params)
+    on_cpu = not any(d.type == "cuda" for d in devices)
     return plots.Context(kind, name, device, date, cap, on_cpu)
 
 

@@ -19,8 +19,8 @@ from pipeline.compare.ranking import Ranking, rank
 from pipeline.measure.stats import max_relative_deviation
 from pipeline.records import PHASES, Fit, RunKind, Status
 from pipeline.summaries import Interval, RecordedJob
-from pipeline.tracking import runs
 from pipeline.tracking.figures import stalled_words
+from pipeline.tracking.readback import ParentTags
 
 MEASURED = (RunKind.JOB, RunKind.TRIAL)  # runs whose figures a row shows; confirmation runs only add rounds
 FASTEST, ANSWER = "fastest", "answer"  # what the reference of a ranking is: the rows' time ratios are against it
@@ -218,12 +218,11 @@ def comparison_rows(
     return rows
 
 
-def recorded_rows(jobs: list[RecordedJob], criteria: Criteria, parent_tags: dict[str, str]) -> list[Row]:
-    """The rows of a recorded sweep or study (`parent_tags`: its parent run's tags) as its own table judged them: a
+def recorded_rows(jobs: list[RecordedJob], criteria: Criteria, parent: ParentTags) -> list[Row]:
+    """The rows of a recorded sweep or study (`parent`: its parent run's tags) as its own table judged them: a
     study's ranked from its answer, and its loss deviations from its baseline's."""
-    if parent_tags.get(runs.KIND) == RunKind.STUDY:
-        prefer, baseline = parent_tags.get(runs.BEST_CONFIG), parent_tags.get(runs.BASELINE_CONFIG)
-        return comparison_rows(jobs, criteria, prefer=prefer, baseline=baseline)
+    if parent.kind is RunKind.STUDY:
+        return comparison_rows(jobs, criteria, prefer=parent.best_config, baseline=parent.baseline_config)
     return comparison_rows(jobs, criteria)
 
 

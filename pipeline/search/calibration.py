@@ -141,9 +141,7 @@ class _Kept:
 
     def __init__(self, study: optuna.Study | None) -> None:
         self.study = study
-        attr = study.user_attrs.get(PROBES, {}) if study is not None else {}
-        self.measured: dict[str, dict[str, Any]] = dict(attr.get("measured", {}))
-        self.killed_s = float(attr.get("killed_s", 0.0))
+        self.measured, self.killed_s = _from_attrs(study.user_attrs if study is not None else {})
 
     def save(self) -> None:
         if self.study is not None:
@@ -153,8 +151,15 @@ class _Kept:
 def seconds_so_far(attrs: dict[str, Any]) -> float:
     """The device seconds of a calibration not stored whole (a study stopped during it): its probes, measured or
     interrupted."""
+    measured, killed_s = _from_attrs(attrs)
+    return sum(p["seconds"] for p in measured.values()) + killed_s
+
+
+def _from_attrs(attrs: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], float]:
+    """What a study kept of its calibration (PROBES): each measured probe's finding by its key, and the seconds of
+    probes interrupted; none of either where it kept nothing."""
     kept = attrs.get(PROBES, {})
-    return sum(p["seconds"] for p in kept.get("measured", {}).values()) + kept.get("killed_s", 0.0)
+    return dict(kept.get("measured", {})), float(kept.get("killed_s", 0.0))
 
 
 def _finding(outcome: task.JobOutcome) -> dict[str, Any]:

@@ -42,6 +42,43 @@ def is_decided(trial: FrozenTrial) -> bool:
     return trial.state in DONE or (trial.state == TrialState.FAIL and trial.user_attrs.get(STATUS) == Status.FAILED)
 
 
+@dataclass(frozen=True)
+class Longest:
+    """What a trial's fit is judged on (LONGEST, written by `search.telling`): the run's longest micro-batch's
+    tokens and step, its real tokens (missing: None), and whether its job trained it at step one (`first`; missing:
+    it did not, every micro-batch of the run being alike)."""
+
+    tokens: int
+    step: int
+    real: int | None = None
+    first: bool = False
+
+    @classmethod
+    def from_attr(cls, attr: dict[str, Any] | None) -> Longest | None:
+        """None where the trial kept none (a study without the run's batches)."""
+        if not attr:
+            return None
+        return cls(int(attr["tokens"]), int(attr["step"]), attr.get("real"), bool(attr.get("first")))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A profiled trial's figures per step (PROFILE, `measure.profile`); a figure missing: not measured (None)."""
+
+    host_ms: float | None = None
+    device_ms: float | None = None
+    launches_per_step: float | None = None
+
+    @classmethod
+    def from_attr(cls, attr: dict[str, Any] | None) -> Profile:
+        attr = attr or {}
+        return cls(attr.get("host_ms"), attr.get("device_ms"), attr.get("launches_per_step"))
+
+    @property
+    def measured(self) -> bool:
+        return any(v is not None for v in (self.host_ms, self.device_ms, self.launches_per_step))
+
+
 class Role(StrEnum):
     TRIAL = "trial"
     BASELINE = "baseline"  # the config the answer is compared with: measured in full, never pruned
@@ -74,9 +111,9 @@ class TrialRecord:
     outside: bool = False  # the baseline, measured beside the space (the command line's config is not in it)
     owner: str | None = None  # host:pid:start of the worker that claimed it
     world_size: int = 1  # the ranks of its job, a device each
-    longest: dict[str, Any] = field(default_factory=dict)  # what its fit is judged on (`search.telling`)
+    longest: Longest | None = None  # what its fit is judged on (`search.telling`)
     gpu_busy: float | None = None
-    profile: dict[str, float] = field(default_factory=dict)  # host_ms, device_ms, launches_per_step (measure.profile)
+    profile: Profile = Profile()  # host_ms, device_ms, launches_per_step (measure.profile)
 
     @property
     def predictor_error(self) -> float | None:
@@ -121,9 +158,9 @@ class TrialRecord:
             outside=bool(a.get(OUTSIDE, False)),
             owner=a.get(OWNER),
             world_size=int(a.get(WORLD_SIZE, 1)),
-            longest=dict(a.get(LONGEST) or {}),
+            longest=Longest.from_attr(a.get(LONGEST)),
             gpu_busy=a.get(BUSY),
-            profile=dict(a.get(PROFILE) or {}),
+            profile=Profile.from_attr(a.get(PROFILE)),
         )
 
 

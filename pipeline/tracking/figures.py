@@ -14,6 +14,7 @@ context), so that a run's page charts no empty ones.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from pipeline.records import GIB, PHASES, JobResult, JobSpec
 from pipeline.summaries import TOKENS_RATE, JobSummary
@@ -112,6 +113,34 @@ def derived_params(spec: JobSpec, result: JobResult) -> dict[str, object]:
         )
     params.update({f"version.{k}": v for k, v in result.versions.items()})
     return {k: v for k, v in params.items() if v is not None}
+
+
+NOT_RECORDED = "not recorded"
+
+
+@dataclass(frozen=True)
+class RunDevice:
+    """What a job's run says of its device, read back from the params `derived_params` wrote: a run without a
+    placement (a job that failed before it placed its model) has none of them, each then NOT_RECORDED; a store
+    written before the driver was a version says none either; world size 1 where it is missing."""
+
+    type: str = NOT_RECORDED  # cuda or cpu
+    name: str = NOT_RECORDED
+    driver: str = NOT_RECORDED
+    count: int = 1
+
+    @classmethod
+    def from_params(cls, params: dict[str, str]) -> RunDevice:
+        return cls(
+            params.get("device", NOT_RECORDED),
+            params.get("device_name", NOT_RECORDED),
+            params.get("version.driver", NOT_RECORDED),
+            int(params.get("world_size", 1)),
+        )
+
+    @property
+    def recorded(self) -> bool:
+        return self.name not in (NOT_RECORDED, "")
 
 
 def series(result: JobResult, steady: set[int]) -> dict[str, list[tuple[int, float]]]:

@@ -1,20 +1,55 @@
-"""Reading back what a command recorded: the text files a sweep or study logged (its summary, its answer), and the
-parent run a process has just ended."""
+"""Reading back what a command recorded: the text files a sweep or study logged (its summary, its answer), its parent
+run's tags as one typed record, and the parent run a process has just ended."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from mlflow.exceptions import MlflowException
 
-from pipeline.records import RunState
+from pipeline.records import RunKind, RunState
+from pipeline.tracking import runs
 from pipeline.tracking.runs import KIND, quoted
 from pipeline.tracking.store import OWNER_TAG, Tracker
 
 BAR_ENV = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+
+
+@dataclass(frozen=True)
+class ParentTags:
+    """A sweep's or study's parent run as its tags say (`tracking.runs` names them). A study's answer tags are missing
+    until it has an answer, and a sweep has none of them: each is then None, its claim "". The command line and the
+    note missing (a run still being written) are ""."""
+
+    kind: RunKind | None
+    name: str  # the sweep id or study name
+    overrides: str = ""  # the command line's overrides
+    status: str | None = None  # how the command ended
+    note: str = ""
+    best_config: str | None = None  # a study's answer's config id
+    baseline: str | None = None  # its baseline's name, and config id
+    baseline_config: str | None = None
+    claim: str = ""  # the answer's speed-up over the baseline, or why there is none
+    answer_command: str | None = None  # the command line that runs the answer
+
+    @classmethod
+    def from_tags(cls, tags: dict[str, str]) -> ParentTags:
+        return cls(
+            RunKind(tags[KIND]) if KIND in tags else None,
+            tags.get(runs.SWEEP) or tags.get(runs.STUDY, ""),
+            tags.get(runs.OVERRIDES, ""),
+            tags.get(runs.STATUS),
+            tags.get(runs.NOTE, ""),
+            tags.get(runs.BEST_CONFIG),
+            tags.get(runs.BASELINE),
+            tags.get(runs.BASELINE_CONFIG),
+            tags.get(runs.CLAIM, ""),
+            tags.get(runs.ANSWER_COMMAND),
+        )
 
 
 def read_text(tracker: Tracker, run_id: str, name: str) -> str | None:

@@ -29,6 +29,7 @@ CONFIG_ID = "config_id"
 REPEAT = "repeat"
 ROUND = "round"  # a confirmation run's round
 BEST_CONFIG = "best_config_id"  # on a study's parent run: the config id of its answer
+ANSWER_COMMAND = "answer"  # on a study's parent run: the command line that runs its answer
 FIT = "fit"
 FIT_BEFORE = "verdict"  # the same tag in stores written before 2026-12-01
 NAME = "display_name"
