@@ -42,3 +42,22 @@ def test_the_seed_settings_studies_are_within_6_percent_leave_one_out_but_flex_a
         for e in check.left_out:
             flex = "attn=flex_attention mode=reduce-overhead" in e.label and "loss=trl" not in e.label
             assert abs(e.relative) <= (0.12 if flex else 0.06), (check.name, e)
+
+
+def test_the_chats_grids_peaks_hold_more_where_the_steps_own_micro_batches_are_shorter_than_the_longest():
+    """bench.step_one rebuilds each job's micro-batches from the grid's data (their longest as the store recorded
+    it: 4000, 8000, 2311, 3307 tokens); where step one's own micro-batches are as long as the run's longest (max_length,
+    and the bucketed 4x2 trial) the peak is on the max_length line, and everywhere else 0.5 GiB or more over it."""
+    from bench import step_one
+
+    found = {(r["what"], r["padding"], r["split"]): r for r in step_one.rows()}
+    assert [found[("trial", p, s)]["longest"] for p, s in [("longest", "4x2"), ("longest", "8x1")]] == [4000, 8000]
+    assert [found[("probe", "padding_free", s)]["longest"] for s in ("4x1", "8x1")] == [2311, 3307]
+    alike = {key for key, r in found.items() if max(r["one"]) == r["longest"]}
+    assert alike == {("trial", "buckets", "4x2"), *((w, "max_length", s) for w, s in step_one_splits())}
+    assert all(abs(found[key]["extra"]) < 0.25 for key in alike)
+    assert all(r["extra"] >= 0.5 for key, r in found.items() if key not in alike)
+
+
+def step_one_splits() -> list[tuple[str, str]]:
+    return [("probe", "4x1"), ("probe", "8x1"), ("trial", "4x2")]
