@@ -23,8 +23,9 @@ from pathlib import Path
 import optuna
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline import knobs as speed_knobs
 from pipeline.config.compose import compose_job
-from pipeline.knobs.base import Compile
+from pipeline.knobs.base import Compile, KnobRole
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
 from pipeline.search.calibration import Calibration, formula_keys, knobs_of
@@ -33,6 +34,7 @@ from pipeline.search.predictor import Predictor
 from pipeline.search.trials import PEAK_MEASURED, TrialRecord
 
 RESULTS = Path(__file__).resolve().parent / "results"
+COMPILE_KEY = speed_knobs.role(KnobRole.COMPILE).key  # the compile choice, as the stores name it
 WORST = 4  # the worst configs printed per study and way
 SEED = ("experiment=seed-t4", "batch.split=4x1")
 CHATS = ("model=qwen3-0.6b", "train.max_length=1024", "batch.effective=8", "batch.split=8x1", "train.dtype=bf16")
@@ -41,7 +43,7 @@ CHATS = ("model=qwen3-0.6b", "train.max_length=1024", "batch.effective=8", "batc
 @dataclass(frozen=True)
 class Store:
     """A recorded Optuna store (or grid, `.json`) and the setting its command line gave (BENCHMARKS.md names each);
-    `true_is`: what `train.torch_compile=True` compiled when it was written (the whole model until 2026-12-01)."""
+    `true_is`: what the compile knob's `true` compiled when it was written (the whole model until 2026-12-01)."""
 
     path: Path
     overrides: tuple[str, ...]
@@ -101,7 +103,7 @@ def _probes(calibration: dict, true_is: str, held: tuple) -> list[tuple[Knobs, f
     compile choice joined the formula kept it among `other`."""
     found = []
     for knobs, peak in Calibration.of(calibration).probes:
-        kept = dict(knobs.other).get("train.torch_compile")
+        kept = dict(knobs.other).get(COMPILE_KEY)
         if kept is not None:
             compiled = true_is if str(kept).lower() == "true" else Compile.of(kept).value
             knobs = dataclasses.replace(knobs, compile=compiled)
@@ -113,7 +115,7 @@ def knobs(base: DictConfig, params: dict, true_is: str, tokens: int | None = Non
     """A config's memory knobs as its study finds them: the base config with the searched values set."""
     cfg = OmegaConf.create(OmegaConf.to_container(base, resolve=False))
     for key, value in params.items():
-        value = true_is if key == "train.torch_compile" and str(value).lower() == "true" else value
+        value = true_is if key == COMPILE_KEY and str(value).lower() == "true" else value
         OmegaConf.update(cfg, key, value, merge=False)
     batch = _Batch(tokens) if tokens else None
     return _tidy(knobs_of(cfg, list(params), cfg.train.dtype, batch))

@@ -30,6 +30,8 @@ import optuna
 from optuna.trial import TrialState
 
 from bench.machine import Machine
+from pipeline import knobs as speed_knobs
+from pipeline.knobs.base import KnobRole
 from pipeline.records import Status
 from pipeline.search import confirmation, knob_estimates, sampler, trials
 from pipeline.search.decided import Decided
@@ -155,7 +157,8 @@ def _prior_order(grid: Grid, view: ReplayView, box: Machine, base: dict[str, Any
     estimates: dict[tuple, float] = {}
 
     def estimate(config: GridConfig) -> float:
-        like = {**base, **{k: config.params[k] for k in ("batch.split", "train.gradient_checkpointing") if k in base}}
+        probed_keys = ("batch.split", speed_knobs.role(KnobRole.CHECKPOINTING).key)  # what the probes vary
+        like = {**base, **{k: config.params[k] for k in probed_keys if k in base}}
         probed = grid.find(like)
         if probed is None or probed.step_s is None:
             return math.inf
