@@ -324,6 +324,8 @@ def kept(lines: list[str], keep: tuple[str, ...]) -> list[str]:
             continue
         if line == OMITTED and out and out[-1] == "":
             out.pop()
+        if line == OMITTED and out and out[-1] == OMITTED:
+            continue  # two runs left out with only blank lines between them: one `...`
         out.append(line)
     while out and out[-1] == "":
         out.pop()

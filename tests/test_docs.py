@@ -381,3 +381,18 @@ def test_every_command_of_the_pages_runs_as_written_and_prints_what_it_shows(tmp
                 assert problems == [], (page.name, block.where, command.text, "\n".join(output[-80:]))
                 checked += 1
     assert checked >= 8
+
+
+def test_an_examples_left_out_lines_are_one_ellipsis_however_many_runs_and_blanks_between():
+    """Lines left out, a blank line kept, more left out: one `...`, never three in a row (the README's study showed
+    three)."""
+    lines = ["[study] x", "[job] a", "", "[job] b", "", "", "[job] c", "best feasible: y", "", "done"]
+    assert examples.kept(lines, (r"^\[study\]", r"^best", r"^done")) == [
+        "[study] x",
+        "...",
+        "best feasible: y",
+        "",
+        "done",
+    ]
+    pages = [REPO / "README.md", *examples.pages()]
+    assert not [p.name for p in pages if re.search(r"^\.\.\.\n\.\.\.$", p.read_text(encoding="utf-8"), re.M)]
