@@ -256,8 +256,7 @@ def test_the_runs_table_gives_the_fastests_rank_in_short_and_the_parent_who_won_
     nearest = next(r for r in order(rows) if r.comparison is not None)
     tags, best = parent_tags(rows)
     assert best is reference
-    assert tags == {"rank": f"{reference.name}: {in_short(reference)}", "time_vs_fastest": f"next: "
-                    f"{paired_text(nearest)}"}  # fmt: skip
+    assert tags == {"rank": f"{reference.name}: fastest", "time_vs_fastest": f"next: {paired_text(nearest)}"}
     on, off = [0.42, 0.36, 0.47, 0.41], [0.24, 0.22, 0.31, 0.21]
     jobs = [recorded("ckpt=on", "on", [t] * 10, r) for r, t in enumerate(on)]
     jobs += [recorded("ckpt=off", "off", [t] * 10, r) for r, t in enumerate(off)]

@@ -69,13 +69,14 @@ def _against(rows: list[Row]) -> str:
 
 def parent_tags(rows: list[Row]) -> tuple[dict[str, str], Row | None]:
     """The parent row's `rank` and `time_vs_fastest`, and the row whose figures it shows: `tiny 8x1: winner` and
-    `next: 1.46x [1.41, 1.50]`, or `tiny 2x2: fastest; 2 not told apart`; without ranks, the lowest median
-    that fits, said to be unranked."""
+    `next: 1.46x [1.41, 1.50]`, or `tiny 2x2: fastest` and `next: 1.07x [0.65, 1.75]` (an interval that holds 1:
+    not told apart); without ranks, the lowest median that fits, said to be unranked."""
     reference = next((r for r in rows if r.role), None)
     if reference is not None:
         nearest = next((r for r in order(rows) if r.comparison is not None), None)
         nearest_text = f"next: {paired_text(nearest)}" if nearest else "-"  # the config is the one below with it
-        return {RANK: f"{reference.name}: {in_short(reference)}", TIME_VS: nearest_text}, reference
+        # the fastest's ties are its next row's interval (the UI's column holds 30 characters, not the count too)
+        return {RANK: f"{reference.name}: {in_short(reference).partition('; ')[0]}", TIME_VS: nearest_text}, reference
     timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == str(Status.OK)]
     if not timed:
         capped = any(r.fit in (Fit.OVER_CAP, Fit.PREDICTED_OVER_CAP) for r in rows)

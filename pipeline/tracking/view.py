@@ -34,10 +34,10 @@ CREATED = "runDateAndNestInfo"  # the UI's own column beside the name: kept, as 
 METRICS = figures.LEADING_METRICS
 TAGS = (runs.RANK, runs.TIME_VS, runs.STATUS, runs.NOTE)
 WIDTHS = {  # pixels: a group's name whole, a rank's and a ratio's words whole (the parent's are the longest)
-    NAME_COLUMN: 352,
+    NAME_COLUMN: 380,
     CREATED: 36,
     "tags.`rank`": 225,
-    "tags.`time_vs_fastest`": 190,
+    "tags.`time_vs_fastest`": 178,
     "tags.`status`": 70,
     "tags.`note`": 240,
     "metrics.`step_time_median_s`": 150,
