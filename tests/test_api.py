@@ -9,13 +9,12 @@ import math
 import re
 
 import pytest
-from sqlalchemy.exc import SQLAlchemyError
 
 import pipeline
 from pipeline.search import confirmation
 from tests.helpers.cli import run_cli, run_python
 from tests.helpers.kernel import cell_output, kernel, kernel_process, run_cell
-from tests.helpers.runs import mlflow_runs, the_study
+from tests.helpers.runs import mlflow_runs, study_so_far
 from tests.helpers.settings import ROUND_STUDY
 from tests.helpers.wait import process_gone, wait_for_steps, wait_until
 
@@ -185,10 +184,8 @@ def test_an_interrupted_sweep_or_study_in_a_jupyter_kernel_ends_its_runs_and_pro
 
 def _study_attrs(folder) -> dict:
     """The user attributes of the one study of `folder`'s store; empty while it is being created."""
-    try:
-        return the_study(f"sqlite:///{folder / 'mlruns' / 'optuna.db'}").user_attrs
-    except (ValueError, SQLAlchemyError):  # no study yet, or its tables not there yet
-        return {}
+    study = study_so_far(f"sqlite:///{folder / 'mlruns' / 'optuna.db'}")
+    return study.user_attrs if study else {}
 
 
 def _round_runs_kept(folder) -> set[tuple[str, int]]:

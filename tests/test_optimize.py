@@ -9,11 +9,10 @@ import time
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
-from sqlalchemy.exc import SQLAlchemyError
 
 from pipeline.search.trials import TrialRecord
 from tests.helpers.cli import run_cli, start_cli
-from tests.helpers.runs import the_study
+from tests.helpers.runs import study_so_far, the_study
 from tests.helpers.settings import ROUND_STUDY
 from tests.helpers.wait import wait_for_steps, wait_until
 
@@ -43,10 +42,8 @@ def _study(cwd):
 
 def _trials_so_far(cwd) -> list:
     """The study's trials, or none while its storage is still being created."""
-    try:
-        return _study(cwd).get_trials()
-    except (ValueError, SQLAlchemyError):  # no study yet (nothing to unpack), or tables not there yet
-        return []
+    study = study_so_far(f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}")
+    return study.get_trials() if study else []
 
 
 @pytest.mark.slow
@@ -211,7 +208,8 @@ def test_ctrl_c_leaves_a_consistent_study_and_no_running_run(tmp_path):
     worker = start_cli(*args, cwd=tmp_path, module="pipeline.optimize", env={"TMPDIR": str(job_tmp)})
     deadline = time.time() + 180
     while True:
-        assert worker.poll() is None and time.time() < deadline
+        assert worker.poll() is None, worker.communicate()[0][-3000:]
+        assert time.time() < deadline
         trials = _trials_so_far(tmp_path)
         if any(t.state == optuna.trial.TrialState.RUNNING and "label" in t.user_attrs for t in trials):
             break
@@ -291,10 +289,8 @@ def _partial_rounds(cwd) -> int:
     """The rounds the study's confirmation round has stored so far (0 before its first)."""
     from pipeline.search import confirmation
 
-    try:
-        attrs = _study(cwd).user_attrs
-    except (ValueError, SQLAlchemyError):
-        return 0
+    study = study_so_far(f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}")
+    attrs = study.user_attrs if study else {}
     return (
         confirmation.ConfirmationRecord.of(attrs[confirmation.PARTIAL]).rounds if confirmation.PARTIAL in attrs else 0
     )

@@ -36,10 +36,12 @@ def main(argv: list[str] | None = None) -> None:
         from optuna.storages import RDBStorage
 
         from pipeline.answer.study_pages import FeasibleBest
+        from pipeline.tracking.store import store_lock
     except ImportError as err:
         print(f"error: {err.name} is not installed: pip install -e '.[dev]' (make install)", file=sys.stderr)
         sys.exit(exits.FAILED)
-    storage = RDBStorage(args.storage)
+    with store_lock(args.storage):  # a fresh store's tables, made by whoever gets there first: never two at once
+        storage = RDBStorage(args.storage)
     app = FeasibleBest(optuna_dashboard.wsgi(storage), storage)
     with make_server(args.host, args.port, app) as server:
         print(f"optuna-dashboard: http://{args.host}:{args.port}/dashboard/ (Ctrl-C stops it)", flush=True)
