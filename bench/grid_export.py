@@ -13,7 +13,7 @@ import sys
 import optuna
 
 from pipeline.records import Status
-from pipeline.search import trials
+from pipeline.search import _trials as trials
 
 STATUS = {Status.OK: "ok", Status.OVER_CAP: "oom", Status.OOM: "oom", Status.FAILED: "failed"}
 

@@ -28,10 +28,10 @@ from pipeline.config.compose import compose_job
 from pipeline.knobs.base import Compile, KnobRole
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
-from pipeline.search.calibration import Calibration, formula_keys, knobs_of
-from pipeline.search.formula import Knobs
-from pipeline.search.predictor import Predictor
-from pipeline.search.trials import PEAK_MEASURED, TrialRecord
+from pipeline.search._calibration import Calibration, formula_keys, knobs_of
+from pipeline.search._formula import Knobs
+from pipeline.search._predictor import Predictor
+from pipeline.search._trials import PEAK_MEASURED, TrialRecord
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COMPILE_KEY = speed_knobs.role(KnobRole.COMPILE).key  # the compile choice, as the stores name it

@@ -33,9 +33,12 @@ from bench.machine import Machine
 from pipeline import knobs as speed_knobs
 from pipeline.knobs.base import KnobRole
 from pipeline.records import Status
-from pipeline.search import confirmation, knob_estimates, sampler, trials
-from pipeline.search.decided import Decided
-from pipeline.search.trials import Role
+from pipeline.search import _confirmation as confirmation
+from pipeline.search import _knob_estimates as knob_estimates
+from pipeline.search import _sampler as sampler
+from pipeline.search import _trials as trials
+from pipeline.search._decided import Decided
+from pipeline.search._trials import Role
 
 WITHIN = 0.05  # an answer this close to the grid's best counts as finding it
 PROBE_STEPS = 4
@@ -103,7 +106,7 @@ class Grid:
 
 @dataclass
 class ReplayView:
-    """The model sampler's view of a replayed study (`search.sampler.SearchView`)."""
+    """The model sampler's view of a replayed study (`search._sampler.SearchView`)."""
 
     grid: Grid
     predicted_error: float
@@ -152,7 +155,7 @@ class Outcome:
 
 
 def _prior_order(grid: Grid, view: ReplayView, box: Machine, base: dict[str, Any]) -> list[GridConfig]:
-    """The probes' view of the space (`search.prior`): a config's step estimated from the probed step time of its
+    """The probes' view of the space (`search._prior`): a config's step estimated from the probed step time of its
     split and checkpointing with the baseline's other knobs (each probe a process of its own), fitting first."""
     estimates: dict[tuple, float] = {}
 
@@ -259,7 +262,7 @@ def _measure(study, trial, config: GridConfig, grid: Grid, box: Machine, best: f
 
 
 def _confirm(study, grid: Grid, box: Machine, spent: float, decided: int) -> Outcome:
-    """The confirmation round as the study runs it (`search.confirmation`), then the answer."""
+    """The confirmation round as the study runs it (`search._confirmation`), then the answer."""
     records = [r for r in trials.records(study) if r.label is not None and r.state != TrialState.RUNNING]
     eligible = [r for r in records if r.status is Status.OK and r.feasible]
     base = next((r for r in records if r.role is Role.BASELINE and r.status is Status.OK), None)

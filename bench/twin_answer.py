@@ -22,14 +22,26 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
+from pipeline.knobs import (
+    adapter_dtype,
+    attn_implementation,
+    compile_mode,
+    dtype,
+    gradient_checkpointing,
+    liger_kernel,
+    optimizer,
+    padding,
+    torch_compile,
+)
+
 GIB = 2**30
 # what plain_trl.py writes as it is: an answer that sets any of these otherwise has no twin there
 AS_PLAIN = {
-    "train.adapter_dtype": "fp32",
-    "train.liger_kernel": "False",
-    "train.padding": "max_length",
-    "train.optimizer": "adamw_torch",
-    "model.attn_implementation": "sdpa",
+    adapter_dtype.KNOB.key: "fp32",
+    liger_kernel.KNOB.key: "False",
+    padding.KNOB.key: "max_length",
+    optimizer.KNOB.key: "adamw_torch",
+    attn_implementation.KNOB.key: "sdpa",
     "lora.r": "16",
     "lora.alpha": "32",
 }
@@ -53,14 +65,14 @@ def plain_flags(params: dict[str, str]) -> list[str]:
         if params.get(key) != value:
             sys.exit(f"[twin] plain_trl.py writes no twin of {key}={params.get(key)} (it writes {value})")
     shape = {k: int(params[f"model.{k}"]) for k in (*SHAPE, *SHAPE_MORE)}
-    dtype = params.get("dtype_resolved", params["train.dtype"])
+    resolved = params.get("dtype_resolved", params[dtype.KNOB.key])
     return [
         f"--split={params['batch.split']}",
         f"--length={params['train.max_length']}",
-        f"--dtype={dtype if dtype in ('fp16', 'bf16') else 'fp16'}",
-        f"--checkpointing={params['train.gradient_checkpointing'].lower()}",
-        f"--compile={params['train.torch_compile']}",
-        f"--compile-mode={params['train.compile_mode']}",
+        f"--dtype={resolved if resolved in ('fp16', 'bf16') else 'fp16'}",
+        f"--checkpointing={params[gradient_checkpointing.KNOB.key].lower()}",
+        f"--compile={params[torch_compile.KNOB.key]}",
+        f"--compile-mode={params[compile_mode.KNOB.key]}",
         f"--device={params.get('device', 'cuda')}",
         f"--shape={json.dumps(shape)}",
     ]

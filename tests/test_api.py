@@ -11,7 +11,7 @@ import re
 import pytest
 
 import pipeline
-from pipeline.search import confirmation
+from pipeline.search import _confirmation as confirmation
 from tests.helpers.cli import run_cli, run_python
 from tests.helpers.kernel import cell_output, kernel, kernel_process, run_cell
 from tests.helpers.runs import mlflow_runs, study_so_far

@@ -24,8 +24,8 @@ from pipeline.config.schema import typed
 from pipeline.config.validate import validate
 from pipeline.knobs.optimizer_step import compile_optimizer_step
 from pipeline.records import Status
-from pipeline.search.left_out import candidates
-from pipeline.search.trials import TrialRecord
+from pipeline.search._left_out import candidates
+from pipeline.search._trials import TrialRecord
 from tests.helpers.spaces import assert_every_value_runs, runnable_combinations
 from tests.test_training import make_job
 

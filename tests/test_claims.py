@@ -27,10 +27,10 @@ from pipeline.records import RunKind, Status
 from pipeline.render.document import write_report
 from pipeline.render.rows import Criteria
 from pipeline.render.runs_table import tag_study
-from pipeline.search.confirmation import ConfirmationRecord
-from pipeline.search.confirmation.plan import ConfirmationRound
-from pipeline.search.decided import Decided
-from pipeline.search.trials import Role, TrialRecord
+from pipeline.search._confirmation import ConfirmationRecord
+from pipeline.search._confirmation.plan import ConfirmationRound
+from pipeline.search._decided import Decided
+from pipeline.search._trials import Role, TrialRecord
 from pipeline.tracking import figures, runs
 from pipeline.tracking.readback import read_text
 from tests.helpers.configs import composed

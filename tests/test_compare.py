@@ -17,10 +17,10 @@ from pipeline.compare.paired import Judgement, compare, compare_speedups
 from pipeline.compare.ranking import rank
 from pipeline.measure.stats import trimmed_mean
 from pipeline.records import Status
-from pipeline.search import confirmation
-from pipeline.search.confirmation.plan import MIN_ROUNDS, ConfirmationRound, Finalist, Plan, fit, plan
-from pipeline.search.decided import Decided
-from pipeline.search.trials import Role, TrialRecord
+from pipeline.search import _confirmation as confirmation
+from pipeline.search._confirmation.plan import MIN_ROUNDS, ConfirmationRound, Finalist, Plan, fit, plan
+from pipeline.search._decided import Decided
+from pipeline.search._trials import Role, TrialRecord
 from tests.helpers.settings import confirm_settings
 
 # True step times (s) of a split x checkpointing x dtype space on one GPU, shaped like the H200 study of

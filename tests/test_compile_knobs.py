@@ -22,9 +22,9 @@ from pipeline.jobs.task import job_spec
 from pipeline.knobs.torch_compile import Compile, compile_layers, decoder_layers
 from pipeline.measure.compiled import CompileWatch
 from pipeline.records import StopRule
-from pipeline.search.left_out import candidates
-from pipeline.search.space import combinations, splits
-from pipeline.search.trials import TrialRecord
+from pipeline.search._left_out import candidates
+from pipeline.search._space import combinations, splits
+from pipeline.search._trials import TrialRecord
 from tests.helpers.configs import composed
 from tests.helpers.spaces import assert_every_value_runs, runnable_combinations
 
@@ -254,7 +254,7 @@ def test_recording_cuda_graphs_counts_as_compiling():
 @pytest.mark.gpu
 def test_the_compile_study_validates_on_a_cuda_device(compose):
     """The same space through the real candidate code where CUDA is: 26 configs, every value in one that runs."""
-    from pipeline.search.left_out import check_values
+    from pipeline.search._left_out import check_values
 
     cfg = compose(*SEED, "optimize=compile")
     check_values(cfg)

@@ -136,7 +136,7 @@ def test_a_study_over_world_sizes_answers_with_how_many_ranks_it_uses(tmp_path):
     decided, and the answer says how many processes the best config uses."""
     from mlflow.tracking import MlflowClient
 
-    from pipeline.search.trials import TrialRecord
+    from pipeline.search._trials import TrialRecord
     from tests.helpers.cli import run_cli
     from tests.helpers.runs import the_study
 

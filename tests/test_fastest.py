@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config.compose import compose_job
-from pipeline.search import space
-from pipeline.search.left_out import candidates, droppable
+from pipeline.search import _space as space
+from pipeline.search._left_out import candidates, droppable
 
 KNOBS = (
     "++optimize.space={train.gradient_checkpointing:[true,false],train.torch_compile:[off,regional,true],"

@@ -20,7 +20,7 @@ from pipeline.builders.order import RunOrder
 from pipeline.builders.sft_args import sft_kwargs
 from pipeline.config.validate import validate
 from pipeline.records import Fit, Status
-from pipeline.search.trials import TrialRecord
+from pipeline.search._trials import TrialRecord
 from tests.helpers.cli import run_cli
 from tests.helpers.configs import composed
 from tests.helpers.runs import mlflow_runs, the_study

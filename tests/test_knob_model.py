@@ -13,8 +13,10 @@ import pytest
 from optuna.trial import TrialState
 
 from pipeline.records import Status
-from pipeline.search import knob_model, sampler, trials
-from pipeline.search.screening import Tried, together
+from pipeline.search import _knob_model as knob_model
+from pipeline.search import _sampler as sampler
+from pipeline.search import _trials as trials
+from pipeline.search._screening import Tried, together
 
 SPACE = {
     "batch.split": ["1x4", "2x2", "4x1"],

@@ -99,7 +99,7 @@ def test_the_docs_table_of_memory_terms_has_a_row_for_each_knob_with_a_term():
 def test_the_parent_reads_the_knobs_without_importing_torch(tmp_path):
     code = (
         "import sys; from pipeline import knobs; from pipeline.config import validate; "
-        "from pipeline.builders import sft_args; from pipeline.answer import script; import pipeline.search.predictor; "
+        "from pipeline.builders import sft_args; from pipeline.answer import script; import pipeline.search._predictor; "
         "assert len(knobs.registry()) >= 11; print('torch' in sys.modules)"
     )
     proc = run_python("-c", code, cwd=tmp_path)
@@ -127,8 +127,8 @@ from pipeline.config.identity import config_id, display_name
 from pipeline.config.schema import TrainConfig, typed
 from pipeline.config.validate import validate
 from pipeline.measure.flops import Shape
-from pipeline.search.formula import LOSS_BYTES_PER_TOKEN, Knobs
-from pipeline.search.predictor import Predictor
+from pipeline.search._formula import LOSS_BYTES_PER_TOKEN, Knobs
+from pipeline.search._predictor import Predictor
 
 KEY = "train.activation_offloading"
 GRAPHS = ["train.torch_compile=regional", "train.compile_mode=reduce-overhead", "batch.split=4x1"]

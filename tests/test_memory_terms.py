@@ -10,8 +10,8 @@ import pytest
 from pipeline import knobs as registry
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
-from pipeline.search.formula import Knobs, activation_token_bytes, memory_term
-from pipeline.search.predictor import Predictor
+from pipeline.search._formula import Knobs, activation_token_bytes, memory_term
+from pipeline.search._predictor import Predictor
 
 QWEN3_1_7B = Shape(2048, 6144, 28, 16, 8, 128, 151936, True)
 QWEN3_0_6B = Shape(1024, 3072, 28, 16, 8, 128, 151936, True)

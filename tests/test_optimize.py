@@ -10,7 +10,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline.search.trials import TrialRecord
+from pipeline.search._trials import TrialRecord
 from tests.helpers.cli import run_cli, start_cli
 from tests.helpers.runs import study_so_far, the_study
 from tests.helpers.settings import ROUND_STUDY
@@ -287,7 +287,7 @@ def test_a_study_where_nothing_fits_says_so_exits_3_and_stores_no_best(tmp_path)
 
 def _partial_rounds(cwd) -> int:
     """The rounds the study's confirmation round has stored so far (0 before its first)."""
-    from pipeline.search import confirmation
+    from pipeline.search import _confirmation as confirmation
 
     study = study_so_far(f"sqlite:///{cwd / 'mlruns' / 'optuna.db'}")
     attrs = study.user_attrs if study else {}
@@ -303,7 +303,7 @@ def test_a_study_stopped_during_its_confirmation_round_keeps_its_pairs_and_the_s
     that the round is off; the storage keeps its pairs; the same command runs the round again to its end."""
     import signal
 
-    from pipeline.search import confirmation
+    from pipeline.search import _confirmation as confirmation
 
     args = [*ROUND_STUDY, "optimize.study_name=stopped"]  # the same study for the two commands below
     worker = start_cli(

@@ -6,10 +6,10 @@ import pytest
 
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
-from pipeline.search.calibration import Prober
-from pipeline.search.formula import Knobs
-from pipeline.search.predictor import Predictor
-from pipeline.search.space import splits
+from pipeline.search._calibration import Prober
+from pipeline.search._formula import Knobs
+from pipeline.search._predictor import Predictor
+from pipeline.search._space import splits
 
 QWEN3_1_7B = Shape(
     hidden=2048, intermediate=6144, layers=28, heads=16, kv_heads=8, head_dim=128, vocab=151936, tied=True

@@ -10,9 +10,9 @@ import pytest
 
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
-from pipeline.search.calibration import knobs_of
-from pipeline.search.formula import Knobs, per_token_bytes
-from pipeline.search.predictor import Predictor
+from pipeline.search._calibration import knobs_of
+from pipeline.search._formula import Knobs, per_token_bytes
+from pipeline.search._predictor import Predictor
 
 SHAPE = Shape(hidden=2048, intermediate=6144, layers=28, heads=16, kv_heads=8, head_dim=128, vocab=151936, tied=True)
 # the knob study of 2026-11-30: eager (fp16 / bf16 take the same bytes), with and without checkpointing

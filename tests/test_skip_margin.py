@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 from pipeline.records import GIB, Status
-from pipeline.search import trials
+from pipeline.search import _trials as trials
 
 
 def _study(tmp_path) -> optuna.Study:

@@ -8,7 +8,7 @@ from optuna.trial import TrialState
 from pipeline.answer import slow
 from pipeline.answer.table import format_trials
 from pipeline.records import Status
-from pipeline.search.trials import Profile, TrialRecord
+from pipeline.search._trials import Profile, TrialRecord
 from pipeline.summaries import Interval
 
 # Qwen3-0.6B on variable-length chats, one H200, padding-free (the figures of the issue that asked for this): a

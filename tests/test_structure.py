@@ -18,7 +18,7 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.help import help_text
 from pipeline.config.validate import validate
 from pipeline.records import RunKind, RunState, Status
-from pipeline.search.trials import Role
+from pipeline.search._trials import Role
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")}
@@ -110,7 +110,7 @@ def test_no_module_is_longer_than_three_hundred_lines():
 ENUMS = {  # values, and the module that alone may spell them
     "MLflow run status": ({s.value for s in RunState}, "pipeline.records"),
     "run kind": ({k.value for k in RunKind}, "pipeline.records"),
-    "trial role": ({r.value for r in Role}, "pipeline.search.trials"),
+    "trial role": ({r.value for r in Role}, "pipeline.search._trials"),
     "status": ({s.value for s in Status}, "pipeline.records"),
 }
 
@@ -468,8 +468,8 @@ SEARCH_MODULES = {_name(m) for m in MODULES if m.startswith("pipeline.search.")}
 
 
 def _search_internals(tree: ast.AST) -> list[tuple[int, str]]:
-    """Imports of one of `pipeline.search`'s own modules: named (`pipeline.search.trials`), or taken by name from
-    the package (`from pipeline.search import trials`)."""
+    """Imports of one of `pipeline.search`'s own modules: named (`pipeline.search._trials`), or taken by name from
+    the package (`from pipeline.search import _trials`)."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -493,14 +493,20 @@ def test_code_outside_the_search_imports_only_its_front_door():
         for line, name in _search_internals(ast.parse(path.read_text()))
     ]
     assert not found, found
-    sample = (
-        "from pipeline.search import trials, TrialRecord\nimport pipeline.search.study\nfrom pipeline.search.x import y"
-    )
+    sample = "from pipeline.search import _trials, TrialRecord\nimport pipeline.search.study\nfrom pipeline.search.x import y"
     assert _search_internals(ast.parse(sample)) == [
-        (1, "pipeline.search.trials"),
+        (1, "pipeline.search._trials"),
         (2, "pipeline.search.study"),
         (3, "pipeline.search.x"),
     ]
+
+
+def test_the_search_modules_behind_its_front_door_are_private_by_name():
+    """Optuna's shape: the package's names are its door, and only `study` (the loop) is a public module; a module
+    added to the search without a leading underscore is caught here."""
+    public = sorted(m for m in SEARCH_MODULES - {"pipeline.search"} if not m.split(".")[2].startswith("_"))
+    assert public == ["pipeline.search.study"], public
+    assert "pipeline.search._trials" in SEARCH_MODULES  # the finder sees the private modules too
 
 
 def test_every_name_of_the_search_front_door_resolves():
@@ -568,6 +574,23 @@ def test_the_private_attribute_finder_finds_one():
     assert found == [(4, "x._c"), (5, "study._storage"), (5, "t._trial_id")]
 
 
+def _private_to(importer: str, name: str) -> bool:
+    """Whether module `importer` may use `name`: a private module (`pipeline.search._trials`) belongs to the package
+    above it, whose modules import it; a private name in a module (`pipeline.config.plan._repeat`) to that module."""
+    modules = {_name(m) for m in MODULES}
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if not part.startswith("_") or part.startswith("__"):
+            continue
+        owner = ".".join(parts[:i])
+        if ".".join(parts[: i + 1]) in modules:
+            if not (importer == owner or importer.startswith(owner + ".")):
+                return False
+        elif importer != owner:
+            return False
+    return True
+
+
 def _others_private_names(module: str, tree: ast.AST) -> list[tuple[int, str]]:
     """Another pipeline module's private name used here: `from pipeline.a import _b`, or `m._b` where `m` is a
     pipeline module this one imported (`from pipeline.commands import cli` ... `cli._run`)."""
@@ -577,8 +600,9 @@ def _others_private_names(module: str, tree: ast.AST) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pipeline"):
             for alias in node.names:
-                if alias.name.startswith("_") and not alias.name.startswith("__"):
-                    found.append((node.lineno, f"{node.module}.{alias.name}"))
+                target = f"{node.module}.{alias.name}"
+                if not _private_to(module, target):
+                    found.append((node.lineno, target))
                 if f"{node.module}.{alias.name}" in names:
                     bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
         elif isinstance(node, ast.Import):
@@ -600,11 +624,17 @@ def test_a_modules_private_names_are_its_own():
         for line, name in _others_private_names(_name(module), ast.parse(path.read_text()))
     ]
     assert not found, found
-    sample = "from pipeline.commands import cli\nfrom pipeline.config.plan import _repeat\ncli._run(cli.main)\n"
+    sample = (
+        "from pipeline.commands import cli\nfrom pipeline.config.plan import _repeat\ncli._run(cli.main)\n"
+        "from pipeline.search import _trials\nfrom pipeline.search._trials import Role\n"
+    )
     assert _others_private_names("pipeline.api", ast.parse(sample)) == [
         (2, "pipeline.config.plan._repeat"),
+        (4, "pipeline.search._trials"),
+        (5, "pipeline.search._trials.Role"),
         (3, "pipeline.commands.cli._run"),
     ]
+    assert _others_private_names("pipeline.search._telling", ast.parse(sample.split("\n", 3)[3])) == []
 
 
 # Outside data is parsed once, where it enters, into a typed object; past that, code reads attributes.

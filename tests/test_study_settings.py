@@ -20,11 +20,11 @@ from pipeline.answer.code import sft_of
 from pipeline.config.errors import ConfigError
 from pipeline.config.validate import validate
 from pipeline.records import Status
-from pipeline.search.confirmation import ConfirmationRecord
-from pipeline.search.confirmation.plan import ConfirmationRound
-from pipeline.search.left_out import candidates, check_values
-from pipeline.search.opening import StudyContext, check_binding
-from pipeline.search.trials import Role, TrialRecord
+from pipeline.search._confirmation import ConfirmationRecord
+from pipeline.search._confirmation.plan import ConfirmationRound
+from pipeline.search._left_out import candidates, check_values
+from pipeline.search._opening import StudyContext, check_binding
+from pipeline.search._trials import Role, TrialRecord
 from tests.helpers.cli import REPO, run_cli, start_cli
 from tests.helpers.runs import mlflow_runs, the_study
 from tests.helpers.wait import wait_until

@@ -456,7 +456,7 @@ def test_a_studys_trials_are_120_columns_wide_each_by_every_key_it_differs_in():
     from optuna.trial import TrialState
 
     from pipeline.answer.table import compact_trials, format_trials
-    from pipeline.search.trials import Role, TrialRecord
+    from pipeline.search._trials import Role, TrialRecord
 
     def trial(number, split, moved, label_keys, role=Role.TRIAL, seconds=0.3):
         values = {**BASE, **moved}

@@ -20,9 +20,9 @@ from pipeline.render.headline import fastest_line, sweep_gain
 from pipeline.render.rows import Criteria, comparison_rows
 from pipeline.render.runs_table import in_short, parent_tags
 from pipeline.render.table import format_table, rank_text
-from pipeline.search.confirmation import ConfirmationRecord
-from pipeline.search.confirmation.plan import ConfirmationRound
-from pipeline.search.trials import TrialRecord
+from pipeline.search._confirmation import ConfirmationRecord
+from pipeline.search._confirmation.plan import ConfirmationRound
+from pipeline.search._trials import TrialRecord
 from tests.helpers.records import recorded
 
 EQUAL = re.compile(r"\bequal (?:within )?±(\d+)%")  # `equal ±3%`, `equal within ±3%`

@@ -21,9 +21,11 @@ from pipeline.config.validate import validate
 from pipeline.jobs import task
 from pipeline.liveness import Owner
 from pipeline.records import RunKind
-from pipeline.search import baseline, study, workers
+from pipeline.search import _baseline as baseline
+from pipeline.search import _workers as workers
+from pipeline.search import study
+from pipeline.search._trials import CONFIG_ID
 from pipeline.search.study import StudyDriver
-from pipeline.search.trials import CONFIG_ID
 
 
 def _two_handles(tmp_path) -> tuple[optuna.Study, optuna.Study]:

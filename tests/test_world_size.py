@@ -15,12 +15,12 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.plan import plan_sweep
 from pipeline.jobs import ranks
 from pipeline.records import Status
-from pipeline.search import confirmation
-from pipeline.search.confirmation import ConfirmationRecord
-from pipeline.search.confirmation.plan import ConfirmationRound
-from pipeline.search.left_out import check_values
-from pipeline.search.space import combinations, knob_space
-from pipeline.search.trials import Role, TrialRecord
+from pipeline.search import _confirmation as confirmation
+from pipeline.search._confirmation import ConfirmationRecord
+from pipeline.search._confirmation.plan import ConfirmationRound
+from pipeline.search._left_out import check_values
+from pipeline.search._space import combinations, knob_space
+from pipeline.search._trials import Role, TrialRecord
 from tests.helpers.cli import run_cli
 from tests.helpers.gloo import on_ranks
 from tests.helpers.settings import confirm_settings

@@ -1,4 +1,4 @@
-"""What each knob bought: the knob model (`search.knob_model`) fitted to every config the study measured, and for
+"""What each knob bought: the knob model (`search._knob_model`) fitted to every config the study measured, and for
 each key where the answer differs from the baseline, the factor its value is worth (the baseline's value against the
 answer's, the other keys as the answer has them) with its 95% interval. A user learns which knobs carry the gain and
 which are along for the ride. The claim is the confirmation round's (`answer.speedup`): these are estimates of each

@@ -43,7 +43,7 @@ class StudyFacts:
     stopped: bool = False  # interrupted: where nothing fits yet, that is no verdict
     coverage: Coverage | None = None
     left_out: tuple[LeftOut, ...] = ()
-    run: str = ""  # the run the answer must fit, in words (`search.longest`)
+    run: str = ""  # the run the answer must fit, in words (`search._longest`)
     busy_threshold: float = 0.5  # measure.busy_threshold: a GPU busy less is said idle (`answer.slow`)
 
 

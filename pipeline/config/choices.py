@@ -39,7 +39,7 @@ class Distribution(StrEnum):
 
 
 class Sampler(StrEnum):
-    MODEL = "model"  # screening, then a model of what each knob gains (`search.sampler`)
+    MODEL = "model"  # screening, then a model of what each knob gains (`search._sampler`)
     TPE = "tpe"
     RANDOM = "random"
     BRUTEFORCE = "bruteforce"

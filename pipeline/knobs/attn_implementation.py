@@ -60,7 +60,7 @@ class AttentionKnob(Knob):
 
     @staticmethod
     def score_bytes(element: int) -> int:
-        """What attention without a fused kernel keeps of a score (`search.formula`): its fp32 probability, and its
+        """What attention without a fused kernel keeps of a score (`search._formula`): its fp32 probability, and its
         copy in the compute dtype (`element` bytes) where that is narrower."""
         return 4 + (element if element < 4 else 0)
 

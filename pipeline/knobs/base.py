@@ -90,10 +90,10 @@ CUDA_GRAPH_MODE_VALUES = ("reduce-overhead", "max-autotune")
 
 @dataclass(frozen=True)
 class Memory:
-    """A knob's term in the peak-memory prediction (`search.predictor`). `activations` multiplies what the layers
+    """A knob's term in the peak-memory prediction (`search._predictor`). `activations` multiplies what the layers
     keep per token without checkpointing; `checkpointed`: the layers keep only their inputs and one layer is
     recomputed in full (the share then applies to nothing); `fused`: the layers are compiled, and keep what their
-    matrix products and attention need rather than eager's element-wise intermediates (`search.formula`);
+    matrix products and attention need rather than eager's element-wise intermediates (`search._formula`);
     `token_bytes` and `static_bytes` add to the bytes per token and the fixed bytes; `logit_bytes` to the bytes per token and vocabulary entry (what a loss keeps of the
     logits); `scores` counts the attention scores each head of each layer keeps (attention without a fused kernel
     keeps its probabilities: memory that grows with the squared length of a row); `inputs` counts the copies of each

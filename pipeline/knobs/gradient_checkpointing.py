@@ -23,7 +23,7 @@ class GradientCheckpointingKnob(Knob):
 
     @staticmethod
     def kept_bytes(layers: int, element: int, hidden: int, layer: float) -> float:
-        """What checkpointed layers keep per token (`search.formula`): each layer its input (`element` bytes x
+        """What checkpointed layers keep per token (`search._formula`): each layer its input (`element` bytes x
         `hidden`), and the one recomputed in the backward all it keeps without checkpointing (`layer`)."""
         return layers * element * hidden + layer
 

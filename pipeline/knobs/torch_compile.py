@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 # What compiled layers keep without checkpointing: Inductor recomputes the element-wise work in the backward instead
-# of saving it, so a layer keeps what its matrix products and attention need (`search.formula`: b (6q + 2i) + 8h a
+# of saving it, so a layer keeps what its matrix products and attention need (`search._formula`: b (6q + 2i) + 8h a
 # token, against eager's b (6h + 4q + 4i) + 8h; a form chosen to match both shapes measured: 0.615 of eager's on the
 # Qwen3-1.7B shape, where regional's slope over eager's measured 0.62-0.65 (bench/results/grid-h200-seed.json, 512
 # tokens), 0.73 on the Qwen3-0.6B shape, where it measured 0.78 (record-h200/grid-chats-optuna.db, max_length, 1,024
@@ -53,7 +53,7 @@ def compile_layers(model: torch.nn.Module, mode: str) -> int:
 
 
 def layer_bytes(element: int, hidden: int, queries: int, intermediate: int) -> float:
-    """What a compiled layer keeps per token (`search.formula`, against eager's b (6h + 4q + 4i) + 8h): its matrix
+    """What a compiled layer keeps per token (`search._formula`, against eager's b (6h + 4q + 4i) + 8h): its matrix
     products' and attention's inputs in the compute dtype (`element` bytes), its fp32 norms."""
     return element * (6 * queries + 2 * intermediate) + 8 * hidden
 

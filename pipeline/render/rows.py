@@ -160,7 +160,7 @@ def notes(jobs: list[RecordedJob], criteria: Criteria) -> list[str]:
 
 def _rounds(jobs: list[RecordedJob]) -> dict[int, float]:
     """Each paired run's figure by round: the trimmed mean of its steady steps, as the study's confirmation round
-    judges (`search.confirmation.plan`), so a sweep, a study and their reports rank from the same numbers."""
+    judges (`search._confirmation.plan`), so a sweep, a study and their reports rank from the same numbers."""
     return {
         j.round: j.summary.step_time.trimmed
         for j in jobs

@@ -1,20 +1,20 @@
 """The Optuna study: the fastest configuration whose peak memory fits under the cap, as a loop over its parts.
 
 1. Calibrate (once per study, by whichever worker gets there first): short probe jobs fit the memory predictor and
-   time a micro-batch (`search.calibration`); then the baseline (`search.baseline`: the command line's config as it
-   runs, in the space or beside it) and the prior's first candidates (`search.prior`) are queued as the first
+   time a micro-batch (`search._calibration`); then the baseline (`search._baseline`: the command line's config as it
+   runs, in the space or beside it) and the prior's first candidates (`search._prior`) are queued as the first
    trials, so the others are judged against measured configs and a budget smaller than the space decides the
    likeliest first.
-2. Decide trials until `optimize.trials` configs of the space are decided (`search.telling`: skipped when predicted
+2. Decide trials until `optimize.trials` configs of the space are decided (`search._telling`: skipped when predicted
    over the cap, measured otherwise, stopped early when over the cap or slow; a failed job is decided once), the
-   sampler proposing what the queue does not. Workers sharing the study claim configs (`search.workers`).
-3. The confirmation round (`search.confirmation`): the finalists in paired rounds of fresh processes, the answer's claim
+   sampler proposing what the queue does not. Workers sharing the study claim configs (`search._workers`).
+3. The confirmation round (`search._confirmation`): the finalists in paired rounds of fresh processes, the answer's claim
    against the baseline always bought.
 4. Then the command's answer (`answer.conclusion`): printed and logged, with its speed-up over the baseline or why
    there is none.
 
 The study lives in `optimize.storage` (sqlite under mlruns/ by default) under a name derived from the config
-(`search.opening`), so re-running the same command resumes it: decided configs are never run again, and trials left
+(`search._opening`), so re-running the same command resumes it: decided configs are never run again, and trials left
 RUNNING by a killed worker are marked FAIL. Every job is an isolated job run by the same code as `pipeline.train`,
 nested in one MLflow parent run for the study.
 """
@@ -34,15 +34,18 @@ from pipeline import progress
 from pipeline.jobs import runner, task
 from pipeline.liveness import HEARTBEAT_S
 from pipeline.records import GIB
-from pipeline.search import baseline, prior, trials, workers
-from pipeline.search.calibration import ATTR as CALIBRATION
-from pipeline.search.calibration import Calibration, Prober
-from pipeline.search.confirmation.jobs import FinalRound
-from pipeline.search.knob_view import StudyView
-from pipeline.search.opening import StudyContext
-from pipeline.search.sampler import KnobModelSampler, ViewSampler
-from pipeline.search.space import Candidate, left_out_lines, suggest
-from pipeline.search.telling import TrialTeller
+from pipeline.search import _baseline as baseline
+from pipeline.search import _prior as prior
+from pipeline.search import _trials as trials
+from pipeline.search import _workers as workers
+from pipeline.search._calibration import ATTR as CALIBRATION
+from pipeline.search._calibration import Calibration, Prober
+from pipeline.search._confirmation.jobs import FinalRound
+from pipeline.search._knob_view import StudyView
+from pipeline.search._opening import StudyContext
+from pipeline.search._sampler import KnobModelSampler, ViewSampler
+from pipeline.search._space import Candidate, left_out_lines, suggest
+from pipeline.search._telling import TrialTeller
 
 
 class StudyDriver:

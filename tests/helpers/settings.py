@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from pipeline.search import confirmation
+from pipeline.search import _confirmation as confirmation
 
 # The README's CPU study (a 2048-token vocabulary, 256-token sequences, batch 8, four trials), with short jobs and
 # probes, under a cap that rules out the largest micro-batch (8x1, 0.62 GiB, by prediction or measured) and leaves

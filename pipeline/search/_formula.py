@@ -18,7 +18,7 @@ its rows' squared lengths, a padding-free row being one):
                        the command line): a share of the activations (compiled layers, Liger's kernels, adapters in the
                        compute dtype), the logits a loss keeps (per token and vocabulary entry), CUDA graphs' copies
                        of each layer's input; a knob without a term changes nothing.
-The probes fix the sum's two free numbers (`search.predictor`): `scale` multiplies the activations, `offset` is what
+The probes fix the sum's two free numbers (`search._predictor`): `scale` multiplies the activations, `offset` is what
 the formula does not see (CUDA context and allocator slack; on CPU the interpreter); the logits and the graphs' copies
 are measured figures and are not scaled.
 """

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from pipeline import knobs
 from pipeline.config.validate import parse_split
-from pipeline.search import trials
-from pipeline.search.calibration import Calibration
-from pipeline.search.opening import StudyContext
-from pipeline.search.space import Candidate
+from pipeline.search import _trials as trials
+from pipeline.search._calibration import Calibration
+from pipeline.search._opening import StudyContext
+from pipeline.search._space import Candidate
 
 
 def estimate(calibration: Calibration, candidate: Candidate) -> float:

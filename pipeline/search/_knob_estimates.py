@@ -1,12 +1,12 @@
-"""The knob model (`search.knob_model`) fitted to the configs a study measured: each config's searched values, its
+"""The knob model (`search._knob_model`) fitted to the configs a study measured: each config's searched values, its
 first measured step time, and the model's estimate of each config's step time. The confirmation round ranks its
 finalists by those estimates; the answer's gains (`answer.gains`) read factors from the same fit."""
 
 from __future__ import annotations
 
 from pipeline.config.identity import parse_override
-from pipeline.search import knob_model
-from pipeline.search.trials import TrialRecord, measured_seconds
+from pipeline.search import _knob_model as knob_model
+from pipeline.search._trials import TrialRecord, measured_seconds
 
 
 def searched_values(record: TrialRecord) -> dict[str, str]:

@@ -23,8 +23,8 @@ import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from pipeline.search.confirmation.plan import COST_MARGIN, MIN_ROUNDS, ConfirmationRound, Finalist, fit
-from pipeline.search.trials import TrialRecord
+from pipeline.search._confirmation.plan import COST_MARGIN, MIN_ROUNDS, ConfirmationRound, Finalist, fit
+from pipeline.search._trials import TrialRecord
 
 MIN_STEPS = 3  # steady steps of a confirmation run at least: a median of fewer is one step's noise
 ATTR = "confirmation"  # the study's user attribute that holds the record of the finished round

@@ -44,7 +44,7 @@ def is_decided(trial: FrozenTrial) -> bool:
 
 @dataclass(frozen=True)
 class Longest:
-    """What a trial's fit is judged on (LONGEST, written by `search.telling`): the run's longest micro-batch's
+    """What a trial's fit is judged on (LONGEST, written by `search._telling`): the run's longest micro-batch's
     tokens and step, its real tokens (missing: None), and whether its job trained it at step one (`first`; missing:
     it did not, every micro-batch of the run being alike)."""
 
@@ -111,7 +111,7 @@ class TrialRecord:
     outside: bool = False  # the baseline, measured beside the space (the command line's config is not in it)
     owner: str | None = None  # host:pid:start of the worker that claimed it
     world_size: int = 1  # the ranks of its job, a device each
-    longest: Longest | None = None  # what its fit is judged on (`search.telling`)
+    longest: Longest | None = None  # what its fit is judged on (`search._telling`)
     gpu_busy: float | None = None
     profile: Profile = Profile()  # host_ms, device_ms, launches_per_step (measure.profile)
 

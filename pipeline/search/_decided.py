@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.trial import TrialState
 
-from pipeline.search import trials
-from pipeline.search.calibration import ATTR as CALIBRATION
-from pipeline.search.calibration import Calibration, seconds_so_far
-from pipeline.search.confirmation import ATTR as CONFIRMATION
-from pipeline.search.confirmation import PARTIAL as CONFIRMATION_SO_FAR
-from pipeline.search.confirmation import ConfirmationRecord
-from pipeline.search.trials import TrialRecord
+from pipeline.search import _trials as trials
+from pipeline.search._calibration import ATTR as CALIBRATION
+from pipeline.search._calibration import Calibration, seconds_so_far
+from pipeline.search._confirmation import ATTR as CONFIRMATION
+from pipeline.search._confirmation import PARTIAL as CONFIRMATION_SO_FAR
+from pipeline.search._confirmation import ConfirmationRecord
+from pipeline.search._trials import TrialRecord
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from optuna.trial import TrialState
 from pipeline import knobs
 from pipeline.config.errors import ConfigError
 from pipeline.config.knobs import compute_dtype
-from pipeline.search import trials
-from pipeline.search.opening import StudyContext
-from pipeline.search.space import Candidate, make_candidate
-from pipeline.search.trials import Role
+from pipeline.search import _trials as trials
+from pipeline.search._opening import StudyContext
+from pipeline.search._space import Candidate, make_candidate
+from pipeline.search._trials import Role
 
 
 def resolved_values(ctx: StudyContext) -> tuple[tuple[str, Any], ...]:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from pipeline.config.accepted import choices_of
 from pipeline.config.errors import ConfigError
-from pipeline.search.space import (
+from pipeline.search._space import (
     SPLIT_KEY,
     WORLD_KEY,
     Candidate,

@@ -1,4 +1,4 @@
-"""The model sampler's view of a running study (`search.sampler.SearchView`): the space's points, whether the memory
+"""The model sampler's view of a running study (`search._sampler.SearchView`): the space's points, whether the memory
 predictor says one fits, the screening design's centre (the probes' best guess: the prior's first), and the step
 time a trial's own job measured."""
 
@@ -8,10 +8,11 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from pipeline.search import prior, trials
-from pipeline.search.calibration import ATTR as CALIBRATION
-from pipeline.search.opening import StudyContext
-from pipeline.search.space import choice_of
+from pipeline.search import _prior as prior
+from pipeline.search import _trials as trials
+from pipeline.search._calibration import ATTR as CALIBRATION
+from pipeline.search._opening import StudyContext
+from pipeline.search._space import choice_of
 from pipeline.summaries import Interval
 
 

@@ -1,5 +1,5 @@
 """A study's calibration: short probe jobs (the smallest and the largest micro-batch, each once per step, uncapped)
-that fit the memory predictor's two free numbers and time a micro-batch (the prior of `search.prior`). When the
+that fit the memory predictor's two free numbers and time a micro-batch (the prior of `search._prior`). When the
 space searches gradient checkpointing, the other setting is probed too: the formula's activations without
 checkpointing were seen 20% off when calibrated on probes with it, and two points of each setting give each its own
 line. Stored on the study (user attribute `calibration`), so every worker and every resumed run uses the same."""
@@ -19,9 +19,9 @@ from pipeline.config.schema import typed
 from pipeline.jobs import task
 from pipeline.knobs import KnobRole, registry
 from pipeline.records import GIB, MicroBatch, RunKind, Status
-from pipeline.search.formula import FORMULA_ROLES, Knobs
-from pipeline.search.longest import RunBatches
-from pipeline.search.space import SPLIT_KEY
+from pipeline.search._formula import FORMULA_ROLES, Knobs
+from pipeline.search._longest import RunBatches
+from pipeline.search._space import SPLIT_KEY
 from pipeline.tracking import runs
 
 

@@ -5,7 +5,7 @@ With `world_size` in the space (`optimize.space={world_size:[1,2]}`), the splits
 searched, and a candidate is a split and a world size whose product is the effective batch (4 = 4x1 x 1 = 2x1 x 2):
 the other pairs are invalid combinations, like any knob that cannot run with another. Each world size is checked
 against the devices present (`validate.check_world_size`). The values no candidate can use, and the check of a
-study's space, are `search.left_out`'s."""
+study's space, are `search._left_out`'s."""
 
 from __future__ import annotations
 

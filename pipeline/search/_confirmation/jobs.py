@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pipeline.jobs import task
 from pipeline.records import RunKind, Status
-from pipeline.search import confirmation, knob_estimates, workers
-from pipeline.search.decided import Decided
-from pipeline.search.opening import StudyContext
-from pipeline.search.trials import TrialRecord
+from pipeline.search import _confirmation as confirmation
+from pipeline.search import _knob_estimates as knob_estimates
+from pipeline.search import _workers as workers
+from pipeline.search._decided import Decided
+from pipeline.search._opening import StudyContext
+from pipeline.search._trials import TrialRecord
 from pipeline.tracking import figures, runs
 
 

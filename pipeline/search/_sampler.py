@@ -7,7 +7,7 @@ pays beside another, such as a compiled loss beside compiled layers, is tried on
 that cannot run alone is moved with the fewest other keys that make it valid). A config faster by no more than
 `tolerance` (the study's tie tolerance: one process's noise), or whose steps' interval overlaps the fastest's, does not
 move the anchor away from one nearer the centre, so a change that bought nothing decided is not carried into every
-later trial. Then it fits the knob model (`search.knob_model`) to every config measured so far and proposes the
+later trial. Then it fits the knob model (`search._knob_model`) to every config measured so far and proposes the
 untried config with the best optimistic step time (`optimism` standard deviations under the predicted mean) that the
 memory predictor says fits. It is an Optuna sampler, so the study stays an Optuna study: its trials, storage, workers
 and dashboard are as with TPE.
@@ -26,8 +26,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from pipeline.config.choices import Sampler
 from pipeline.config.schema import OptimizeConfig
-from pipeline.search import knob_model
-from pipeline.search.screening import Params, Tried, anchor, key, next_screen, together
+from pipeline.search import _knob_model as knob_model
+from pipeline.search._screening import Params, Tried, anchor, key, next_screen, together
 from pipeline.summaries import Interval
 
 OPTIMISM = 1.0  # standard deviations under the predicted mean that a proposal is judged by

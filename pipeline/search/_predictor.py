@@ -1,9 +1,9 @@
-"""A LoRA-aware prediction of a job's peak memory (`search.formula`), calibrated by at most two short probe jobs,
+"""A LoRA-aware prediction of a job's peak memory (`search._formula`), calibrated by at most two short probe jobs,
 then taken over by the peaks the study measures.
 
 The probes fix the formula's two free numbers: `scale` multiplies the activations, `offset` is what the formula does
 not see. Measured peaks then take over: for fixed knobs the peak is linear in the tokens of the run's longest
-micro-batch (`search.longest`), so every setting measured is a line (`search.lines`): through its points where it has
+micro-batch (`search._longest`), so every setting measured is a line (`search._lines`): through its points where it has
 two token counts, else its point with the growth per token of the nearest setting that has (else the formula's). A
 config is predicted on its own setting's line, else on the nearest measured setting's, carried by the difference of
 their terms; the calibrated formula answers alone only where nothing of its formula's knobs was measured.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pipeline.measure.flops import Shape
-from pipeline.search.formula import (
+from pipeline.search._formula import (
     Knobs,
     activation_token_bytes,
     beyond_terms,
@@ -24,7 +24,7 @@ from pipeline.search.formula import (
     term_of,
     token_equivalents,
 )
-from pipeline.search.lines import Line, Terms
+from pipeline.search._lines import Line, Terms
 
 Measured = list[tuple[Knobs, float]]  # (knobs, peak bytes)
 

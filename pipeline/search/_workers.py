@@ -27,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from pipeline.adapters import optuna_storage
 from pipeline.liveness import GRACE_S, HEARTBEAT_S, Owner
-from pipeline.search.trials import CONFIG_ID, OWNER, is_decided
+from pipeline.search._trials import CONFIG_ID, OWNER, is_decided
 
 HEARTBEAT = "heartbeat"
 

@@ -22,14 +22,14 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.identity import digest, identity_tree
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
-from pipeline.search.calibration import ATTR as CALIBRATION
-from pipeline.search.calibration import Calibration, knobs_of
-from pipeline.search.formula import Knobs
-from pipeline.search.left_out import candidates
-from pipeline.search.longest import RunBatches
-from pipeline.search.predictor import Predictor
-from pipeline.search.sampler import make_sampler
-from pipeline.search.space import Candidate, LeftOut, knob_space
+from pipeline.search._calibration import ATTR as CALIBRATION
+from pipeline.search._calibration import Calibration, knobs_of
+from pipeline.search._formula import Knobs
+from pipeline.search._left_out import candidates
+from pipeline.search._longest import RunBatches
+from pipeline.search._predictor import Predictor
+from pipeline.search._sampler import make_sampler
+from pipeline.search._space import Candidate, LeftOut, knob_space
 from pipeline.tracking import runs
 from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
 

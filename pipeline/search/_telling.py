@@ -26,11 +26,12 @@ from pipeline.adapters import optuna_storage
 from pipeline.jobs import task
 from pipeline.measure.summary import steady_steps
 from pipeline.records import GIB, RunKind, Status, StopRule
-from pipeline.search import trials, workers
-from pipeline.search.formula import Knobs
-from pipeline.search.opening import StudyContext
-from pipeline.search.space import Candidate
-from pipeline.search.trials import Role
+from pipeline.search import _trials as trials
+from pipeline.search import _workers as workers
+from pipeline.search._formula import Knobs
+from pipeline.search._opening import StudyContext
+from pipeline.search._space import Candidate
+from pipeline.search._trials import Role
 from pipeline.summaries import Interval
 from pipeline.tracking import figures, runs
 

@@ -1,5 +1,5 @@
 """Lines through measured peaks: for fixed knobs a job's peak memory is linear in the tokens of the micro-batch it is
-measured on (`search.predictor` places each micro-batch at its token equivalents), so a setting measured at two token
+measured on (`search._predictor` places each micro-batch at its token equivalents), so a setting measured at two token
 counts is the line through them, and one measured once is that point with another setting's growth per token.
 
 A line is carried to another setting by the difference of their memory terms, in bytes as the formula counts them:
