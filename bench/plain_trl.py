@@ -19,24 +19,11 @@ import argparse
 import json
 import time
 
-import numpy as np
+import random_qwen3
 import torch
-from datasets import Dataset
 from peft import LoraConfig
-from tokenizers import Tokenizer, models
-from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+from transformers import AutoModelForCausalLM
 from trl import SFTConfig, SFTTrainer
-
-
-class LogClock(TrainerCallback):
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.losses: list[float] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self.times.append(time.perf_counter())
-            self.losses.append(float(logs["loss"]))
 
 
 def main() -> None:
@@ -59,37 +46,13 @@ def main() -> None:
     micro, accumulation = (int(x) for x in args.split.split("x"))
     start = time.perf_counter()
 
-    shape = {
-        "hidden_size": 2048,
-        "intermediate_size": 6144,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "vocab_size": 151936,
-        **json.loads(args.shape),
-    }
-    vocab = {f"t{i}": i for i in range(shape["vocab_size"])}
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0")), pad_token="t0", eos_token="t1"
-    )
-    config = AutoConfig.for_model(
-        "qwen3",
-        **shape,
-        max_position_embeddings=40960,
-        tie_word_embeddings=True,
-        rope_theta=1_000_000.0,
-        rms_norm_eps=1e-6,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
+    shape = random_qwen3.shape_of(args.shape)
+    tokenizer = random_qwen3.tokenizer(shape["vocab_size"])
     torch.manual_seed(0)
     with torch.device(args.device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
-    rng = np.random.default_rng(0)
-    rows = rng.integers(4, shape["vocab_size"], size=(args.steps * micro * accumulation, args.length)).tolist()
-    dataset = Dataset.from_dict({"input_ids": rows})
-    clock = LogClock()
+        model = AutoModelForCausalLM.from_config(random_qwen3.config(shape), dtype=dtype, attn_implementation="sdpa")
+    dataset = random_qwen3.rows(args.steps * micro * accumulation, args.length, shape["vocab_size"])
+    clock = random_qwen3.LogClock()
     trainer = SFTTrainer(
         model=model,
         args=SFTConfig(

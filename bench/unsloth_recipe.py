@@ -22,54 +22,22 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("UNSLOTH_DISABLE_STATISTICS", "1")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import unsloth  # noqa: E402, F401  (first: it patches transformers and TRL)
-from datasets import Dataset  # noqa: E402
-from tokenizers import Tokenizer, models  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast, TrainerCallback  # noqa: E402
+from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 from unsloth import FastLanguageModel  # noqa: E402
 
-SHAPE = {
-    "hidden_size": 2048,
-    "intermediate_size": 6144,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "vocab_size": 151936,
-}
+# isort: split
+import random_qwen3  # noqa: E402  (bench/'s own, after unsloth: it imports transformers)
+
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-class LogClock(TrainerCallback):
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.losses: list[float] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self.times.append(time.perf_counter())
-            self.losses.append(float(logs["loss"]))
 
 
 def saved_model(folder: str, shape: dict) -> PreTrainedTokenizerFast:
     """Qwen3 of `shape` with random weights (seed 0) and a word-level tokenizer, saved to `folder` in bf16."""
-    vocab = {f"t{i}": i for i in range(shape["vocab_size"])}
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0")), pad_token="t0", eos_token="t1"
-    )
-    config = AutoConfig.for_model(
-        "qwen3",
-        **shape,
-        max_position_embeddings=40960,
-        tie_word_embeddings=True,
-        rope_theta=1_000_000.0,
-        rms_norm_eps=1e-6,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
+    tokenizer = random_qwen3.tokenizer(shape["vocab_size"])
+    config = random_qwen3.config(shape)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -87,7 +55,7 @@ def main() -> None:
     parser.add_argument("--optim", default="adamw_8bit")
     args = parser.parse_args()
     micro, accumulation = (int(x) for x in args.split.split("x"))
-    shape = {**SHAPE, **json.loads(args.shape)}
+    shape = random_qwen3.shape_of(args.shape)
     start = time.perf_counter()
     folder = tempfile.mkdtemp(prefix="unsloth-model-")
     tokenizer = saved_model(folder, shape)
@@ -104,13 +72,12 @@ def main() -> None:
         use_gradient_checkpointing="unsloth" if args.checkpointing == "unsloth" else False,
         random_state=3407,
     )
-    rng = np.random.default_rng(0)
-    rows = rng.integers(4, shape["vocab_size"], size=(args.steps * micro * accumulation, args.length)).tolist()
-    clock = LogClock()
+    dataset = random_qwen3.rows(args.steps * micro * accumulation, args.length, shape["vocab_size"])
+    clock = random_qwen3.LogClock()
     trainer = SFTTrainer(
         model=model,
         processing_class=tokenizer,
-        train_dataset=Dataset.from_dict({"input_ids": rows}),
+        train_dataset=dataset,
         args=SFTConfig(
             output_dir=tempfile.mkdtemp(prefix="unsloth-out-"),
             per_device_train_batch_size=micro,
