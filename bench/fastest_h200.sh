@@ -16,6 +16,7 @@ dir=${DIR:-/root/fastest}
 py=${PYTHON:-python3}
 wait_s=${WAIT_S:-560}
 mkdir -p "$out" "$dir"
+source "$(dirname "$0")/stages.sh"
 if [ "${REHEARSAL:-0}" = 1 ]; then
   setting=(mem_cap=1GiB batch.effective=4 model.vocab_size=2048 train.max_length=128 train.steps=8
     measure.warmup_steps=2 optimize.probe_steps=3 optimize.trials=4
@@ -40,18 +41,11 @@ case "${1:-follow}" in
     touch "$dir/queue.done"
     exit 0 ;;
   start)
-    if [ ! -e "$dir/queue.started" ]; then
-      mkdir -p "$dir/repo" && cp -r pipeline conf bench pyproject.toml "$dir/repo/" && date +%s > "$dir/queue.started"
-      setsid bash "$dir/repo/bench/fastest_h200.sh" queue < /dev/null > "$dir/queue.out" 2>&1 &
-    fi ;;
+    queue_start fastest_h200.sh ;;
 esac
-deadline=$(($(date +%s) + wait_s))
-# the logs are copied at every look, so a call cut short by its limit still brings back what ran
-while cp "$dir"/*.log "$out/" 2>/dev/null; [ ! -e "$dir/queue.done" ] && [ "$(date +%s)" -lt "$deadline" ]; do
-  sleep 5
-done
+collect() { cp "$dir"/*.log "$out/" 2>/dev/null; }
+queue_follow collect 5
 [ -e "$dir/runs/optuna.db" ] && cp "$dir/runs/optuna.db" "$out/optuna.db"
-echo "queue: $(cat "$dir/queue.log" 2>/dev/null | tr '\n' ';') done: $([ -e "$dir/queue.done" ] && echo yes || echo no)"
 for f in "$dir"/study-*.log; do
   [ -e "$f" ] || continue
   echo "== $f: $(grep -c '^\[job\].*: ok' "$f") jobs ok, $(grep -c '^\[job\].*: starting' "$f") started"

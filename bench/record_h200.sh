@@ -29,6 +29,7 @@ py=${PYTHON:-python3}
 wait_s=${WAIT_S:-560}
 stages=${STAGES:-spread-seed spread-small grid-chats grid-small}
 mkdir -p "$out" "$dir"
+source "$(dirname "$0")/stages.sh"
 
 if [ "${REHEARSAL:-0}" = 1 ]; then
   seed=(model=tiny gpu=cpu mem_cap=14GiB batch.split=4x1 batch.effective=4 train.steps=10 measure.warmup_steps=2)
@@ -123,19 +124,12 @@ case "${1:-follow}" in
     touch "$dir/queue.done"
     exit 0 ;;
   start)
-    if [ ! -e "$dir/queue.started" ]; then
-      mkdir -p "$dir/repo" && cp -r pipeline conf bench pyproject.toml "$dir/repo/" && date +%s > "$dir/queue.started"
-      setsid bash "$dir/repo/bench/record_h200.sh" queue < /dev/null > "$dir/queue.out" 2>&1 &
-    fi ;;
+    queue_start record_h200.sh ;;
 esac
-deadline=$(($(date +%s) + wait_s))
 collect() {  # the logs, spread tables and grids so far, as one tarball in OUT
   (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db queue.out 2>/dev/null)
 }
-while collect; [ ! -e "$dir/queue.done" ] && [ "$(date +%s)" -lt "$deadline" ]; do
-  sleep 10
-done
-echo "queue: $(tr '\n' ';' < "$dir/queue.log" 2>/dev/null) done: $([ -e "$dir/queue.done" ] && echo yes || echo no)"
+queue_follow collect 10
 for f in "$dir"/*.log; do
   [ -e "$f" ] || continue
   echo "== $(basename "$f"): $(grep -c '^\[job\].*: ok' "$f") jobs ok"

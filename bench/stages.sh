@@ -1,7 +1,8 @@
 # Shared by the bench scripts that run in one device call: `say` logs a line, `machine` records and says the GPUs
 # and the stack's versions, `stage` runs one command with a share of the call's time. Source it after setting NAME
 # (the log's prefix and file), RES (the results folder), and, for a budget across stages, START (epoch seconds) and
-# BUDGET (seconds; unset: shares alone).
+# BUDGET (seconds; unset: shares alone). `queue_start` and `queue_follow` run a script's queue in a session that
+# outlives a device call and collect it over later calls; they read `dir` (the queue's folder) and `wait_s`.
 say() { echo "[$NAME] $*" | tee -a "$RES/$NAME.log"; }
 
 machine() {  # machine [COMMAND...]: GPUs, versions (and what COMMAND prints) into $RES/versions.txt, and said
@@ -25,4 +26,19 @@ stage() {  # stage LABEL SHARE COMMAND...: at most SHARE seconds (and what is le
   timeout -s INT -k 30 "$share" "$@" > "$RES/$label.log" 2>&1
   rc=$?
   say "$label: exit $rc after $(( $(date +%s) - t0 )) s$([ $rc = 124 ] && echo ' (interrupted at its share)')"
+}
+
+queue_start() {  # queue_start SCRIPT: once per $dir, a copy of the repository there and `SCRIPT queue` in its own session
+  if [ ! -e "$dir/queue.started" ]; then
+    mkdir -p "$dir/repo" && cp -r pipeline conf bench pyproject.toml "$dir/repo/" && date +%s > "$dir/queue.started"
+    setsid bash "$dir/repo/bench/$1" queue < /dev/null > "$dir/queue.out" 2>&1 &
+  fi
+}
+
+queue_follow() {  # queue_follow COLLECT POLL_S: COLLECT at every look (a call cut short still brings back what ran)
+  local deadline=$(($(date +%s) + wait_s))  # until the queue is done or wait_s is up; then what the queue logged
+  while "$1"; [ ! -e "$dir/queue.done" ] && [ "$(date +%s)" -lt "$deadline" ]; do
+    sleep "$2"
+  done
+  echo "queue: $(tr '\n' ';' < "$dir/queue.log" 2>/dev/null) done: $([ -e "$dir/queue.done" ] && echo yes || echo no)"
 }
