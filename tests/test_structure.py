@@ -6,6 +6,7 @@ comments read), and the typed config read by attribute outside the config packag
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -24,6 +25,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pipeline"
 MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts): p for p in PACKAGE.rglob("*.py")}
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 300
+
+
+@functools.cache
+def _source(path: Path) -> str:
+    return path.read_text()
+
+
+@functools.cache
+def _parsed(path: Path) -> ast.AST:
+    """A module's tree, parsed once for every check that reads it (none changes it)."""
+    return ast.parse(_source(path))
 
 
 def _name(module: str) -> str:
@@ -51,7 +63,7 @@ def _imports(module: str, tree: ast.AST) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    return {_name(m): _imports(m, ast.parse(p.read_text())) for m, p in MODULES.items()}
+    return {_name(m): _imports(m, _parsed(p)) for m, p in MODULES.items()}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -89,7 +101,7 @@ def test_the_cycle_finder_finds_one():
 def test_no_function_is_longer_than_sixty_lines():
     long = []
     for module, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
@@ -102,7 +114,7 @@ def test_no_module_is_longer_than_three_hundred_lines():
     long = [
         f"{module}: {n} lines"
         for module, path in MODULES.items()
-        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+        if (n := len(_source(path).splitlines())) > MAX_MODULE_LINES
     ]
     assert not long, long
 
@@ -139,7 +151,7 @@ def test_statuses_kinds_and_roles_are_spelled_only_by_their_enum(what):
         f"{module}:{line}: {value!r}"
         for module, path in MODULES.items()
         if _name(module) != owner
-        for line, value in _literal_uses(ast.parse(path.read_text()))
+        for line, value in _literal_uses(_parsed(path))
         if value in values
     ]
     assert not found, found
@@ -225,7 +237,7 @@ def test_an_entry_point_only_runs_its_command():
     """`python -m pipeline.<name>` is one line of the commands package: the command's code lives there, and the
     top of the package holds the entry points, the Python API and the records every layer shares."""
     for name in ENTRY_POINTS:
-        tree = ast.parse((PACKAGE / f"{name}.py").read_text())
+        tree = _parsed(PACKAGE / f"{name}.py")
         imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
         assert [(i.module, [a.name for a in i.names]) for i in imports] == [(f"pipeline.commands.{name}", ["main"])]
         assert len(tree.body) == 3, f"pipeline/{name}.py does more than run pipeline.commands.{name}.main"
@@ -271,7 +283,7 @@ def test_a_librarys_private_api_is_reached_only_through_an_adapter():
         f"{module}:{line}: {name}"
         for module, path in MODULES.items()
         if not module.startswith("pipeline.adapters.")
-        for line, name in _private_imports(ast.parse(path.read_text()))
+        for line, name in _private_imports(_parsed(path))
     ]
     assert not found, found
     assert _private_imports(ast.parse("from a._b import c\nfrom d import _e\nimport f._g\nfrom h import i")) == [
@@ -307,7 +319,7 @@ def test_the_config_is_read_by_attribute_outside_the_config_package():
         f"{module}:{line}: {text}"
         for module, path in MODULES.items()
         if not module.startswith("pipeline.config.")
-        for line, text in _config_subscripts(ast.parse(path.read_text()))
+        for line, text in _config_subscripts(_parsed(path))
     ]
     assert not found, found
 
@@ -375,7 +387,7 @@ def test_no_module_outside_the_knobs_spells_a_knobs_key():
         f"{module}:{line}: {what}"
         for module, path in MODULES.items()
         if not module.startswith("pipeline.knobs.")
-        for line, what in _knob_spellings(ast.parse(path.read_text()), path.read_text())
+        for line, what in _knob_spellings(_parsed(path), _source(path))
     ]
     assert not found, found
 
@@ -412,7 +424,7 @@ def test_a_fields_choices_are_compared_only_through_its_enum(name):
         f"{module}:{line}: {value!r}"
         for module, path in MODULES.items()
         if module != owner
-        for line, value in _literal_uses(ast.parse(path.read_text()))
+        for line, value in _literal_uses(_parsed(path))
         if value in values
     ]
     assert not found, found
@@ -436,7 +448,7 @@ def test_the_yaml_comments_list_a_fields_choices_as_its_enum_does():
     wrong = []
     for path in sorted((PACKAGE.parent / "conf").rglob("*.yaml")):
         group = path.parent.name
-        for number, line in enumerate(path.read_text().splitlines(), start=1):
+        for number, line in enumerate(_source(path).splitlines(), start=1):
             key, _, rest = line.partition(":")
             comment = rest.partition("#")[2]
             if " | " not in comment or line.startswith(" "):
@@ -452,7 +464,7 @@ def _public_classes(modules: dict[str, Path]) -> dict[str, list[str]]:
     """Each public class name the package defines at a module's top, with the modules that define it."""
     found: dict[str, list[str]] = {}
     for module, path in sorted(modules.items()):
-        for node in ast.parse(path.read_text()).body:
+        for node in _parsed(path).body:
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 found.setdefault(node.name, []).append(module)
     return found
@@ -490,7 +502,7 @@ def test_code_outside_the_search_imports_only_its_front_door():
         f"{module}:{line}: {name}"
         for module, path in MODULES.items()
         if not module.startswith("pipeline.search.")
-        for line, name in _search_internals(ast.parse(path.read_text()))
+        for line, name in _search_internals(_parsed(path))
     ]
     assert not found, found
     sample = "from pipeline.search import _trials, TrialRecord\nimport pipeline.search.study\nfrom pipeline.search.x import y"
@@ -554,7 +566,7 @@ def _private_attributes(tree: ast.AST, own: set[str]) -> list[tuple[int, str]]:
 def test_a_librarys_private_attribute_is_read_only_through_an_adapter():
     """An object of another library is read by its public attributes outside pipeline/adapters; what has no public
     equivalent gets an adapter, checked against the installed version by tests/test_adapters.py."""
-    trees = {module: ast.parse(path.read_text()) for module, path in MODULES.items()}
+    trees = {module: _parsed(path) for module, path in MODULES.items()}
     own = _defined_names(list(trees.values()))
     found = [
         f"{module}:{line}: {text}"
@@ -621,7 +633,7 @@ def test_a_modules_private_names_are_its_own():
     found = [
         f"{module}:{line}: {name}"
         for module, path in MODULES.items()
-        for line, name in _others_private_names(_name(module), ast.parse(path.read_text()))
+        for line, name in _others_private_names(_name(module), _parsed(path))
     ]
     assert not found, found
     sample = (
@@ -718,13 +730,13 @@ def test_outside_data_is_read_by_attribute_past_its_boundary():
     found = [
         f"{module}:{line}: {receiver}.get"
         for module, path in MODULES.items()
-        for line, receiver in _boundary_reads(_name(module), ast.parse(path.read_text()))
+        for line, receiver in _boundary_reads(_name(module), _parsed(path))
     ]
     assert not found, found
     used = {
         (owner, known)
         for module, path in MODULES.items()
-        for _, receiver, _ in _literal_gets(ast.parse(path.read_text()))
+        for _, receiver, _ in _literal_gets(_parsed(path))
         for owner, known in INTERNAL
         if _within(_name(module), owner) and receiver == known
     }
