@@ -5,7 +5,6 @@ Bad input ends here with one line on stderr and exit code 2, before Hydra create
 
 from __future__ import annotations
 
-import atexit
 import functools
 import os
 import signal
@@ -17,6 +16,7 @@ import hydra
 
 from pipeline import exits
 from pipeline.adapters.hydra_args import args_parser
+from pipeline.commands.interrupts import Interrupts, interrupted, terminate
 from pipeline.config.choices import LauncherKind
 from pipeline.config.compose import CONF_DIR
 from pipeline.config.errors import ConfigError
@@ -46,50 +46,12 @@ def _with_repeats(overrides: list[str], multirun: bool) -> tuple[list[str], bool
 
 
 def _refuse(err: ConfigError) -> NoReturn:
-    """Bad input: its one line, exit code 2 (1 for a store the machine cannot give: `StoreUnavailable`)."""
+    """Bad input: its one line, exit code 2 (1 for a store the machine cannot give: `StoreUnavailable`). Where a
+    Ctrl-C was heard first, the error is the interrupt's doing (`Interrupts.signalled`) and the interrupt is said."""
+    if Interrupts.signalled:
+        raise KeyboardInterrupt("an error after an interrupt") from err
     print(f"error: {err}", file=sys.stderr)
     _exit(err.exit_code)
-
-
-class Interrupts:
-    """Ctrl-C (SIGINT) and SIGTERM. The first stops the command: its job is killed, its runs end KILLED, exit code
-    130 (`run_hydra`). One more while it does so is said and let be: breaking off that clean-up would leave runs
-    open and print a traceback from wherever it struck. A third stops at once, and leaves the runs it did not end to
-    the next command's clean-up (`tracking.runs.end_orphans`). Once the command is ending anyway (its work done, its
-    exit handlers ending runs), the first already counts as the one more."""
-
-    stopping = False
-    warned = False
-
-    @classmethod
-    def install(cls) -> None:
-        cls.stopping = cls.warned = False
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, cls.heard)
-        atexit.register(cls.ignore)  # the first exit handler registered runs last
-
-    @staticmethod
-    def ignore() -> None:
-        """Once the exit handlers have ended the runs: the interpreter's shutdown gives the signals their default
-        action back, and one then would kill the command (exit status -2 in place of its own)."""
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, signal.SIG_IGN)
-
-    @classmethod
-    def heard(cls, signum: int, frame: Any) -> None:
-        if not cls.stopping:
-            cls.stopping = True
-            raise KeyboardInterrupt(f"signal {signum}")
-        if not cls.warned:
-            cls.warned = True
-            # a raw write: the signal may have struck inside a print to stderr, whose buffer does not re-enter
-            os.write(2, b"interrupted again: ending the runs in progress first; once more stops at once\n")
-            return
-        os._exit(exits.INTERRUPTED)
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _exit(code: int) -> NoReturn:
@@ -129,15 +91,27 @@ def run_entry(
     Interrupts.install()
     try:
         argv = checked_argv(prog, config_name, doc, argv, extra_check, sweeps)
-    except KeyboardInterrupt:
-        print("interrupted before anything ran", file=sys.stderr)
-        _exit(exits.INTERRUPTED)
     except BrokenPipeError:
         _output_closed()
+    except BaseException as err:
+        if not interrupted(err):
+            raise
+        _interrupted_before_anything_ran()
     try:
         _exit(run_hydra(config_name, task, argv))
     except BrokenPipeError:
         _output_closed()
+
+
+def _interrupted_before_anything_ran() -> NoReturn:
+    """The checks wrote nothing and opened no run: the fork server goes, the line is said, and the process ends
+    here, with no exit handlers to run (a command stopped by Ctrl-C in its first seconds once ended killed by the
+    signal, status -2, in place of 130)."""
+    runner.stop_server()
+    print("interrupted before anything ran", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exits.INTERRUPTED)
 
 
 def checked_argv(
@@ -243,7 +217,7 @@ def run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) -> 
     traceback, exit code 1) is turned off, so that a store failing outside the task (Hydra saving its config on a
     disk that filled up) and a closed output end here with their one line or none."""
     if signal.getsignal(signal.SIGTERM) != Interrupts.heard:  # a caller's process (pipeline.api), not run_entry's
-        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGTERM, terminate)
     sys.argv = [sys.argv[0], *argv]
     os.environ["HYDRA_FULL_ERROR"] = "1"
     exits.ExitCode.reset()
@@ -261,7 +235,9 @@ def run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) -> 
     try:
         with exits.guard_stores({}, "Hydra's output folder"):
             main()
-    except KeyboardInterrupt:
+    except BaseException as err:
+        if not interrupted(err):
+            raise
         _end_interrupted(before)
         print("interrupted: runs in progress were marked KILLED", file=sys.stderr)
         return exits.INTERRUPTED
