@@ -287,6 +287,40 @@ def _same(shown: tuple[str, list[str]], actual: tuple[str, list[str]]) -> bool:
 OPTIONAL = re.compile(r"^  what each knob bought |^    \S+=\S+ \(from \S+\): ")
 
 
+def as_searched(shown: list[str], actual: list[str]) -> list[str]:
+    """The lines a study's output must show as its search went: a study whose search measured no config but the
+    baseline in full (the others pruned or over the cap: the CPU study of the docs prunes 4x2, 1.14x slower than
+    1x8 there, in about one run of three) has no confirmation round, so the round's line and its pairs under it are
+    not asked for. Left as they are, the pair (`tiny 4x2 and tiny 1x8: ...`) would be matched by the answer's own
+    claim line and the answer's lines found missing."""
+    if any(line.startswith("confirmation round: ") for line in actual):
+        return shown
+    kept, in_round = [], False
+    for line in shown:
+        in_round = line.startswith("confirmation round: ") or (in_round and line.startswith("  "))
+        if not in_round:
+            kept.append(line)
+    return kept
+
+
+def test_a_study_without_a_round_is_not_asked_for_one_and_is_for_its_answer():
+    shown = [
+        "[study] s: 4 valid configs",
+        "...",
+        "confirmation round: 6 rounds of 4 steady steps, 27 s: tiny 1x8 (baseline), tiny 4x2",
+        "  tiny 4x2 and tiny 1x8: not told apart (within ±32% either way) (95%, paired over 6 rounds)",
+        "...",
+        "best feasible: tiny 1x8  (0.2485 s/step in the search)",
+        "  no speed-up over the baseline is claimed: the baseline itself is the fastest that fits",
+    ]
+    pruned = [shown[0], shown[5], "  python -m pipeline.train batch.split=1x8", shown[6]]  # the run of the CI's failure
+    assert form_problems(shown, pruned) != []  # before: the answer's lines found missing
+    assert form_problems(as_searched(shown, pruned), pruned) == []
+    assert form_problems(as_searched(shown, pruned[:2]), pruned[:2]) != []  # its answer is still asked for
+    with_round = [shown[0], shown[2], shown[3], *pruned[1:]]
+    assert as_searched(shown, with_round) == shown  # a study that had its round is asked for it
+
+
 def form_problems(shown: list[str], actual: list[str]) -> list[str]:
     """How `actual` differs in form from what a block shows: each shown line's kind (its head) and each shown
     table (its header, and the configs of its rows) must come, in this order, in the output (an OPTIONAL line may be
@@ -377,7 +411,7 @@ def test_every_command_of_the_pages_runs_as_written_and_prints_what_it_shows(tmp
             for command in todo:
                 output = outputs[command.text]
                 assert output, f"{page.name} {block.where}: {command.text} printed nothing"
-                problems = form_problems(command.shown, output)
+                problems = form_problems(as_searched(command.shown, output), output)
                 assert problems == [], (page.name, block.where, command.text, "\n".join(output[-80:]))
                 checked += 1
     assert checked >= 8
