@@ -9,6 +9,8 @@ import optuna
 from mlflow.tracking import MlflowClient
 from sqlalchemy.exc import SQLAlchemyError
 
+from pipeline.search._opening import _existing_rdb
+
 
 def mlflow_runs(folder: Path, experiment: str = "batch-split", root: str = "mlruns") -> list:
     """Every run of `experiment` in the sqlite store under `folder/root`."""
@@ -39,6 +41,9 @@ def study_so_far(storage: str) -> optuna.Study | None:
 
 @functools.cache
 def _storage(url: str, create: bool = True) -> optuna.storages.RDBStorage:
-    if not create and url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).is_file():
-        raise ValueError(f"no database at {url} yet")  # sqlite would make an empty file
-    return optuna.storages.RDBStorage(url, skip_table_creation=not create)
+    if create:
+        return optuna.storages.RDBStorage(url)
+    opened = _existing_rdb(url)  # as the study's own check reads a store: nothing made, not even a sqlite file
+    if opened is None:
+        raise ValueError(f"no database at {url} yet")
+    return opened
