@@ -555,3 +555,60 @@ def test_a_ctrl_c_inside_a_store_call_lands_after_it_and_a_second_one_at_once():
     assert committed == [1]  # the second press stopped the call before its commit
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert client.write(0) == "written" and committed == [1, 0]
+
+
+def test_a_ctrl_c_as_a_run_is_made_leaves_the_run_known_and_ended_killed(tmp_path):
+    """A notebook's interrupt that struck as the store made a run (the next job of a confirmation round) left that run
+    RUNNING for good: made in the store, never known to the process, whose owner (the kernel) lives on, so no clean-up
+    ends it. Now the interrupt lands once the run is kept open, and the interrupt's clean-up ends it KILLED."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.tracking import store
+
+    tracker = store.Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "interrupted", str(tmp_path / "artifacts"))
+    real = tracker.client._client
+
+    class StruckAsItReturns:  # the real client; the Ctrl-C comes once the run is in the store
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def create_run(self, *args, **kwargs):
+            run = real.create_run(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGINT)
+            return run
+
+    tracker.client._client = StruckAsItReturns()
+    before = store.open_runs()
+    with pytest.raises(KeyboardInterrupt):
+        tracker.start("confirm 1: tiny 4x1")
+    (run,) = MlflowClient(tracker.uri).search_runs([tracker.experiment_id])
+    assert store.open_runs() - before == {run.info.run_id}
+    assert store.end_open_runs(keep=before) == 1
+    assert MlflowClient(tracker.uri).get_run(run.info.run_id).info.status == "KILLED"
+
+
+def test_a_ctrl_c_as_a_run_ends_leaves_it_as_it_ended(tmp_path):
+    """The mirror case: an interrupt that struck as the store ended a run FINISHED left it kept open here, and the
+    interrupt's clean-up then marked the finished run KILLED. Now it lands once the run is no longer kept open."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.tracking import store
+
+    tracker = store.Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "interrupted", str(tmp_path / "artifacts"))
+    before = store.open_runs()
+    run_id = tracker.start("confirm 0: tiny 4x1")
+    real = tracker.client._client
+
+    class StruckAsItReturns:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def set_terminated(self, *args, **kwargs):
+            real.set_terminated(*args, **kwargs)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    tracker.client._client = StruckAsItReturns()
+    with pytest.raises(KeyboardInterrupt):
+        tracker.end(run_id)
+    assert store.open_runs() == before and store.end_open_runs(keep=before) == 0
+    assert MlflowClient(tracker.uri).get_run(run_id).info.status == "FINISHED"

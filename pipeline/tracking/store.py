@@ -30,7 +30,7 @@ from mlflow.tracking import MlflowClient
 
 from pipeline.liveness import HEARTBEAT_S, Owner
 from pipeline.records import RunState
-from pipeline.tracking.watched import WatchedClient
+from pipeline.tracking.watched import WatchedClient, whole_call
 
 OWNER_TAG, HEARTBEAT_TAG = "owner", "heartbeat"
 # their INFO lines ("Creating initial MLflow database tables") say nothing to act on
@@ -180,13 +180,15 @@ class Tracker:
         start_ms: int | None = None,
     ) -> str:
         """Open a run (started at `start_ms`, now by default); if this process exits with it still open, it is ended
-        KILLED with `abandon_tags` set."""
+        KILLED with `abandon_tags` set. A Ctrl-C during the call lands once the run is kept open: otherwise a run
+        made in the store but never known here would stay RUNNING under an owner that lives on (a notebook's kernel)."""
         tags = {k: str(v) for k, v in (tags or {}).items()}
         tags.update({OWNER_TAG: str(Owner.current()), HEARTBEAT_TAG: f"{time.time():.0f}"})
         if parent_id:
             tags["mlflow.parentRunId"] = parent_id
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags, start_time=start_ms)
-        self._keep_open(run.info.run_id, abandon_tags)
+        with whole_call():
+            run = self.client.create_run(self.experiment_id, run_name=name, tags=tags, start_time=start_ms)
+            self._keep_open(run.info.run_id, abandon_tags)
         return run.info.run_id
 
     def _keep_open(self, run_id: str, abandon_tags: dict[str, object] | None) -> None:
@@ -220,8 +222,11 @@ class Tracker:
         return run_id
 
     def end(self, run_id: str, status: RunState = RunState.FINISHED) -> None:
-        self.client.set_terminated(run_id, status=status)
-        _OPEN.pop(run_id, None)
+        """End a run; a Ctrl-C during the call lands once it is no longer kept open (its clean-up would end a
+        finished run KILLED)."""
+        with whole_call():
+            self.client.set_terminated(run_id, status=status)
+            _OPEN.pop(run_id, None)
 
     def params(self, run_id: str, params: dict[str, object]) -> None:
         items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in params.items()]
