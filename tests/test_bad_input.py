@@ -563,7 +563,10 @@ def test_cfg_job_prints_the_composed_config(tmp_path):
     assert "batch:\n  effective: 4\n  split: 4x1" in proc.stdout
 
 
-@pytest.mark.parametrize("module", ["pipeline.train", "pipeline.optimize"])
+@pytest.mark.parametrize(
+    "module",
+    ["pipeline.train", pytest.param("pipeline.optimize", marks=pytest.mark.slow)],  # the study: 7 s, the slow tier
+)
 def test_a_closed_output_ends_quietly(tmp_path, module):
     """`--help | head -1` once head has gone, and the same for Hydra's own output: no BrokenPipeError traceback,
     nothing on stderr, exit code 141 (128 + SIGPIPE, as for any Unix tool), nothing written."""

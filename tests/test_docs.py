@@ -217,6 +217,7 @@ def _seed_store(folder: Path) -> None:
     subprocess.run([sys.executable, "-c", code], cwd=folder, check=True, timeout=120, env=examples.environment(folder))
 
 
+@pytest.mark.slow
 def test_make_ui_prints_the_link_the_pages_show(tmp_path):
     """`make ui` as written, over a store with runs: the link line, then the server, stopped once the link is out."""
     folder = examples.prepare(tmp_path / "repo")

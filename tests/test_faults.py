@@ -106,6 +106,7 @@ def test_two_sweeps_on_one_machine_take_turns_on_the_device(tmp_path):
         assert end <= start, spans  # a job's run opens after the device is its own, and ends before it lets go
 
 
+@pytest.mark.slow
 def test_a_corrupt_store_at_run_time_is_one_line_naming_it_and_exit_1(tmp_path):
     """The store breaks after the checks passed (here: the database replaced by garbage once the sweep has opened
     its parent run): one line naming the store and where it is, exit code 1, no traceback. Whichever write meets the

@@ -160,6 +160,7 @@ def test_cuda_graphs_in_a_preset_space_name_the_padding_they_need(monkeypatch, c
     )
 
 
+@pytest.mark.slow
 def test_a_study_name_of_another_config_is_refused_and_nothing_is_written(tmp_path, monkeypatch, compose):
     monkeypatch.chdir(tmp_path)
     mine = compose("mem_cap=1GiB", "optimize.study_name=shared")
