@@ -116,12 +116,7 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
 case "${1:-follow}" in
   queue)
     cd "$dir/repo" && export PYTHONPATH="$dir/repo:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-    for s in $stages; do
-      t0=$(date +%s)
-      stage "$s" > "$dir/$s.log" 2>&1
-      echo "$s: exit $? after $(($(date +%s) - t0)) s" >> "$dir/queue.log"
-    done
-    touch "$dir/queue.done"
+    queue_run
     exit 0 ;;
   start)
     queue_start record_h200.sh ;;

@@ -2,7 +2,8 @@
 # and the stack's versions, `stage` runs one command with a share of the call's time. Source it after setting NAME
 # (the log's prefix and file), RES (the results folder), and, for a budget across stages, START (epoch seconds) and
 # BUDGET (seconds; unset: shares alone). `queue_start` and `queue_follow` run a script's queue in a session that
-# outlives a device call and collect it over later calls; they read `dir` (the queue's folder) and `wait_s`.
+# outlives a device call and collect it over later calls, and `queue_run` runs its stages there; they read `dir` (the
+# queue's folder), `wait_s` and `stages`.
 say() { echo "[$NAME] $*" | tee -a "$RES/$NAME.log"; }
 
 machine() {  # machine [COMMAND...]: GPUs, versions (and what COMMAND prints) into $RES/versions.txt, and said
@@ -33,6 +34,16 @@ queue_start() {  # queue_start SCRIPT: once per $dir, a copy of the repository t
     mkdir -p "$dir/repo" && cp -r pipeline conf bench pyproject.toml "$dir/repo/" && date +%s > "$dir/queue.started"
     setsid bash "$dir/repo/bench/$1" queue < /dev/null > "$dir/queue.out" 2>&1 &
   fi
+}
+
+queue_run() {  # queue_run: each of $stages through the script's `stage`, its output to $dir/NAME.log, said in queue.log
+  local s t0
+  for s in $stages; do
+    t0=$(date +%s)
+    stage "$s" > "$dir/$s.log" 2>&1
+    echo "$s: exit $? after $(($(date +%s) - t0)) s" >> "$dir/queue.log"
+  done
+  touch "$dir/queue.done"
 }
 
 queue_follow() {  # queue_follow COLLECT POLL_S: COLLECT at every look (a call cut short still brings back what ran)

@@ -72,12 +72,7 @@ case "${1:-follow}" in
   queue)
     cd "$dir/repo" && export PYTHONPATH="$dir/repo:/tmp/uns-site:/tmp/site" PYTHONUNBUFFERED=1 NAME=unsloth RES="$dir"
     machine
-    for s in $stages; do
-      t0=$(date +%s)
-      stage "$s" > "$dir/$s.log" 2>&1
-      echo "$s: exit $? after $(($(date +%s) - t0)) s" >> "$dir/queue.log"
-    done
-    touch "$dir/queue.done"
+    queue_run
     exit 0 ;;
   start)
     queue_start unsloth_h200.sh ;;
