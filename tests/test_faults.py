@@ -613,3 +613,45 @@ def test_a_ctrl_c_as_a_run_ends_leaves_it_as_it_ended(tmp_path):
         tracker.end(run_id)
     assert store.open_runs() == before and store.end_open_runs(keep=before) == 0
     assert MlflowClient(tracker.uri).get_run(run_id).info.status == "FINISHED"
+
+
+STRUCK_START = """
+import os, signal
+from multiprocessing import reduction
+from pipeline.adapters.forkserver import server_pid
+from pipeline.jobs import runner
+
+runner.warm_up("forkserver")  # the server up and done with its imports
+server, real = server_pid(), reduction.sendfds
+for presses in (1, 2):
+    def struck(sock, fds):  # a terminal's Ctrl-C, to the whole group, as the request is about to be sent
+        for _ in range(presses):
+            os.killpg(0, signal.SIGINT)
+        return real(sock, fds)
+
+    reduction.sendfds = struck
+    try:
+        runner.warm_up("forkserver")
+    except KeyboardInterrupt:
+        reduction.sendfds = real
+        runner.warm_up("forkserver")  # served after the request before it, in the order they came
+        print(presses, "interrupted; the same server serves the next:", server_pid() == server, flush=True)
+"""
+
+
+def test_a_ctrl_c_as_a_job_starts_lands_once_it_runs_and_leaves_the_fork_server_quiet():
+    """One Ctrl-C (CI saw it) or two as a job is handed to the fork server: cut between connecting and sending its
+    request, the start left the server reading half a request, and it died printing `EOFError` from
+    `multiprocessing/reduction.py` on the console. Now the interrupt lands once the job is started: no traceback, the
+    server lives on. Its own process group, as a terminal's command has: the Ctrl-C goes to the whole group."""
+    child = subprocess.run(
+        [sys.executable, "-c", STRUCK_START],
+        cwd=Path(__file__).parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env(),
+        start_new_session=True,
+    )
+    said = "".join(f"{n} interrupted; the same server serves the next: True\n" for n in (1, 2))
+    assert (child.returncode, child.stdout, child.stderr) == (0, said, ""), child.stderr[-3000:]

@@ -171,7 +171,7 @@ LAYERS = [
     {"compare", "measure", "tracking", "builders"},
     {"config"},
     {"knobs"},
-    {"records", "summaries", "exits", "liveness", "progress", "adapters", "__init__"},
+    {"records", "summaries", "exits", "liveness", "progress", "whole", "adapters", "__init__"},
 ]
 
 

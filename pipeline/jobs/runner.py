@@ -25,11 +25,9 @@ import json
 import multiprocessing
 import multiprocessing.util
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +36,7 @@ from pathlib import Path
 
 import psutil
 
+from pipeline import whole
 from pipeline.adapters.forkserver import forget_server, server_pid
 from pipeline.config.choices import LauncherKind
 from pipeline.jobs import joblog, ranks, watchdog
@@ -131,9 +130,8 @@ def warm_up(kind: str) -> None:
     time is a fork."""
     if kind == LauncherKind.FORKSERVER:
         start_server(kind)
-        probe = _forkserver().Process(target=_noop)  # returns once the server has finished its imports
-        with _main_left_out():
-            probe.start()
+        probe = _forkserver().Process(target=_noop)
+        _start_whole(probe)  # returns once the server has finished its imports
         probe.join()
 
 
@@ -204,34 +202,21 @@ def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
             return _Handle(subprocess.Popen([sys.executable, *job], stdout=log, stderr=log))
     start_server(kind)  # started at once by the entry point; here for a caller that did not
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
-    with _main_left_out():
-        process.start()
+    try:
+        _start_whole(process)
+    except KeyboardInterrupt:
+        if process.pid is not None:  # started, the Ctrl-C held until then: the caller never gets its handle
+            _Handle(process).kill()
+        raise
     return _Handle(process)
 
 
-WORKDIR_PREFIX = "batch-split-job-"
-TEMP_PREFIXES = (WORKDIR_PREFIX, "pymp-")  # job folders, and multiprocessing's of a process that ran jobs
-
-
-def make_workdir() -> Path:
-    return Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
-
-
-def remove_orphan_workdirs() -> int:
-    """Remove the temp folders of jobs whose process and owner are both gone, and the multiprocessing folders of
-    processes that ran jobs and are gone (a SIGKILLed sweep leaves both). Folders without our process file are
-    left alone: they are being made, or not ours."""
-    removed = 0
-    temp = Path(tempfile.gettempdir())
-    for folder in [f for prefix in TEMP_PREFIXES for f in temp.glob(f"{prefix}*")]:
-        try:
-            process = json.loads((folder / PROCESS_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # not started yet, or not ours
-        if not (watchdog.alive(process["pid"]) or watchdog.alive(process["owner_pid"])):
-            shutil.rmtree(folder, ignore_errors=True)
-            removed += 1
-    return removed
+def _start_whole(process: multiprocessing.process.BaseProcess) -> None:
+    """Start a fork-server child with the first two Ctrl-Cs held until it is started (a third acts at once). Cut
+    between connecting and sending its request, a start left the server reading half a request: it died printing
+    EOFError on the console (a Ctrl-C as the job's line is printed lands here)."""
+    with _main_left_out(), whole.call(patience=2):
+        process.start()
 
 
 def read_steps(workdir: Path) -> tuple[Step, ...]:

@@ -25,7 +25,7 @@ from pipeline.config.compose import gpu_profiles
 from pipeline.config.identity import display_name
 from pipeline.config.job import JobConfig
 from pipeline.config.schema import Config
-from pipeline.jobs import devicelock, joblog, preflight, ranks, runner, stall
+from pipeline.jobs import devicelock, joblog, preflight, ranks, runner, stall, workdirs
 from pipeline.jobs.context import SweepContext, job_command, job_overrides
 from pipeline.jobs.files import JOB_LOG, PROFILE_DIR
 from pipeline.measure.summary import steady_steps, summarize_job
@@ -142,7 +142,7 @@ def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: Config, watch: s
     if error:
         return _finish(tracker, run_id, spec, JobResult(status=Status.FAILED, error=error), cfg)
     spec = dataclasses.replace(spec, env={**spec.env, **env})
-    workdir = runner.make_workdir()
+    workdir = workdirs.make()
     log = workdir / JOB_LOG
     shown = cfg.launcher.verbose or cfg.train.progress_bar  # the job's output on the console as it comes
 
@@ -229,7 +229,7 @@ def rank_logs(workdir: Path) -> list[Path]:
 def clean_up(tracker: Tracker, dead: Iterable[str] = ()) -> None:
     """End the runs, and remove the temp folders, that killed commands left behind (`dead`: owners known to be gone);
     say so when there were any."""
-    runs_ended, folders = runs.end_orphans(tracker, dead), runner.remove_orphan_workdirs()
+    runs_ended, folders = runs.end_orphans(tracker, dead), workdirs.remove_orphans()
     if runs_ended or folders:
         print(
             f"[clean-up] ended {runs_ended} run(s) left RUNNING and removed {folders} temp folder(s) of killed commands"

@@ -28,9 +28,10 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 from mlflow.tracking import MlflowClient
 
+from pipeline import whole
 from pipeline.liveness import HEARTBEAT_S, Owner
 from pipeline.records import RunState
-from pipeline.tracking.watched import WatchedClient, whole_call
+from pipeline.tracking.watched import WatchedClient
 
 OWNER_TAG, HEARTBEAT_TAG = "owner", "heartbeat"
 # their INFO lines ("Creating initial MLflow database tables") say nothing to act on
@@ -186,7 +187,7 @@ class Tracker:
         tags.update({OWNER_TAG: str(Owner.current()), HEARTBEAT_TAG: f"{time.time():.0f}"})
         if parent_id:
             tags["mlflow.parentRunId"] = parent_id
-        with whole_call():
+        with whole.call():
             run = self.client.create_run(self.experiment_id, run_name=name, tags=tags, start_time=start_ms)
             self._keep_open(run.info.run_id, abandon_tags)
         return run.info.run_id
@@ -224,7 +225,7 @@ class Tracker:
     def end(self, run_id: str, status: RunState = RunState.FINISHED) -> None:
         """End a run; a Ctrl-C during the call lands once it is no longer kept open (its clean-up would end a
         finished run KILLED)."""
-        with whole_call():
+        with whole.call():
             self.client.set_terminated(run_id, status=status)
             _OPEN.pop(run_id, None)
 

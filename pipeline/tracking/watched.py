@@ -3,13 +3,12 @@ whole, so that a Ctrl-C never lands inside one."""
 
 from __future__ import annotations
 
-import contextlib
-import signal
 import threading
 import time
-from collections.abc import Iterator
 
 from mlflow.tracking import MlflowClient
+
+from pipeline import whole
 
 STALL_S = 10.0  # a call to the store unanswered this long is said (MLflow retries a server for minutes)
 
@@ -35,7 +34,7 @@ class WatchedClient:
             timer.daemon = True
             timer.start()
             try:
-                with whole_call():
+                with whole.call():  # cut between its write and its commit, a call leaves SQLite locked
                     value = method(*args, **kwargs)
             finally:
                 timer.cancel()
@@ -57,31 +56,3 @@ class WatchedClient:
             "before the command stops with an error)",
             flush=True,
         )
-
-
-@contextlib.contextmanager
-def whole_call() -> Iterator[None]:
-    """A Ctrl-C that lands inside a store call takes effect when the call returns; a second one at once (a store that
-    hangs stays interruptible). Interrupted between its write and its commit, a call leaves its SQLite transaction
-    open on a pooled connection, and every later write of the command (its runs marked KILLED) waits on that lock
-    until `database is locked`. Main thread only: Python runs signal handlers there."""
-    previous = signal.getsignal(signal.SIGINT)
-    if threading.current_thread() is not threading.main_thread() or not callable(previous):
-        yield
-        return
-    pending = []
-
-    def later(signum, frame) -> None:
-        if pending:  # the second: now
-            signal.signal(signal.SIGINT, previous)
-            previous(signum, frame)
-        pending.append(frame)
-
-    signal.signal(signal.SIGINT, later)
-    try:
-        yield
-    finally:
-        if signal.getsignal(signal.SIGINT) is later:
-            signal.signal(signal.SIGINT, previous)
-    if pending:
-        previous(signal.SIGINT, pending[0])
