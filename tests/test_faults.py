@@ -655,3 +655,40 @@ def test_a_ctrl_c_as_a_job_starts_lands_once_it_runs_and_leaves_the_fork_server_
     )
     said = "".join(f"{n} interrupted; the same server serves the next: True\n" for n in (1, 2))
     assert (child.returncode, child.stdout, child.stderr) == (0, said, ""), child.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["subprocess", "forkserver"])
+def test_a_ctrl_c_held_through_a_jobs_start_kills_the_job_it_started(tmp_path, compose, monkeypatch, kind):
+    """The Ctrl-C held through a start lands once the child runs, where the caller has no handle on it yet: the start
+    kills the child before raising, instead of leaving a job that trains on beside the interrupted command."""
+    from multiprocessing import reduction
+
+    from pipeline.config.validate import validate
+    from pipeline.jobs import runner
+    from pipeline.jobs.task import job_spec
+
+    spec = job_spec(validate(compose("train.steps=100000", "train.progress_bar=false")))
+    started = []
+    if kind == "subprocess":
+
+        class Popen(subprocess.Popen):  # the Ctrl-C as the child is made (SIGINT is blocked here: it lands after)
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                started.append(self)
+                os.kill(os.getpid(), signal.SIGINT)
+
+        monkeypatch.setattr(runner.subprocess, "Popen", Popen)
+    else:
+        runner.warm_up(kind)
+        real_sendfds, real_start = reduction.sendfds, runner._start_whole
+
+        def sendfds(sock, fds):  # the Ctrl-C as the request is about to be sent
+            os.kill(os.getpid(), signal.SIGINT)
+            return real_sendfds(sock, fds)
+
+        monkeypatch.setattr(reduction, "sendfds", sendfds)
+        monkeypatch.setattr(runner, "_start_whole", lambda process: real_start(started.append(process) or process))
+    with pytest.raises(KeyboardInterrupt):
+        runner.start(kind, spec, tmp_path / "job")
+    assert len(started) == 1 and started[0].pid is not None and process_gone(started[0].pid)

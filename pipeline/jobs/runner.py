@@ -190,25 +190,35 @@ class _Handle:
 
 
 def start(kind: str, spec: JobSpec, workdir: Path) -> _Handle:
+    """Start one job's process. A Ctrl-C never lands inside the start (it is held until the child runs); landing
+    once the child runs, it kills the child before it is raised, since the caller never gets the handle."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec = dataclasses.replace(spec, owner_pid=os.getpid())  # the job dies with this process (jobs/watchdog.py)
+    made: list[_Handle] = []
+    try:
+        _start(kind, spec, workdir, made.append)
+    except KeyboardInterrupt:
+        for handle in made:
+            if handle.pid is not None:
+                handle.kill()
+        raise
+    return made[0]
+
+
+def _start(kind: str, spec: JobSpec, workdir: Path, made: Callable[[_Handle], None]) -> None:
     if kind in (LauncherKind.SUBPROCESS, LauncherKind.TORCHRUN):
         spec_path = workdir / SPEC_FILE
         spec_path.write_text(json.dumps(spec.to_json()), encoding="utf-8")
         job = ["-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
         if kind == LauncherKind.TORCHRUN:  # one process per device, PyTorch's own elastic launcher
             job = ["-m", "pipeline.jobs.ranks", str(spec.config.world_size), str(spec_path), str(workdir)]
-        with _ctrl_c_left_to_this_process(), open(workdir / JOB_LOG, "ab") as log:
-            return _Handle(subprocess.Popen([sys.executable, *job], stdout=log, stderr=log))
+        with open(workdir / JOB_LOG, "ab") as log, _ctrl_c_left_to_this_process():
+            made(_Handle(subprocess.Popen([sys.executable, *job], stdout=log, stderr=log)))
+        return
     start_server(kind)  # started at once by the entry point; here for a caller that did not
     process = _forkserver().Process(target=_child_main, args=(spec, str(workdir)), name="batch-split-job")
-    try:
-        _start_whole(process)
-    except KeyboardInterrupt:
-        if process.pid is not None:  # started, the Ctrl-C held until then: the caller never gets its handle
-            _Handle(process).kill()
-        raise
-    return _Handle(process)
+    made(_Handle(process))
+    _start_whole(process)
 
 
 def _start_whole(process: multiprocessing.process.BaseProcess) -> None:
