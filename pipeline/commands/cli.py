@@ -231,7 +231,7 @@ def run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) -> 
                 _refuse(err)
 
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(guarded)
-    before = _open_runs()
+    before, made = _open_runs(), _runs_kept()
     try:
         with exits.guard_stores({}, "Hydra's output folder"):
             main()
@@ -239,7 +239,8 @@ def run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) -> 
         if not interrupted(err):
             raise
         _end_interrupted(before)
-        print("interrupted: runs in progress were marked KILLED", file=sys.stderr)
+        said = "runs in progress were marked KILLED" if _runs_kept() - made else "no run was recorded yet"
+        print(f"interrupted: {said}", file=sys.stderr)
         return exits.INTERRUPTED
     return exits.ExitCode.code
 
@@ -262,3 +263,9 @@ def _open_runs() -> set[str]:
     not even imported (left so, for the commands that never record: `--cfg`, `--help`)."""
     store = sys.modules.get("pipeline.tracking.store")
     return store.open_runs() if store is not None else set()
+
+
+def _runs_kept() -> set[str]:
+    """Every run this process has opened (as `_open_runs`: none where MLflow's side is not imported)."""
+    store = sys.modules.get("pipeline.tracking.store")
+    return store.runs_kept() if store is not None else set()

@@ -41,6 +41,7 @@ for _name in ("mlflow", "alembic"):
 # name their runs, and `make ui` prints the address that opens them
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 _OPEN: dict[str, tuple[Tracker, dict[str, object]]] = {}  # run id -> (its tracker, tags to write if abandoned)
+_KEPT: set[str] = set()  # every run this process has kept open, ended or not
 MAX_PARAMS, MAX_METRICS, MAX_PARAM_CHARS = 100, 1000, 6000
 CREATION_LOCK = 0x62617463685F7370  # the PostgreSQL advisory lock key that serialises store creation ("batch_sp")
 
@@ -94,6 +95,11 @@ def store_lock(uri: str):
 def open_runs() -> set[str]:
     """The ids of the runs this process has open."""
     return set(_OPEN)
+
+
+def runs_kept() -> set[str]:
+    """The ids of every run this process has opened or reopened, ended since or not."""
+    return set(_KEPT)
 
 
 def end_open_runs(keep: set[str] = frozenset(), tags: dict[str, object] | None = None) -> int:
@@ -194,6 +200,7 @@ class Tracker:
 
     def _keep_open(self, run_id: str, abandon_tags: dict[str, object] | None) -> None:
         _OPEN[run_id] = (self, dict(abandon_tags or {}))
+        _KEPT.add(run_id)
         if not _BEATING.is_alive():
             with contextlib.suppress(RuntimeError):  # started by another thread just now
                 _BEATING.start()
