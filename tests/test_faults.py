@@ -165,6 +165,32 @@ cli.run_entry("pipeline.train", "config", struck, "doc", ["train.steps=2", "meas
 """
 
 
+# A Ctrl-C that lands as MLflow is imported in Hydra's start (the sweep's callback imports it), as a terminal user's did
+CUT_IN_MLFLOWS_IMPORT = """
+import sys, importlib.abc
+
+class Cut(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "mlflow.entities":
+            sys.meta_path.remove(self)
+            print("cut in", "Hydra's start" if "hydra._internal.hydra" in sys.modules else "the checks", flush=True)
+            raise KeyboardInterrupt
+
+sys.meta_path.insert(0, Cut())
+from pipeline.commands import cli
+cli.run_entry("pipeline.train", "config", print, "doc", ["-m", "train.steps=2", "measure.warmup_steps=1"])
+"""
+
+
+def test_a_ctrl_c_that_cuts_mlflows_import_in_half_is_one_line_and_exit_130(tmp_path):
+    """MLflow half imported when the Ctrl-C landed: the interrupt's clean-up imported the store again, which raised
+    from the half-made module (`partially initialized module 'mlflow'`): a traceback and exit 1. Nothing was recorded,
+    so nothing is imported and the line says so."""
+    proc = run_python("-c", CUT_IN_MLFLOWS_IMPORT, cwd=tmp_path, timeout=120)
+    said = (130, "cut in Hydra's start\n", "interrupted: no run was recorded yet\n")
+    assert (proc.returncode, proc.stdout, proc.stderr) == said, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("where", ["checks", "task"])
 @pytest.mark.parametrize("how", ["raised", "refused"])
 def test_an_error_that_follows_a_ctrl_c_is_said_as_the_interrupt(tmp_path, how, where):

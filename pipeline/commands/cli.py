@@ -238,22 +238,25 @@ def run_hydra(config_name: str, task: Callable[[Any], Any], argv: list[str]) -> 
     except BaseException as err:
         if not interrupted(err):
             raise
-        _end_interrupted(before)
-        said = "runs in progress were marked KILLED" if _runs_kept() - made else "no run was recorded yet"
+        recorded = bool(_runs_kept() - made or _open_runs() - before)
+        _end_interrupted(before, recorded)
+        said = "runs in progress were marked KILLED" if recorded else "no run was recorded yet"
         print(f"interrupted: {said}", file=sys.stderr)
         return exits.INTERRUPTED
     return exits.ExitCode.code
 
 
-def _end_interrupted(before: set[str]) -> None:
+def _end_interrupted(before: set[str], recorded: bool) -> None:
     """What an interrupted command opened is ended here, before it says so, not only by the exit handlers: the
     process may live on (a notebook's kernel, whose next cell runs another sweep). Its runs still open (the sweep's
     parent: its job's run ended with the job) end KILLED, its sweep is no one's any more, and its fork server stops
-    (its jobs are gone already)."""
-    from pipeline.records import Status
-    from pipeline.tracking import runs, store
+    (its jobs are gone already). Where it opened no run, MLflow is left unimported: a Ctrl-C in Hydra's start can
+    cut MLflow's own import in half, and importing it again raised from the half-made module."""
+    if recorded:
+        from pipeline.records import Status
+        from pipeline.tracking import runs, store
 
-    store.end_open_runs(keep=before, tags={runs.STATUS: Status.KILLED, runs.NOTE: "interrupted"})
+        store.end_open_runs(keep=before, tags={runs.STATUS: Status.KILLED, runs.NOTE: "interrupted"})
     context.SweepContext.clear()
     runner.stop_server()
 
@@ -261,11 +264,9 @@ def _end_interrupted(before: set[str]) -> None:
 def _open_runs() -> set[str]:
     """The runs this process has open already (a caller's earlier work): none where MLflow's side of the package is
     not even imported (left so, for the commands that never record: `--cfg`, `--help`)."""
-    store = sys.modules.get("pipeline.tracking.store")
-    return store.open_runs() if store is not None else set()
+    return getattr(sys.modules.get("pipeline.tracking.store"), "open_runs", set)()
 
 
 def _runs_kept() -> set[str]:
-    """Every run this process has opened (as `_open_runs`: none where MLflow's side is not imported)."""
-    store = sys.modules.get("pipeline.tracking.store")
-    return store.runs_kept() if store is not None else set()
+    """Every run this process has opened (as `_open_runs`: none where MLflow's side is not imported, or half)."""
+    return getattr(sys.modules.get("pipeline.tracking.store"), "runs_kept", set)()
