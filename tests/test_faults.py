@@ -718,3 +718,66 @@ def test_a_ctrl_c_held_through_a_jobs_start_kills_the_job_it_started(tmp_path, c
     with pytest.raises(KeyboardInterrupt):
         runner.start(kind, spec, tmp_path / "job")
     assert len(started) == 1 and started[0].pid is not None and process_gone(started[0].pid)
+
+
+STRUCK_IN_A_MIGRATION = """
+import os, signal, sys
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+def struck(conn, cursor, statement, *args):  # the Ctrl-C as a migration has made its table's temporary copy
+    if not struck.done and statement.lstrip().upper().startswith("CREATE TABLE _ALEMBIC_TMP_"):
+        struck.done = True
+        os.kill(os.getpid(), signal.SIGINT)
+struck.done = False
+if sys.argv[2] == "struck":
+    event.listen(Engine, "before_cursor_execute", struck)
+from pipeline.tracking.store import Tracker
+try:
+    Tracker(f"sqlite:///{sys.argv[1]}/mlflow.db", "interrupted", sys.argv[1] + "/artifacts")
+    print("made")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_a_ctrl_c_during_a_new_stores_migrations_leaves_a_store_the_next_command_opens(tmp_path):
+    """A Ctrl-C as a sweep made its store struck MLflow's schema migrations half done: every later command on that
+    store failed (`table _alembic_tmp_experiments already exists`, with a traceback). The migrations now finish
+    first, and the interrupt lands after them."""
+    first = run_python("-c", STRUCK_IN_A_MIGRATION, str(tmp_path), "struck", cwd=tmp_path, timeout=120)
+    assert (first.returncode, first.stdout) == (0, "interrupted\n"), first.stderr[-3000:]
+    second = run_python("-c", STRUCK_IN_A_MIGRATION, str(tmp_path), "plain", cwd=tmp_path, timeout=120)
+    assert (second.returncode, second.stdout) == (0, "made\n"), second.stderr[-3000:]
+
+
+STRUCK_IN_A_GC_CALLBACK = """
+import os, signal, weakref
+from pipeline.commands.interrupts import Interrupts
+
+Interrupts.install()
+
+class Thing:
+    pass
+
+def callback(ref):  # the Ctrl-C lands inside a garbage collector's callback, as one of SQLAlchemy's
+    os.kill(os.getpid(), signal.SIGINT)
+
+thing = Thing()
+ref = weakref.ref(thing, callback)
+try:
+    del thing
+    for _ in range(10**8):
+        pass
+    print("went on")
+except KeyboardInterrupt:
+    print("stopped")
+"""
+
+
+def test_a_ctrl_c_that_lands_where_python_ignores_exceptions_still_stops_the_command(tmp_path):
+    """A terminal user's Ctrl-C landed in SQLAlchemy's garbage-collector callback: Python printed `Exception ignored
+    in: <function _collection_gced ...>` with the KeyboardInterrupt, and the sweep ran on to its end, exit 0. The
+    interrupt is heard again once the callback is done: the command stops, and nothing is printed."""
+    proc = run_python("-c", STRUCK_IN_A_GC_CALLBACK, cwd=tmp_path, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "stopped\n", ""), proc.stderr[-3000:]

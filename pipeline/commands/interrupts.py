@@ -6,6 +6,9 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import sys
+import threading
+import time
 from typing import Any
 
 from pipeline import exits
@@ -26,13 +29,37 @@ class Interrupts:
     stopping = False
     warned = False
     signalled = False
+    last = signal.SIGINT
+    unraisable_before: Any = None  # the hook that says what else Python ignored
+    in_hook = False
 
     @classmethod
     def install(cls) -> None:
         cls.stopping = cls.warned = cls.signalled = False
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, cls.heard)
+        if sys.unraisablehook != cls.unraisable:
+            cls.unraisable_before, sys.unraisablehook = sys.unraisablehook, cls.unraisable
         atexit.register(cls.ignore)  # the first exit handler registered runs last
+
+    @classmethod
+    def unraisable(cls, unraisable: Any) -> None:
+        """The interrupt raised where Python ignores what is raised (a garbage collector's callback, SQLAlchemy's
+        among them, or a `__del__`): Python printed `Exception ignored in ...` and the command went on to its end as
+        if it had never been interrupted. It is heard again, as the first, once that callback is done."""
+        if not (cls.stopping and issubclass(unraisable.exc_type, KeyboardInterrupt)):
+            cls.unraisable_before(unraisable)
+            return
+        cls.stopping, cls.in_hook = False, True
+        # signalled from here, it would be raised here and ignored again: a thread signals once the hook is done
+        threading.Thread(target=cls._again, name="interrupt-again", daemon=True).start()
+        cls.in_hook = False
+
+    @classmethod
+    def _again(cls) -> None:
+        while cls.in_hook:
+            time.sleep(0.001)
+        signal.pthread_kill(threading.main_thread().ident, cls.last)
 
     @staticmethod
     def ignore() -> None:
@@ -43,7 +70,7 @@ class Interrupts:
 
     @classmethod
     def heard(cls, signum: int, frame: Any) -> None:
-        cls.signalled = True
+        cls.signalled, cls.last = True, signum
         if not cls.stopping:
             cls.stopping = True
             raise KeyboardInterrupt(f"signal {signum}")

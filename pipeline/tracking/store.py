@@ -152,7 +152,8 @@ class Tracker:
             raise ExperimentNotFound(f"no MLflow store at {uri[len('sqlite:///') :]}; record a sweep or study first")
         self.uri = absolute_uri(uri)
         with store_lock(self.uri):
-            self.client = WatchedClient(MlflowClient(tracking_uri=self.uri), self.uri)
+            with whole.call():  # a new store's schema migrations: cut in half, the database stays unreadable
+                self.client = WatchedClient(MlflowClient(tracking_uri=self.uri), self.uri)
             found = self.client.get_experiment_by_name(experiment)
             if found is None and not create:
                 # MLflow's own "Default" (id 0) holds nothing of this tool's
