@@ -781,3 +781,27 @@ def test_a_ctrl_c_that_lands_where_python_ignores_exceptions_still_stops_the_com
     interrupt is heard again once the callback is done: the command stops, and nothing is printed."""
     proc = run_python("-c", STRUCK_IN_A_GC_CALLBACK, cwd=tmp_path, timeout=120)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "stopped\n", ""), proc.stderr[-3000:]
+
+
+CUT_IN_AN_ENTRYS_IMPORTS = """
+import importlib.abc, os, signal, sys
+
+class Cut(importlib.abc.MetaPathFinder):  # a Ctrl-C as the command imports MLflow, before its main runs
+    def find_spec(self, name, path, target=None):
+        if name == "mlflow":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+
+sys.meta_path.insert(0, Cut())
+"""
+
+
+def test_a_ctrl_c_as_a_command_imports_its_libraries_is_one_line_and_exit_130(tmp_path):
+    """`python -m pipeline.optimize` Ctrl-C'd in its first seconds, while it imports: Python printed the import's
+    KeyboardInterrupt traceback and the command died of the signal (status -2). Now one line and exit 130. The Ctrl-C
+    comes from a `sitecustomize` module, which Python imports before the command."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(CUT_IN_AN_ENTRYS_IMPORTS, encoding="utf-8")
+    paths = os.pathsep.join([str(tmp_path / "site"), str(Path(__file__).parents[1])])
+    proc = run_python("-m", "pipeline.optimize", cwd=tmp_path, env={"PYTHONPATH": paths}, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "interrupted before anything ran\n"), proc.stderr

@@ -7,3 +7,22 @@ around Hydra: --help, the precheck of the whole command line, exit codes; argume
 that take flags, refused in one line; sweep_callback: the Hydra callback that makes a multirun one sweep (its parent
 run, its table, its exit status).
 """
+
+import os
+import signal
+import sys
+
+
+def _before_anything(signum, frame) -> None:
+    """A Ctrl-C while `python -m pipeline.<name>` imports its command (seconds: torch, MLflow, Optuna): one line and
+    exit 130, where Python printed the import's traceback and died of the signal (status -2). Once the entry module
+    holds `main`, the command is running and handles its own."""
+    if "main" in vars(sys.modules["__main__"]):
+        signal.default_int_handler(signum, frame)
+    os.write(2, b"interrupted before anything ran\n")
+    os._exit(130)
+
+
+_ENTRY = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "")
+if _ENTRY.startswith("pipeline.") and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _before_anything)
