@@ -182,6 +182,7 @@ cli.run_entry("pipeline.train", "config", print, "doc", ["-m", "train.steps=2", 
 """
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_that_cuts_mlflows_import_in_half_is_one_line_and_exit_130(tmp_path):
     """MLflow half imported when the Ctrl-C landed: the interrupt's clean-up imported the store again, which raised
     from the half-made module (`partially initialized module 'mlflow'`): a traceback and exit 1. Nothing was recorded,
@@ -665,6 +666,7 @@ for presses in (1, 2):
 """
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_as_a_job_starts_lands_once_it_runs_and_leaves_the_fork_server_quiet():
     """One Ctrl-C (CI saw it) or two as a job is handed to the fork server: cut between connecting and sending its
     request, the start left the server reading half a request, and it died printing `EOFError` from
@@ -741,6 +743,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow
 def test_a_ctrl_c_during_a_new_stores_migrations_leaves_a_store_the_next_command_opens(tmp_path):
     """A Ctrl-C as a sweep made its store struck MLflow's schema migrations half done: every later command on that
     store failed (`table _alembic_tmp_experiments already exists`, with a traceback). The migrations now finish
