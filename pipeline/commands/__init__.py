@@ -12,6 +12,10 @@ import os
 import signal
 import sys
 
+from pipeline import exits
+
+BEFORE_ANYTHING = "interrupted before anything ran"  # said by a command stopped before it ran anything
+
 
 def _before_anything(signum, frame) -> None:
     """A Ctrl-C while `python -m pipeline.<name>` imports its command (seconds: torch, MLflow, Optuna): one line and
@@ -19,8 +23,8 @@ def _before_anything(signum, frame) -> None:
     holds `main`, the command is running and handles its own."""
     if "main" in vars(sys.modules["__main__"]):
         signal.default_int_handler(signum, frame)
-    os.write(2, b"interrupted before anything ran\n")
-    os._exit(130)
+    os.write(2, f"{BEFORE_ANYTHING}\n".encode())
+    os._exit(exits.INTERRUPTED)
 
 
 _ENTRY = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", "")

@@ -16,6 +16,7 @@ import hydra
 
 from pipeline import exits
 from pipeline.adapters.hydra_args import args_parser
+from pipeline.commands import BEFORE_ANYTHING
 from pipeline.commands.interrupts import Interrupts, interrupted, terminate
 from pipeline.config.choices import LauncherKind
 from pipeline.config.compose import CONF_DIR
@@ -108,7 +109,7 @@ def _interrupted_before_anything_ran() -> NoReturn:
     here, with no exit handlers to run (a command stopped by Ctrl-C in its first seconds once ended killed by the
     signal, status -2, in place of 130)."""
     runner.stop_server()
-    print("interrupted before anything ran", file=sys.stderr)
+    print(BEFORE_ANYTHING, file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(exits.INTERRUPTED)
