@@ -39,6 +39,7 @@ def grid(study: optuna.Study, cap_gib: float, steps: int, warmup: int, setting: 
                 "step_s": trials.measured_seconds(record),
                 "peak_gib": record.peak_gib,
                 "fixed_s": max(0.0, record.gpu_seconds - ran),
+                **({"compile_s": record.compile_s} if trials.COMPILE_S in trial.user_attrs else {}),
             }
         )
     return {

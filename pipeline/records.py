@@ -238,6 +238,11 @@ class JobResult:
     stall_limit_s: float | None = None  # that limit, where any step was over it
     library_warnings: int = 0  # Python warnings and log records at WARNING or above the job's libraries gave
 
+    @property
+    def compile_s(self) -> float:
+        """Seconds the job spent in torch.compile, its CUDA graphs' recording included (0: nothing compiled)."""
+        return self.timings.get("compile_s", 0.0)
+
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -505,3 +505,44 @@ def test_the_baseline_stays_in_the_rounds_while_its_pairs_with_the_leader_are_un
     assert state.open() == ["A", "B", "C"]
     state.times["C"] = {0: 0.70, 1: 0.71, 2: 0.69}  # C now settled faster than both: B has left
     assert state.open() == ["A", "C"]
+
+
+def test_a_compiled_finalists_runs_are_planned_with_what_the_compile_cache_leaves_to_compile():
+    """The best and its challenger compiled 22 s in their trials; a later process of either compiles 2.5 s (the
+    study's compile cache holds the rest). Planned with the trials' start-ups, a budget of 100 s buys the answer's
+    claim alone and leaves the challenger out; planned with what the cache leaves, the challenger is measured too."""
+
+    def record(label, step_s, gpu_seconds, compile_s, role=Role.TRIAL):
+        return TrialRecord(
+            0,
+            TrialState.COMPLETE,
+            label=label,
+            median=step_s,
+            status=Status.OK,
+            feasible=True,
+            role=role,
+            step_times=(step_s,) * 8,
+            warmup_times=(step_s,),
+            warmup_left_out=(1,),
+            gpu_seconds=gpu_seconds,
+            compile_s=compile_s,
+        )
+
+    def round_of(compile_s: float):
+        best = record("best", 0.050, 24.5, compile_s)
+        near = record("near", 0.052, 24.5, compile_s)
+        base = record("base", 0.2, 2.0 + 10 * 0.2, 0.0, Role.BASELINE)
+        rng = random.Random(3)
+
+        def run(r, number, warm, steps):  # a warm cache: 2 s to start, 2.5 s to compile what the cache lacks
+            start = 2.0 + (2.5 if r.label != "base" else 0.0)
+            return r.median * rng.uniform(0.9, 1.1), start + (warm + steps) * r.median
+
+        settings = confirm_settings(share=0.25, floor_s=0.0, max_rounds=20)
+        return confirmation.run_round([best, base, near], "base", settings, spent_s=300.0, run=run)
+
+    assert confirmation.finalist(record("best", 0.05, 24.5, 22.0)).fixed_s == pytest.approx(24.5 - 9 * 0.05 - 0.7 * 22)
+    cold = round_of(compile_s=0.0)  # as a study that did not know what its trials compiled
+    warm = round_of(compile_s=22.0)
+    assert cold.left_out == ("near",) and cold.state.seconds < 50.0  # most of the 100 s budget left unspent
+    assert warm.left_out == () and len(warm.state.times["near"]) >= MIN_ROUNDS and warm.state.seconds <= 100.0

@@ -136,6 +136,7 @@ class TrialTeller:
             {
                 trials.STATUS: result.status,
                 trials.GPU_SECONDS: _shown(summary.wall_s, 0),
+                trials.COMPILE_S: _shown(result.compile_s, 1),
                 trials.PEAK: _shown(summary.peak_gib, 3),
                 trials.MEDIAN: _shown(summary.median, 4),
                 trials.CI: _interval(summary.step_time.ci) if summary.step_time else None,

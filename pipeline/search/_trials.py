@@ -24,6 +24,7 @@ STATUS, NOTE, PREDICTED, PEAK, FEASIBLE = "status", "reason", "predicted_gib", "
 MEDIAN, CI, TOKENS, STEP_TIMES = "step_time_median_s", "ci", "tokens_per_s", "step_times"
 GPU_SECONDS, RUN_ID, SFT, KNOBS, ROLE, OWNER = "gpu_seconds", "run_id", "sft_kwargs", "knobs", "role", "owner"
 LOSSES, WARMUP_TIMES = "losses", "warmup_times"
+COMPILE_S = "compile_s"  # the job's seconds in torch.compile: what a later process of the config finds in the cache
 WARMUP_LEFT_OUT = "warmup_left_out"  # the warm-up's step numbers not in warmup_times (they compiled, or were profiled)
 WORLD_SIZE = "world_size"  # the ranks (devices) of the trial's job
 BUSY, PROFILE = "gpu_busy", "profile"  # NVML's busy share of its steady steps; its profile's figures per step
@@ -104,6 +105,7 @@ class TrialRecord:
     warmup_left_out: tuple[int, ...] = ()  # the step numbers left out of warmup_times
     losses: tuple[float, ...] = ()  # per step, for the deviation from the baseline
     gpu_seconds: float = 0.0
+    compile_s: float = 0.0  # of gpu_seconds, the compilation's (an empty cache for this config, or a warm one)
     run_id: str | None = None
     sft_kwargs: dict[str, Any] = field(default_factory=dict)
     knobs: dict[str, Any] = field(default_factory=dict)
@@ -151,6 +153,7 @@ class TrialRecord:
             warmup_left_out=tuple(a.get(WARMUP_LEFT_OUT, ())),
             losses=tuple(a.get(LOSSES, ())),
             gpu_seconds=a.get(GPU_SECONDS, 0.0),
+            compile_s=a.get(COMPILE_S, 0.0),
             run_id=a.get(RUN_ID),
             sft_kwargs=a.get(SFT, {}),
             knobs=a.get(KNOBS, {}),

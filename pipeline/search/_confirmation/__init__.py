@@ -194,12 +194,19 @@ def choose(
     return chosen if len(chosen) > 1 else []
 
 
+WARM_COMPILE = 0.3  # a later process of a compiled config compiles at most this share of what its trial compiled
+
+
 def finalist(record: TrialRecord) -> Finalist:
-    """What the search measured of a finalist: step time and noise, and its job's start-up cost."""
+    """What the search measured of a finalist: step time and noise, and what a run of it will cost beyond its steps:
+    its trial's start-up, less the compilation a later process reads back from the study's compile cache (a fresh
+    process of a compiled config compiled 0.11-0.28 of its first's time, BENCHMARKS.md; a round planned with the
+    trial's cold compilation bought a fraction of the rounds its budget pays for)."""
     steps = record.step_times
     cv = statistics.stdev(steps) / statistics.fmean(steps) if len(steps) > 1 else 0.0
-    fixed = record.gpu_seconds - sum(steps) - sum(record.warmup_times)
-    return Finalist(record.label, record.median, cv, max(0.0, fixed))
+    fixed = max(0.0, record.gpu_seconds - sum(steps) - sum(record.warmup_times))
+    fixed -= (1 - WARM_COMPILE) * min(record.compile_s, fixed)
+    return Finalist(record.label, record.median, cv, fixed)
 
 
 TRANSIENT = 1.25  # an early step this much slower than every steady step is still warming up
