@@ -305,6 +305,42 @@ def test_a_round_stopped_after_a_run_goes_on_from_its_stored_record_and_measures
     assert ("A", 0) in measured  # from its first round: the stored runs pair with nothing it plans
 
 
+def test_a_round_stopped_in_its_first_run_says_it_had_begun_and_goes_on_with_its_plan(tmp_path, capsys):
+    """Ctrl-C in the round's first job, its header printed: the study keeps the round as begun (no run yet), the
+    answer says the round measured no run of them and that the same command goes on with it (not that the study
+    stopped before its round), and the same command says where it stopped and measures the whole round."""
+    import optuna
+
+    chosen = [_finalist_record(0, "A", 0.20), _finalist_record(1, "X", 0.40, Role.BASELINE)]
+    settings = confirm_settings(max_rounds=4, share=0.9)
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="stopped", storage=storage)
+    stopping = True
+
+    def run(record: TrialRecord, number: int, warmup: int, steps: int) -> tuple[float, float]:
+        if stopping:
+            raise KeyboardInterrupt
+        return {"A": 0.20, "X": 0.40}[record.label], 10.0
+
+    def save(record: confirmation.ConfirmationRecord) -> None:
+        study.set_user_attr(confirmation.PARTIAL, record.to_attr())
+
+    with pytest.raises(KeyboardInterrupt):
+        confirmation.run_round(chosen, "X", settings, 600.0, run, save)
+    stored = Decided.of(optuna.load_study(study_name="stopped", storage=storage), 1.0).confirmation
+    assert stored is not None and (stored.runs, stored.finished) == (0, False)
+    why = speedup.claim(chosen[0], chosen[1], [], stored, enabled=True, confirm_off=False).why
+    assert why == (
+        "the confirmation round measured no run of A and X (the study stopped during its round; the same command goes "
+        "on with it)"
+    )
+    stopping = False
+    capsys.readouterr()
+    record = confirmation.run_round(chosen, "X", settings, 600.0, run, save, stopped=stored)
+    assert "the last one stopped in its first run; it goes on from there" in capsys.readouterr().out
+    assert record.finished and record.rounds >= MIN_ROUNDS
+
+
 def test_a_runs_figure_is_not_moved_by_one_stalled_step():
     steps = [0.20, 0.21, 0.19, 0.20, 0.21]
     stalled = [0.20, 0.21, 0.19, 2.0, 0.21]

@@ -242,6 +242,7 @@ def _going_on(
     if stopped is None:
         return None
     said = f"[study] confirmation round: the last one stopped after {stopped.runs} run(s) in {stopped.rounds} round(s)"
+    said = said if stopped.runs else "[study] confirmation round: the last one stopped in its first run"
     if stopped.state.finalists != names or stopped.warmup != warmup:
         print(f"{said}; it planned other finalists or another warm-up, so it runs again", flush=True)
         return None
@@ -284,16 +285,13 @@ def run_round(
     if plan.affordable_rounds < 2 and not claimed:
         print(f"[study] confirmation round: not run, {budget:.0f} s buy fewer than two rounds", flush=True)
         return dataclasses.replace(record, finished=True)  # one round pairs nothing
-    least = (
-        f"at least {MIN_ROUNDS} rounds of the answer and the baseline"
-        if claimed
-        else f"at least {MIN_ROUNDS} rounds if it allows"
-    )
+    least = f"at least {MIN_ROUNDS} rounds " + ("of the answer and the baseline" if claimed else "if it allows")
     print(
         f"[study] confirmation round: {', '.join(names)}; runs of {warmup} + {plan.steps} steps, budget {budget:.0f} s "
         f"({settings.governs(spent_s, budget)}), {least}",
         flush=True,
     )
+    save(record)  # begun: a study stopped in its first run says so, and goes on with the same plan
     measure = lambda name, number, steps: run(by_label[name], number, warmup, steps)  # noqa: E731
     pair = (chosen[0].label, baseline) if claimed else ()
     state.run(measure, plan, settings.max_rounds, after_run=lambda: save(record), claim=pair)
