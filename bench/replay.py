@@ -11,7 +11,7 @@ study spent against the grid's (every config measured once), and how many config
 A grid (JSON) holds the space, the baseline (the command line's config), the cap, the trial length, and one record per
 config: its params, status (ok, oom, failed), step seconds, peak GiB and fixed seconds (spawn, setup, compilation),
 and of those its compilation's where it was recorded. A config's later processes (the confirmation round's) find its
-compilation in the study's cache and compile WARM_COMPILE of it again.
+compilation in the study's cache and compile CACHED_COMPILE_S of it at most.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ from pipeline.search._trials import Role
 
 WITHIN = 0.05  # an answer this close to the grid's best counts as finding it
 PROBE_STEPS = 4
-# a later process of a compiled config, its compilation in the cache: 3.0-4.6 s in 22 processes against 16.6-20.3 s in
-# 8 with an empty cache on an H200 (two settings), 2.3-2.5 s against 22.0 s on a CPU (BENCHMARKS.md)
-WARM_COMPILE = 0.25
+# what a later process of a compiled config compiles, the rest read from the cache: at most 4.6 s (3.0-4.6 s in 22
+# processes on an H200, two settings, against 16.6-20.3 s in 8 with an empty cache; BENCHMARKS.md)
+CACHED_COMPILE_S = 4.6
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,9 @@ class Grid:
         return max(0.0, config.fixed_s - min(c.fixed_s for c in self.configs))
 
     def rerun_fixed_s(self, config: GridConfig) -> float:
-        """A later process's start-up: its compilation read back from the cache but WARM_COMPILE of it."""
-        return config.fixed_s - (1 - WARM_COMPILE) * self.compile_s(config)
+        """A later process's start-up: its compilation read back from the cache but CACHED_COMPILE_S of it."""
+        compiled = self.compile_s(config)
+        return config.fixed_s - compiled + min(compiled, CACHED_COMPILE_S)
 
     def find(self, params: dict[str, Any]) -> GridConfig | None:
         return self._by_key.get(sampler.key(params))
@@ -293,7 +294,11 @@ def _confirm(study, grid: Grid, box: Machine, spent: float, decided: int) -> Out
         return (statistics.fmean(job.steady) if job.steady else None), job.seconds
 
     chosen = confirmation.choose(eligible, base, settings, knob_estimates.estimates(records, base))
-    round_ = confirmation.run_round(chosen, base.label if base else None, settings, spent, run) if chosen else None
+    round_ = (
+        confirmation.run_round(chosen, base.label if base else None, settings, spent, run, warm=lambda record: True)
+        if chosen
+        else None
+    )
     answer_record = Decided(records, base, eligible, None, round_).best
     seconds = spent + (round_.state.seconds if round_ else 0.0)
     if answer_record is None:

@@ -12,7 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from bench.machine import Machine
-from pipeline.answer import speedup
+from pipeline.answer import speedup, table
 from pipeline.compare.paired import Judgement, compare, compare_speedups
 from pipeline.compare.ranking import rank
 from pipeline.measure.stats import trimmed_mean
@@ -308,7 +308,8 @@ def test_a_round_stopped_after_a_run_goes_on_from_its_stored_record_and_measures
 def test_a_round_stopped_in_its_first_run_says_it_had_begun_and_goes_on_with_its_plan(tmp_path, capsys):
     """Ctrl-C in the round's first job, its header printed: the study keeps the round as begun (no run yet), the
     answer says the round measured no run of them and that the same command goes on with it (not that the study
-    stopped before its round), and the same command says where it stopped and measures the whole round."""
+    stopped before its round, nor that its budget bought too few rounds), and the same command says where it stopped
+    and measures the whole round."""
     import optuna
 
     chosen = [_finalist_record(0, "A", 0.20), _finalist_record(1, "X", 0.40, Role.BASELINE)]
@@ -334,6 +335,10 @@ def test_a_round_stopped_in_its_first_run_says_it_had_begun_and_goes_on_with_its
         "the confirmation round measured no run of A and X (the study stopped during its round; the same command goes "
         "on with it)"
     )
+    assert table.confirmation_lines(stored, "A", 100.0) == [
+        "confirmation round (the study stopped during the round; the same command goes on with it): no run of A, "
+        "X (baseline) finished"
+    ]
     stopping = False
     capsys.readouterr()
     record = confirmation.run_round(chosen, "X", settings, 600.0, run, save, stopped=stored)
@@ -545,8 +550,9 @@ def test_the_baseline_stays_in_the_rounds_while_its_pairs_with_the_leader_are_un
 
 def test_a_compiled_finalists_runs_are_planned_with_what_the_compile_cache_leaves_to_compile():
     """The best and its challenger compiled 22 s in their trials; a later process of either compiles 2.5 s (the
-    study's compile cache holds the rest). Planned with the trials' start-ups, a budget of 100 s buys the answer's
-    claim alone and leaves the challenger out; planned with what the cache leaves, the challenger is measured too."""
+    study's compile cache holds the rest). Planned with the trials' start-ups (a cache that does not hold them), a
+    budget of 100 s buys the answer's claim alone and leaves the challenger out; planned with what the cache leaves,
+    the challenger is measured too."""
 
     def record(label, step_s, gpu_seconds, compile_s, role=Role.TRIAL):
         return TrialRecord(
@@ -564,9 +570,9 @@ def test_a_compiled_finalists_runs_are_planned_with_what_the_compile_cache_leave
             compile_s=compile_s,
         )
 
-    def round_of(compile_s: float):
-        best = record("best", 0.050, 24.5, compile_s)
-        near = record("near", 0.052, 24.5, compile_s)
+    def round_of(warm: bool):
+        best = record("best", 0.050, 24.5, 22.0)
+        near = record("near", 0.052, 24.5, 22.0)
         base = record("base", 0.2, 2.0 + 10 * 0.2, 0.0, Role.BASELINE)
         rng = random.Random(3)
 
@@ -575,10 +581,24 @@ def test_a_compiled_finalists_runs_are_planned_with_what_the_compile_cache_leave
             return r.median * rng.uniform(0.9, 1.1), start + (warm + steps) * r.median
 
         settings = confirm_settings(share=0.25, floor_s=0.0, max_rounds=20)
-        return confirmation.run_round([best, base, near], "base", settings, spent_s=300.0, run=run)
+        return confirmation.run_round(
+            [best, base, near], "base", settings, spent_s=300.0, run=run, warm=lambda record: warm
+        )
 
-    assert confirmation.finalist(record("best", 0.05, 24.5, 22.0)).fixed_s == pytest.approx(24.5 - 9 * 0.05 - 0.7 * 22)
-    cold = round_of(compile_s=0.0)  # as a study that did not know what its trials compiled
-    warm = round_of(compile_s=22.0)
+    cold = round_of(warm=False)  # as a worker whose cache does not hold what the trials compiled
+    warm = round_of(warm=True)
     assert cold.left_out == ("near",) and cold.state.seconds < 50.0  # most of the 100 s budget left unspent
     assert warm.left_out == () and len(warm.state.times["near"]) >= MIN_ROUNDS and warm.state.seconds <= 100.0
+
+
+def test_a_finalists_compilation_counts_as_cached_only_where_its_trial_ran_here_and_the_cache_is_there(tmp_path):
+    from pipeline.liveness import Owner
+    from pipeline.search._confirmation.jobs import warm_cache
+
+    here = TrialRecord(0, TrialState.COMPLETE, owner=str(Owner.current()))
+    there = dataclasses.replace(here, owner=str(dataclasses.replace(Owner.current(), host="another-host")))
+    assert not warm_cache(here, str(tmp_path))  # no cache yet: a study resumed after it went
+    (tmp_path / "compile-cache").mkdir()
+    assert warm_cache(here, str(tmp_path))
+    assert not warm_cache(there, str(tmp_path))  # measured by a worker on another machine
+    assert not warm_cache(dataclasses.replace(here, owner=None), str(tmp_path))

@@ -154,6 +154,11 @@ def confirmation_lines(
     configs, where not their labels)."""
     s, shown = record.state, shown or {}
     names = [f"{n} (baseline)" if n == record.baseline and n not in shown else shown.get(n, n) for n in s.finalists]
+    if record.rounds == 0 and not record.finished:
+        return [
+            "confirmation round (the study stopped during the round; the same command goes on with it): no run of "
+            f"{', '.join(names)} finished"
+        ]
     if record.rounds == 0:
         return [
             f"confirmation round: not run; its budget, {record.budget_s:.0f} s, buys fewer than two rounds of "

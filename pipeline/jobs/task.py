@@ -68,7 +68,7 @@ def job_spec(job: JobConfig, name: str | None = None, stop: StopRule | None = No
         varying = [(k, v) for k, v in job_overrides() if context and k in context.varying]
         name = display_name(config.model.name, config.batch.split, varying)
     compiled = any(knob.compiles(config.train) for knob in knobs.registry())
-    env = compile_cache_env(Path(config.paths.root) / "compile-cache") if compiled else {}
+    env = compile_cache_env(compile_cache_folder(config.paths.root)) if compiled else {}
     stop = stop or StopRule()
     if compiled and stop.prune_after:  # judged once compiled and its CUDA graphs recorded: after its warm-up
         stop = dataclasses.replace(stop, prune_from=max(stop.prune_from, config.measure.warmup_steps))
@@ -85,6 +85,11 @@ def job_spec(job: JobConfig, name: str | None = None, stop: StopRule | None = No
         env=env,
         enforce_cap=not uncapped,
     )
+
+
+def compile_cache_folder(root: str | Path) -> Path:
+    """The compile cache every compiled job under `root` (`paths.root`: a store and what it ran) shares."""
+    return Path(root) / "compile-cache"
 
 
 def compile_cache_env(folder: Path) -> dict[str, str]:

@@ -197,15 +197,15 @@ def choose(
 WARM_COMPILE = 0.3  # a later process of a compiled config compiles at most this share of what its trial compiled
 
 
-def finalist(record: TrialRecord) -> Finalist:
+def finalist(record: TrialRecord, warm: bool = False) -> Finalist:
     """What the search measured of a finalist: step time and noise, and what a run of it will cost beyond its steps:
-    its trial's start-up, less the compilation a later process reads back from the study's compile cache (a fresh
-    process of a compiled config compiled 0.11-0.28 of its first's time, BENCHMARKS.md; a round planned with the
-    trial's cold compilation bought a fraction of the rounds its budget pays for)."""
+    its trial's start-up, less, where its compilation is in this worker's cache (`warm`), what a later process reads
+    back from it (a fresh process of a compiled config compiled 0.11-0.28 of its first's time, BENCHMARKS.md; a round
+    planned with the trial's cold compilation bought a fraction of the rounds its budget pays for)."""
     steps = record.step_times
     cv = statistics.stdev(steps) / statistics.fmean(steps) if len(steps) > 1 else 0.0
     fixed = max(0.0, record.gpu_seconds - sum(steps) - sum(record.warmup_times))
-    fixed -= (1 - WARM_COMPILE) * min(record.compile_s, fixed)
+    fixed -= (1 - WARM_COMPILE) * min(record.compile_s, fixed) if warm else 0.0
     return Finalist(record.label, record.median, cv, fixed)
 
 
@@ -258,15 +258,16 @@ def run_round(
     run: Run,
     save: Callable[[ConfirmationRecord], None] = lambda record: None,
     stopped: ConfirmationRecord | None = None,
+    warm: Callable[[TrialRecord], bool] = lambda record: False,
 ) -> ConfirmationRecord:
     """Plan the round from what the search measured, run it, and return its record; `save` gets the record so far
     (unfinished) after every run, so a study stopped during the round keeps what it measured. `stopped`: the record
     of this round that a stop left unfinished; where it planned the same finalists and warm-up, the round goes on
     from it, and no run it kept is measured again. Every run of the round has the same warm-up: the longest
-    transient any finalist's trial showed."""
+    transient any finalist's trial showed. `warm`: whether a finalist's compilation is in the cache its runs use."""
     budget = settings.budget(spent_s)
     warmup = max(transient(r) for r in chosen)
-    facts = [finalist(r) for r in chosen]
+    facts = [finalist(r, warm(r)) for r in chosen]
     claimed = baseline is not None and len(chosen) > 1 and chosen[1].label == baseline
     if claimed:
         claim = minimum_claim_s(facts[:2], warmup)

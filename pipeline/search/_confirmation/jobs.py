@@ -5,6 +5,7 @@ first, and stored on the study after every round."""
 from __future__ import annotations
 
 from pipeline.jobs import task
+from pipeline.liveness import Owner, host
 from pipeline.records import RunKind, Status
 from pipeline.search import _confirmation as confirmation
 from pipeline.search import _knob_estimates as knob_estimates
@@ -42,6 +43,7 @@ class FinalRound:
                 self._run,
                 save=lambda partial: ctx.study.set_user_attr(confirmation.PARTIAL, partial.to_attr()),
                 stopped=stopped,
+                warm=lambda record: warm_cache(record, ctx.cfg.paths.root),
             )
             ctx.study.set_user_attr(confirmation.ATTR, record.to_attr())
 
@@ -64,3 +66,11 @@ class FinalRound:
         ok = outcome.status is Status.OK and summary.step_time
         figure = figures.ranked(summary.step_time.trimmed) if ok else None  # as its run logs it
         return figure, summary.wall_s
+
+
+def warm_cache(record: TrialRecord, root: str) -> bool:
+    """Whether a finalist's compilation is in the cache this worker's runs use: its trial ran on this host, and the
+    cache under `root` (`paths.root`) is there; a worker on another machine, or a study resumed after the cache went,
+    compiles anew."""
+    owner = Owner.parse(record.owner or "")
+    return owner is not None and owner.host == host() and task.compile_cache_folder(root).is_dir()
