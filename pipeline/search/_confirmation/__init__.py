@@ -241,8 +241,8 @@ def _going_on(
     planned other finalists or another warm-up (its runs would pair with nothing planned now: it runs again)."""
     if stopped is None:
         return None
-    said = f"[study] confirmation round: the last one stopped after {stopped.runs} run(s) in {stopped.rounds} round(s)"
-    said = said if stopped.runs else "[study] confirmation round: the last one stopped in its first run"
+    where = f"after {stopped.runs} run(s) in {stopped.rounds} round(s)" if stopped.runs else "in its first run"
+    said = f"[study] confirmation round: the last one stopped {where}"
     if stopped.state.finalists != names or stopped.warmup != warmup:
         print(f"{said}; it planned other finalists or another warm-up, so it runs again", flush=True)
         return None
