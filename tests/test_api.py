@@ -42,7 +42,11 @@ def printed_table(out: str) -> list[list[str]]:
 
 
 def close(cell: str, value: float | None, digits: int) -> bool:
-    return value is not None and not math.isnan(value) and float(cell.replace(",", "")) == round(value, digits)
+    """The cell is the value rounded to `digits` decimals, or to the more the cell shows (a bound near 1 is printed
+    to as many as it takes not to read as 1: `0.996`)."""
+    text = cell.replace(",", "")
+    shown = len(text.partition(".")[2])
+    return value is not None and not math.isnan(value) and float(text) == round(value, max(digits, shown))
 
 
 def assert_rows_match(out: str, result: dict) -> None:
