@@ -6,7 +6,8 @@
 #                 2 pinned to four cores (taskset), 3 profiled (device and host time per step); `bench.spread` prints them
 #   spread-causes the seed's answer, 4 processes each: profiled (where the host's time goes), without the memory cap,
 #                 and with the allocator's expandable segments
-#   spread-fix    the host's CPUs and memory nodes; the answer with its optimizer step in a CUDA graph (5 processes),
+#   spread-fix    the host's CPUs and memory nodes; the answer with its optimizer step compiled (5 processes; a CUDA
+#                 graph of its own is refused beside reduce-overhead's),
 #                 with fused AdamW (5: one launch where the for-each step loops over 392 tensors on the host), and
 #                 each process a fresh interpreter (launcher.kind=subprocess, 3)
 #   spread-small  the same answer's shape on Qwen3-0.6B, 1,024 tokens, effective batch 8 (8x1), 5 warm processes
@@ -99,10 +100,10 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
     spread-fix)  # the host's topology, then what the answer's spread is without a host loop in its optimizer step
       lscpu | grep -Ei 'model name|^cpu\(s\)|thread|core|socket|numa'; nvidia-smi topo -m
       cat /sys/bus/pci/devices/*/numa_node 2>/dev/null | sort | uniq -c
-      "$py" -m pipeline.train -m "${seed[@]}" train.optimizer_step=graph repeats=$warm paths.root="$dir/fix-graph"
+      "$py" -m pipeline.train -m "${seed[@]}" train.optimizer_step=compiled repeats=$warm paths.root="$dir/fix-compiled"
       "$py" -m pipeline.train -m "${seed[@]}" train.optimizer=adamw_torch_fused repeats=$warm paths.root="$dir/fix-fused"
       "$py" -m pipeline.train -m "${seed[@]}" launcher.kind=subprocess repeats=$cold paths.root="$dir/fix-subprocess"
-      "$py" -m bench.spread graph="$dir/fix-graph" fused="$dir/fix-fused" subprocess="$dir/fix-subprocess" --warmup 6 ;;
+      "$py" -m bench.spread compiled="$dir/fix-compiled" fused="$dir/fix-fused" subprocess="$dir/fix-subprocess" --warmup 6 ;;
     spread-small)
       "$py" -m pipeline.train -m "${small[@]}" repeats=$warm paths.root="$dir/small-warm"
       "$py" -m bench.spread warm="$dir/small-warm" --warmup 6 ;;
