@@ -11,6 +11,7 @@ import re
 import pytest
 
 import pipeline
+from pipeline.compare.paired import bound
 from pipeline.search import _confirmation as confirmation
 from tests.helpers.cli import run_cli, run_python
 from tests.helpers.kernel import cell_output, kernel, kernel_process, run_cell
@@ -42,11 +43,7 @@ def printed_table(out: str) -> list[list[str]]:
 
 
 def close(cell: str, value: float | None, digits: int) -> bool:
-    """The cell is the value rounded to `digits` decimals, or to the more the cell shows (a bound near 1 is printed
-    to as many as it takes not to read as 1: `0.996`)."""
-    text = cell.replace(",", "")
-    shown = len(text.partition(".")[2])
-    return value is not None and not math.isnan(value) and float(text) == round(value, max(digits, shown))
+    return value is not None and not math.isnan(value) and float(cell.replace(",", "")) == round(value, digits)
 
 
 def assert_rows_match(out: str, result: dict) -> None:
@@ -62,8 +59,9 @@ def assert_rows_match(out: str, result: dict) -> None:
             assert r["time_vs_fastest"] == r["time_low"] == r["time_high"] == 1.0
         else:
             ratio, low, high = re.fullmatch(r"(\S+)x \[(\S+), (\S+)\]", paired).groups()
-            assert close(ratio, r["time_vs_fastest"], 2) and close(low, r["time_low"], 2)
-            assert high == "inf" and r["time_high"] == math.inf or close(high, r["time_high"], 2)
+            # a bound near 1 is printed to as many decimals as it takes not to read as 1 (`0.996`)
+            assert close(ratio, r["time_vs_fastest"], 2) and low == bound(r["time_low"])
+            assert high == "inf" and r["time_high"] == math.inf or high == bound(r["time_high"])
         assert close(tokens, r["tokens_per_s"], 0) and close(peak, r["peak_gib"], 2)
         assert cap == r["cap"] == "no-cap" and rank == r["rank"] and notes == r["notes"]
         assert f"{r['loss_dev']:.1e}" == loss
