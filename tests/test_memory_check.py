@@ -32,16 +32,16 @@ def test_the_chats_grid_is_predicted_within_6_percent_leave_one_out_but_where_it
     assert mean <= 5.0  # 14.3% before the pair terms
 
 
-def test_the_seed_settings_studies_are_within_6_percent_leave_one_out_but_flex_attention_under_cuda_graphs():
-    """Flex attention beside compiled layers with CUDA graphs measured one fp32 copy of the logits less than sdpa,
-    with either loss that keeps them (no term knows why): its configs are the only ones past 6% (9.4-11.8%; 13.3 GiB
-    at the most, 15.7% past before the pair terms)."""
-    checks = memory_check.check_store(memory_check.STORES[1])
-    assert [c.name for c in checks] == ["fastest-seed1", "fastest-seed2", "fastest-seed3"]
+def test_the_seed_settings_studies_are_within_6_percent_in_study_order_and_leave_one_out():
+    """Every trial of the five seed's-setting studies recorded (seeds 1-3 of 2026-12-03, the adaptive one, seed 1 of
+    2026-12-05), predicted as its study would have and leave-one-out: within 6% (flex attention under CUDA graphs
+    was 9.4-11.8% before its logits term)."""
+    stores = [s for s in memory_check.STORES if s.overrides == memory_check.SEED and s.path.suffix == ".db"]
+    checks = [c for store in stores for c in memory_check.check_store(store)]
+    assert len(checks) == 5
     for check in checks:
-        for e in check.left_out:
-            flex = "attn=flex_attention mode=reduce-overhead" in e.label and "loss=trl" not in e.label
-            assert abs(e.relative) <= (0.12 if flex else 0.06), (check.name, e)
+        for e in (*check.in_order, *check.left_out):
+            assert abs(e.relative) <= 0.06, (check.name, e)
 
 
 def test_the_chats_grids_peaks_hold_more_where_the_steps_own_micro_batches_are_shorter_than_the_longest():
