@@ -55,6 +55,7 @@ STORES = (
     Store(RESULTS / "fastest-h200-fixed" / "optuna.db", SEED),
     Store(RESULTS / "fastest-h200-adaptive" / "optuna.db", SEED),
     Store(RESULTS / "record-h200-1205" / "optuna.db", SEED),
+    Store(RESULTS / "fastest-h200-1205b" / "optuna.db", SEED),
     Store(RESULTS / "h200-2026-11-30" / "knobs-optuna.db", ("model=qwen3-1.7b", "train.max_length=512"), "whole"),
     Store(RESULTS / "grid-h200-seed.json", SEED),
 )
