@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import CUDA_GRAPH_MODE_VALUES, Compile, Knob, KnobRole, Memory, Setting, installed
-from pipeline.knobs.loss import Loss
+from pipeline.knobs.base import Knob, KnobRole, Memory, Setting, installed
+from pipeline.knobs.compile_mode import graphs_of_compiled_layers
+from pipeline.knobs.loss import LOGIT_BYTES, Loss
 
 
 class Attention(StrEnum):
@@ -18,6 +19,13 @@ class Attention(StrEnum):
     FLASH_ATTENTION_2 = "flash_attention_2"
     FLASH_ATTENTION_3 = "flash_attention_3"
 
+
+# What flex attention keeps of the logits beside sdpa, in bytes a token and vocabulary entry, inside compiled layers'
+# CUDA graphs beside a loss that keeps them (`graphed_logits`): one fp32 copy less, 12.13-12.17 against 13.33 GiB with
+# the model's loss, 9.84 against 11.01 with the compiled one, at 4x1 on the Qwen3-1.7B shape (2,048 tokens x 151,936
+# entries x 4 bytes = 1.16 GiB: fastest-h200-fixed, fastest-h200-adaptive, record-h200-1205), where the two measure
+# alike beside TRL's loss (8.26, 8.27) and in eager layers (9.60 both). Why is not known; measured on that shape only.
+FLEX_GRAPHED_LOGIT_BYTES = -4.0
 
 PACKAGES = {  # the implementations that need a package beyond torch and transformers
     Attention.FLASH_ATTENTION_2: "flash_attn",
@@ -48,15 +56,12 @@ class AttentionKnob(Knob):
 
     def memory_in(self, value: Any, setting: Mapping[str, Any]) -> Memory:
         """Eager attention keeps its probabilities, a score per head and pair of positions of a row; the fused
-        kernels keep none. Flex attention inside compiled layers' CUDA graphs, beside a loss that keeps the logits,
-        keeps one fp32 copy of them less than sdpa there: 12.13-12.17 against 13.33 GiB with the model's loss, 9.84
-        against 11.01 with the compiled one, at 4x1 on the Qwen3-1.7B shape (2,048 tokens x 151,936 entries x 4
-        bytes = 1.16 GiB: fastest-h200-fixed, fastest-h200-adaptive, record-h200-1205), where the two measure alike
-        beside TRL's loss (8.26, 8.27) and in eager layers (9.60 both). Why is not known; measured on that shape
-        only."""
+        kernels keep none; flex attention under CUDA graphs keeps one copy of the logits less
+        (`FLEX_GRAPHED_LOGIT_BYTES`)."""
         if value == Attention.EAGER:
             return Memory(scores=1.0)
-        return Memory(logit_bytes=-4.0) if value == Attention.FLEX_ATTENTION and graphed_logits(setting) else Memory()
+        flex = value == Attention.FLEX_ATTENTION and graphed_logits(setting)
+        return Memory(logit_bytes=FLEX_GRAPHED_LOGIT_BYTES) if flex else Memory()
 
     def unmodelled(self, value: Any, setting: Mapping[str, Any]) -> str | None:
         """A flash-attention kernel inside compiled layers' CUDA graphs beside a loss that keeps the logits: flex
@@ -86,9 +91,8 @@ class AttentionKnob(Knob):
 
 def graphed_logits(setting: Mapping[str, Any]) -> bool:
     """Whether `setting` runs compiled layers under CUDA graphs beside a loss that keeps the logits whole."""
-    compiled = Compile.of(str(setting.get("train.torch_compile", "off"))) is not Compile.OFF
-    graphs = str(setting.get("train.compile_mode", "default")) in CUDA_GRAPH_MODE_VALUES
-    return compiled and graphs and str(setting.get("train.loss", Loss.TRL)) in (Loss.MODEL, Loss.COMPILED)
+    keeps = LOGIT_BYTES[Loss(str(setting.get("train.loss", Loss.TRL)))] > 0
+    return keeps and graphs_of_compiled_layers(setting)
 
 
 KNOB = AttentionKnob()

@@ -27,6 +27,12 @@ CUDA_GRAPH_MODES = tuple(CompileMode(v) for v in CUDA_GRAPH_MODE_VALUES)  # the 
 GRAPH_INPUT_COPIES = 1.0
 
 
+def graphs_of_compiled_layers(setting: Mapping[str, Any]) -> bool:
+    """Whether `setting` (knob values by key) runs compiled code under CUDA graphs."""
+    compiled = Compile.of(str(setting.get("train.torch_compile", "off"))) is not Compile.OFF
+    return compiled and str(setting.get("train.compile_mode", CompileMode.DEFAULT)) in CUDA_GRAPH_MODES
+
+
 class CompileModeKnob(Knob):
     key = "train.compile_mode"
     default = CompileMode.DEFAULT
@@ -36,8 +42,8 @@ class CompileModeKnob(Knob):
     term_text = ("CUDA graphs keep a copy of each layer's input: b h a token and layer", "compiled layers only")
 
     def memory_in(self, value: str, setting: Mapping[str, Any]) -> Memory:
-        compiled = Compile.of(str(setting.get("train.torch_compile", "off"))) is not Compile.OFF
-        return Memory(inputs=GRAPH_INPUT_COPIES) if value in CUDA_GRAPH_MODES and compiled else Memory()
+        graphed = graphs_of_compiled_layers({**setting, self.key: value})
+        return Memory(inputs=GRAPH_INPUT_COPIES) if graphed else Memory()
 
     def refuses(self, s: Setting) -> str | None:
         """CUDA graphs need a few static shapes: micro-batches padded to a length bucket or to max_length (padding to
