@@ -14,7 +14,7 @@ import pipeline
 from pipeline.compare.paired import bound
 from pipeline.search import _confirmation as confirmation
 from tests.helpers.cli import run_cli, run_python
-from tests.helpers.kernel import cell_output, kernel, kernel_process, run_cell
+from tests.helpers.kernel import cell_output, cell_running, kernel, kernel_process, run_cell
 from tests.helpers.runs import mlflow_runs, study_so_far
 from tests.helpers.settings import ROUND_STUDY
 from tests.helpers.wait import process_gone, wait_for_steps, wait_until
@@ -131,7 +131,7 @@ def _interrupt_once_it_trains(client, call: str, jobs, timeout: float = 300) -> 
     """Start `call` in a cell, interrupt the kernel (a notebook's stop button) once its first job has logged a step,
     wait for the cell's end and for the job's; the cell's error."""
     cell = client.execute(f"import pipeline\n{call}")
-    steps = wait_for_steps(jobs, 1, timeout, alive=client.manager.is_alive)
+    steps = wait_for_steps(jobs, 1, timeout, alive=cell_running(client, cell))
     job = json.loads((steps.parent / "process.json").read_text())["pid"]
     client.manager.interrupt_kernel()
     _, error = cell_output(client, cell, timeout)
@@ -208,7 +208,7 @@ def test_a_study_interrupted_in_its_round_goes_on_from_there_when_called_again_i
     with kernel(tmp_path) as client:
         cell = client.execute(f"import pipeline\npipeline.study({study!r})")
         kept = wait_until(
-            lambda: _round_runs_kept(tmp_path), 600, "a run of the round kept", alive=client.manager.is_alive
+            lambda: _round_runs_kept(tmp_path), 600, "a run of the round kept", alive=cell_running(client, cell)
         )
         client.manager.interrupt_kernel()
         _, error = cell_output(client, cell, 300)

@@ -13,6 +13,7 @@ from subprocess import PIPE
 
 import optuna
 import pytest
+import sqlalchemy
 from optuna.trial import TrialState
 
 from pipeline.answer import speedup
@@ -186,6 +187,27 @@ def test_a_study_name_of_another_config_is_refused_and_nothing_is_written(tmp_pa
         other = compose("mem_cap=1GiB", "optimize.study_name=shared", "optimize.confirm_k=1")  # pairs other configs
         check_binding(other, validate(other).cap_bytes)
     assert mlflow_runs(tmp_path) == []
+
+
+def test_the_check_of_a_store_another_command_is_creating_writes_nothing_there(tmp_path, monkeypatch, compose):
+    """A command that has made a fresh store's tables but not yet stamped their schema version: the check of a named
+    study (and any reader opening the store without creating it) takes it for no study yet and writes nothing. A
+    reader that stamped it made the command's own stamp fail (`UNIQUE constraint failed: alembic_version`)."""
+    from optuna.storages._rdb import models
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mlruns").mkdir()
+    url = f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"
+    engine = sqlalchemy.create_engine(url)
+    models.BaseModel.metadata.create_all(engine)  # the command's first step; its stamp comes next
+    mine = compose("mem_cap=1GiB", "optimize.study_name=shared")
+    check_binding(mine, validate(mine).cap_bytes)
+    with engine.connect() as connection:
+        assert not sqlalchemy.inspect(connection).has_table("alembic_version")
+        assert connection.execute(sqlalchemy.text("SELECT * FROM version_info")).all() == []
+    engine.dispose()
+    StudyContext.open(mine, [], validate(mine).cap_bytes)  # the command goes on: it stamps, and opens its study
+    assert optuna.get_all_study_names(_storage(tmp_path)) == ["shared"]
 
 
 def test_a_study_bound_to_another_config_since_the_check_is_refused_where_it_opens(tmp_path, monkeypatch, compose):

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 import optuna
+import sqlalchemy
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.config.errors import ConfigError
@@ -52,11 +53,28 @@ def study_name(cfg: DictConfig, cap_bytes: int, leave_out: tuple[str, ...] = ())
 
 
 def _existing_rdb(uri: str) -> optuna.storages.RDBStorage | None:
-    """The storage at `uri` opened to read, or None where it has no database yet (a sqlite file not made): nothing
-    is created."""
+    """The storage at `uri` opened to read, or None where no command has finished creating it (no sqlite file, or
+    tables not yet stamped with their schema version): nothing is written. Opening a storage stamps an unstamped one
+    even with `skip_table_creation` (Optuna's version manager), so a reader that got between a command's tables and
+    its stamp wrote the stamp too, and the command's own failed (`UNIQUE constraint failed: alembic_version`). A
+    stamp, once there, stays: seen stamped, the open below writes nothing."""
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
         return None
+    if not _stamped(uri):
+        return None
     return optuna.storages.RDBStorage(uri, skip_compatibility_check=True, skip_table_creation=True)
+
+
+def _stamped(uri: str) -> bool:
+    """Whether the database at `uri` holds Optuna's schema stamp (its `alembic_version` row), read without writing."""
+    engine = sqlalchemy.create_engine(uri, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            if not sqlalchemy.inspect(connection).has_table("alembic_version"):
+                return False
+            return connection.execute(sqlalchemy.text("SELECT version_num FROM alembic_version")).first() is not None
+    finally:
+        engine.dispose()
 
 
 def bound_identity(cfg: DictConfig, cap_bytes: int) -> str:

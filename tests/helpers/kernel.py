@@ -53,3 +53,23 @@ def cell_output(client, msg_id: str, timeout: float) -> tuple[str, str | None]:
             error = f"{content['ename']}: {content['evalue']}"
         elif kind == "status" and content["execution_state"] == "idle":
             return "".join(out), error
+
+
+def cell_running(client, msg_id: str):
+    """A check for `wait_until(..., alive=)`: True while the kernel lives and the cell `msg_id` has not replied. A
+    cell that ended in an error fails the wait with that error at once, rather than the wait running out its time."""
+
+    def running() -> bool:
+        if not client.manager.is_alive():
+            return False
+        while True:
+            try:
+                reply = client.get_shell_msg(timeout=0)
+            except queue.Empty:
+                return True
+            if reply["parent_header"].get("msg_id") == msg_id:
+                content = reply["content"]
+                assert content["status"] == "ok", f"the cell ended: {content.get('ename')}: {content.get('evalue')}"
+                return False
+
+    return running
