@@ -292,9 +292,11 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
 
 def find_experiment(uri: str, name: str) -> str | None:
     """The id of experiment `name` in the store at `uri`; None when it does not exist. Creates nothing (no sqlite
-    file, folder or experiment)."""
+    file, folder or experiment). Under the store's lock: MLflow's client finishes the tables of a store it finds half
+    made, which would collide with the command still making them."""
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not Path(uri[len(prefix) :]).is_file():
         return None
-    found = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
+    with store_lock(absolute_uri(uri)):
+        found = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
     return found.experiment_id if found is not None and found.lifecycle_stage == "active" else None
