@@ -292,10 +292,8 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
 
 def find_experiment(uri: str, name: str) -> str | None:
     """The id of experiment `name` in the store at `uri`; None when it does not exist. Creates nothing (no sqlite
-    file, folder or experiment). Under the store's lock: MLflow's client finishes the tables of a store it finds half
-    made, which would collide with the command still making them."""
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not Path(uri[len(prefix) :]).is_file():
+    file, folder or experiment). Locked: MLflow's client finishes a half-made store, as a command making it does."""
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
         return None
     with store_lock(absolute_uri(uri)):
         found = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
