@@ -197,8 +197,7 @@ def test_the_check_of_a_store_another_command_is_creating_writes_nothing_there(t
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mlruns").mkdir()
-    url = f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}"
-    engine = sqlalchemy.create_engine(url)
+    engine = sqlalchemy.create_engine(_storage(tmp_path))
     models.BaseModel.metadata.create_all(engine)  # the command's first step; its stamp comes next
     mine = compose("mem_cap=1GiB", "optimize.study_name=shared")
     check_binding(mine, validate(mine).cap_bytes)
