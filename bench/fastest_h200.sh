@@ -44,7 +44,7 @@ case "${1:-follow}" in
     queue_start fastest_h200.sh ;;
 esac
 collect() { cp "$dir"/*.log "$out/" 2>/dev/null; }
-queue_follow collect 5
+queue_follow collect 5 || exit $?
 [ -e "$dir/runs/optuna.db" ] && cp "$dir/runs/optuna.db" "$out/optuna.db"
 for f in "$dir"/study-*.log; do
   [ -e "$f" ] || continue

@@ -48,6 +48,10 @@ queue_run() {  # queue_run: each of $stages through the script's `stage`, its ou
 
 queue_follow() {  # queue_follow COLLECT POLL_S: COLLECT at every look (a call cut short still brings back what ran)
   local deadline=$(($(date +%s) + wait_s))  # until the queue is done or wait_s is up; then what the queue logged
+  if [ ! -e "$dir/queue.started" ]; then  # a fresh machine (the last one was given back): waiting would only spend time
+    echo "queue: none was started on this machine (no $dir/queue.started): call the script with 'start' again" >&2
+    return 3
+  fi
   while "$1"; [ ! -e "$dir/queue.done" ] && [ "$(date +%s)" -lt "$deadline" ]; do
     sleep "$2"
   done

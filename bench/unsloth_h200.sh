@@ -80,7 +80,7 @@ esac
 collect() {  # the logs, the console and the side-by-sides' records so far, as one tarball in OUT
   (cd "$dir" && tar czf "$out/unsloth.tgz" --ignore-failed-read ./*.log ./*.txt ./side-*/*.json queue.out 2>/dev/null)
 }
-queue_follow collect 10
+queue_follow collect 10 || exit $?
 for f in "$dir"/*.log; do
   [ -e "$f" ] || continue
   echo "== $(basename "$f")"
