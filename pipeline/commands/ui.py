@@ -35,6 +35,9 @@ DEFAULT_EXPERIMENT = "batch-split"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5000
 UI_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+# MLflow's server imports Starlette's WSGI middleware, which the Starlette installed deprecates: two lines on every
+# start that nobody running the UI can act on. Ignored by its message alone; other warnings stay as the user has them.
+UI_IGNORED_WARNING = "ignore:starlette.middleware.wsgi is deprecated:UserWarning"
 APP_NAME = "batch-split"  # the `mlflow.app` entry point: pipeline.commands.mlflow_app
 RUNS_PAGE = "/batch-split/runs"  # served by pipeline.commands.mlflow_app
 
@@ -62,10 +65,12 @@ def server_command(store: str = DEFAULT_STORE, host: str = DEFAULT_HOST, port: i
 
 
 def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment to start the server in: `base` (default: ours) with job execution off unless `base` says."""
+    """The environment to start the server in: `base` (default: ours) with job execution off unless `base` says, and
+    MLflow's own deprecation warning of Starlette's middleware ignored after the user's `PYTHONWARNINGS`."""
     env = dict(os.environ if base is None else base)
     for key, value in UI_ENV.items():
         env.setdefault(key, value)
+    env["PYTHONWARNINGS"] = ",".join(w for w in (env.pop("PYTHONWARNINGS", ""), UI_IGNORED_WARNING) if w)
     return env
 
 
