@@ -13,7 +13,6 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 
 import optuna
 import sqlalchemy
@@ -32,7 +31,8 @@ from pipeline.search._predictor import Predictor
 from pipeline.search._sampler import make_sampler
 from pipeline.search._space import Candidate, LeftOut, knob_space
 from pipeline.tracking import runs
-from pipeline.tracking.store import Tracker, absolute_uri, flatten, store_lock
+from pipeline.tracking.store import Tracker, flatten, store_lock
+from pipeline.tracking.uris import absolute_uri, not_made
 
 OBJECTIVE = "step s"
 IDENTITY = "identity"  # the study's user attribute: the config identity it answers for (`bound_identity`)
@@ -58,7 +58,7 @@ def _existing_rdb(uri: str) -> optuna.storages.RDBStorage | None:
     even with `skip_table_creation` (Optuna's version manager), so a reader that got between a command's tables and
     its stamp wrote the stamp too, and the command's own failed (`UNIQUE constraint failed: alembic_version`). A
     stamp, once there, stays: seen stamped, the open below writes nothing."""
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+    if not_made(uri):
         return None
     if not _stamped(uri):
         return None

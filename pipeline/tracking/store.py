@@ -31,6 +31,7 @@ from mlflow.tracking import MlflowClient
 from pipeline import whole
 from pipeline.liveness import HEARTBEAT_S, Owner
 from pipeline.records import RunState
+from pipeline.tracking.uris import absolute_uri, not_made, sqlite_file
 from pipeline.tracking.watched import WatchedClient
 
 OWNER_TAG, HEARTBEAT_TAG = "owner", "heartbeat"
@@ -44,19 +45,6 @@ _OPEN: dict[str, tuple[Tracker, dict[str, object]]] = {}  # run id -> (its track
 _KEPT: set[str] = set()  # every run this process has kept open, ended or not
 MAX_PARAMS, MAX_METRICS, MAX_PARAM_CHARS = 100, 1000, 6000
 CREATION_LOCK = 0x62617463685F7370  # the PostgreSQL advisory lock key that serialises store creation ("batch_sp")
-
-
-def absolute_uri(uri: str) -> str:
-    """`sqlite:///mlruns/mlflow.db` (MLflow's or Optuna's) is relative to the working directory: pin it, and create
-    its folder."""
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri.startswith(prefix + "/"):
-        path = Path(uri[len(prefix) :]).resolve()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return prefix + str(path)
-    if uri.startswith(prefix):
-        Path(uri[len(prefix) - 1 :]).parent.mkdir(parents=True, exist_ok=True)
-    return uri
 
 
 def _scheme(uri: str) -> str:
@@ -148,8 +136,8 @@ class Tracker:
     """One MLflow experiment in one store. `create=False` (read-only commands) never creates the experiment."""
 
     def __init__(self, uri: str, experiment: str, artifact_root: str, create: bool = True) -> None:
-        if not create and uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
-            raise ExperimentNotFound(f"no MLflow store at {uri[len('sqlite:///') :]}; record a sweep or study first")
+        if not create and not_made(uri):
+            raise ExperimentNotFound(f"no MLflow store at {sqlite_file(uri)}; record a sweep or study first")
         self.uri = absolute_uri(uri)
         with store_lock(self.uri):
             with whole.call():  # a new store's schema migrations: cut in half, the database stays unreadable
@@ -293,7 +281,7 @@ def flatten(tree: dict, prefix: str = "") -> dict[str, object]:
 def find_experiment(uri: str, name: str) -> str | None:
     """The id of experiment `name` in the store at `uri`; None when it does not exist. Creates nothing (no sqlite
     file, folder or experiment). Locked: MLflow's client finishes a half-made store, as a command making it does."""
-    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).is_file():
+    if not_made(uri):
         return None
     with store_lock(absolute_uri(uri)):
         found = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
