@@ -17,7 +17,8 @@
 #                 batch 8, once, uncapped
 # Each grid is a bruteforce study with no pruning and no skipping, under a cap of the whole card (WHOLE); it resumes from its store, so a queue cut short
 # is continued by `start` on a machine that still holds DIR, or on a fresh one from the stores brought back:
-# RESUME=FOLDER (its grid-NAME-optuna.db files, e.g. bench/results/record-h100-1205) copies each to DIR/NAME first.
+# RESUME=FOLDER (its grid-NAME-optuna.db files, e.g. bench/results/record-h100-1205, and grid-NAME-mlflow.db where
+# kept) copies each to DIR/NAME first.
 # Every call copies the logs, the spread tables and the grids (JSON and store) into OUT as one tarball.
 #
 # Here, once: bash bench/fetch_wheels.sh
@@ -127,12 +128,13 @@ case "${1:-follow}" in
       for f in "$RESUME"/grid-*-optuna.db; do
         [ -e "$f" ] || { echo "RESUME=$RESUME holds no grid-NAME-optuna.db" >&2; exit 2; }
         n=$(basename "$f" -optuna.db) && mkdir -p "$dir/$n" && { [ -e "$dir/$n/optuna.db" ] || cp "$f" "$dir/$n/optuna.db"; }
+        [ ! -e "$RESUME/$n-mlflow.db" ] || [ -e "$dir/$n/mlflow.db" ] || cp "$RESUME/$n-mlflow.db" "$dir/$n/mlflow.db"
       done
     fi
     queue_start record_h200.sh ;;
 esac
-collect() {  # the logs, spread tables and grids so far, as one tarball in OUT
-  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db queue.out 2>/dev/null)
+collect() {  # the logs, spread tables and grids so far (with their MLflow runs: the allocated peaks), as one tarball in OUT
+  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db queue.out 2>/dev/null)
 }
 queue_follow collect 10 || exit $?
 for f in "$dir"/*.log; do
