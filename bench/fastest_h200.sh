@@ -41,7 +41,7 @@ case "${1:-follow}" in
     touch "$dir/queue.done"
     exit 0 ;;
   start)
-    queue_start fastest_h200.sh ;;
+    queue_start fastest_h200.sh || exit $? ;;
 esac
 collect() { cp "$dir"/*.log "$out/" 2>/dev/null; }
 queue_follow collect 5 || exit $?

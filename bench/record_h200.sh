@@ -127,11 +127,13 @@ case "${1:-follow}" in
     if [ -n "${RESUME:-}" ]; then  # grid stores brought back from an earlier machine: each grid goes on where it stopped
       for f in "$RESUME"/grid-*-optuna.db; do
         [ -e "$f" ] || { echo "RESUME=$RESUME holds no grid-NAME-optuna.db" >&2; exit 2; }
-        n=$(basename "$f" -optuna.db) && mkdir -p "$dir/$n" && { [ -e "$dir/$n/optuna.db" ] || cp "$f" "$dir/$n/optuna.db"; }
-        [ ! -e "$RESUME/$n-mlflow.db" ] || [ -e "$dir/$n/mlflow.db" ] || cp "$RESUME/$n-mlflow.db" "$dir/$n/mlflow.db"
+        n=$(basename "$f" -optuna.db)
+        [ ! -e "$dir/$n/optuna.db" ] || continue  # this machine's own store is newer
+        mkdir -p "$dir/$n" && cp "$f" "$dir/$n/optuna.db" || exit 2
+        [ ! -e "$RESUME/$n-mlflow.db" ] || cp "$RESUME/$n-mlflow.db" "$dir/$n/mlflow.db" || exit 2
       done
     fi
-    queue_start record_h200.sh ;;
+    queue_start record_h200.sh || exit $? ;;
 esac
 collect() {  # the logs, spread tables and grids so far (with their MLflow runs: the allocated peaks), as one tarball in OUT
   (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db queue.out 2>/dev/null)

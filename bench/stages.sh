@@ -31,7 +31,8 @@ stage() {  # stage LABEL SHARE COMMAND...: at most SHARE seconds (and what is le
 
 queue_start() {  # queue_start SCRIPT: once per $dir, a copy of the repository there and `SCRIPT queue` in its own session
   if [ ! -e "$dir/queue.started" ]; then
-    mkdir -p "$dir/repo" && cp -r pipeline conf bench pyproject.toml "$dir/repo/" && date +%s > "$dir/queue.started"
+    mkdir -p "$dir/repo" && cp -r pipeline conf bench pyproject.toml "$dir/repo/" && date +%s > "$dir/queue.started" \
+      || { echo "queue: the repository could not be copied to $dir/repo" >&2; return 2; }
     setsid bash "$dir/repo/bench/$1" queue < /dev/null > "$dir/queue.out" 2>&1 &
   fi
 }

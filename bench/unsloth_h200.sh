@@ -75,7 +75,7 @@ case "${1:-follow}" in
     queue_run
     exit 0 ;;
   start)
-    queue_start unsloth_h200.sh ;;
+    queue_start unsloth_h200.sh || exit $? ;;
 esac
 collect() {  # the logs, the console and the side-by-sides' records so far, as one tarball in OUT
   (cd "$dir" && tar czf "$out/unsloth.tgz" --ignore-failed-read ./*.log ./*.txt ./side-*/*.json queue.out 2>/dev/null)
