@@ -18,7 +18,7 @@
 # Each grid is a bruteforce study with no pruning and no skipping, under a cap of the whole card (WHOLE); it resumes from its store, so a queue cut short
 # is continued by `start` on a machine that still holds DIR, or on a fresh one from the stores brought back:
 # RESUME=FOLDER (its grid-NAME-optuna.db files, e.g. bench/results/record-h100-1205, and grid-NAME-mlflow.db where
-# kept) copies each to DIR/NAME first.
+# kept) copies each to DIR/NAME first, where the folder's card.txt names this machine's card (speeds from one card).
 # Every call copies the logs, the spread tables and the grids (JSON and store) into OUT as one tarball.
 #
 # Here, once: bash bench/fetch_wheels.sh
@@ -118,13 +118,23 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
   esac
 }
 
+card() {  # the card the grids are timed on, as one line
+  nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep . || echo "no GPU"
+}
+
 case "${1:-follow}" in
   queue)
     cd "$dir/repo" && export PYTHONPATH="$dir/repo:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
     queue_run
     exit 0 ;;
   start)
+    mkdir -p "$dir" && card > "$dir/card.txt"
     if [ -n "${RESUME:-}" ]; then  # grid stores brought back from an earlier machine: each grid goes on where it stopped
+      if [ -e "$RESUME/card.txt" ] && [ "$(cat "$RESUME/card.txt")" != "$(cat "$dir/card.txt")" ]; then
+        echo "RESUME=$RESUME was timed on $(cat "$RESUME/card.txt"), this machine has $(cat "$dir/card.txt"):" \
+          "a grid's speeds come from one card; accepted: the same card, or no RESUME (the grid recorded whole)" >&2
+        exit 2
+      fi
       for f in "$RESUME"/grid-*-optuna.db; do
         [ -e "$f" ] || { echo "RESUME=$RESUME holds no grid-NAME-optuna.db" >&2; exit 2; }
         n=$(basename "$f" -optuna.db)
@@ -136,7 +146,7 @@ case "${1:-follow}" in
     queue_start record_h200.sh || exit $? ;;
 esac
 collect() {  # the logs, spread tables and grids so far (with their MLflow runs: the allocated peaks), as one tarball in OUT
-  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db queue.out 2>/dev/null)
+  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db card.txt queue.out 2>/dev/null)
 }
 queue_follow collect 10 || exit $?
 for f in "$dir"/*.log; do
