@@ -28,6 +28,7 @@ from pipeline.render.table import format_table
 from pipeline.tracking.figures import RunDevice
 from pipeline.tracking.readback import read_text
 from pipeline.tracking.store import flatten
+from pipeline.tracking.uris import SQLITE, sqlite_file
 
 FORMAT = "batch-split result card 1"
 VERSIONS = ("python", "torch", "transformers", "trl", "peft", "datasets", "cuda")
@@ -199,12 +200,11 @@ def build(result: Result) -> Card:
 def shown_uri(uri: str) -> str:
     """A store as the command line names it: an SQLite file under the working folder by its relative path
     (`sqlite:///mlruns/mlflow.db`), so that a card says where it was recorded without the folder it ran in."""
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix + "/"):
+    file = sqlite_file(uri)
+    if file is None or not Path(file).is_absolute():
         return uri
-    path = Path(uri[len(prefix) :])
     try:
-        return prefix + str(path.relative_to(Path.cwd().resolve()))
+        return SQLITE + str(Path(file).relative_to(Path.cwd().resolve()))
     except ValueError:
         return uri
 

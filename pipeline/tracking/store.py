@@ -57,9 +57,9 @@ def store_lock(uri: str):
     sharing it, on one machine or many: a file lock next to a sqlite file, an advisory lock in a PostgreSQL database
     (held by a connection of its own, so it goes with its holder however that ends). Several processes opening a
     fresh database at once otherwise collide on its schema. Other stores: no lock."""
-    if uri.startswith("sqlite:///"):
-        lock_path = Path(uri[len("sqlite://") :] + ".lock")
-        with open(lock_path, "a") as handle:
+    file = sqlite_file(uri)
+    if file is not None:
+        with open(f"{file}.lock", "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield

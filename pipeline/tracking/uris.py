@@ -24,6 +24,9 @@ def absolute_uri(uri: str) -> str:
     file = sqlite_file(uri)
     if file is None:
         return uri
-    path = Path(file) if file.startswith("/") else Path(file).resolve()
+    path = Path(file)
+    if not path.is_absolute():
+        path = path.resolve()
+        uri = SQLITE + str(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    return uri if file.startswith("/") else SQLITE + str(path)
+    return uri
