@@ -128,10 +128,11 @@ case "${1:-follow}" in
     queue_run
     exit 0 ;;
   start)
-    mkdir -p "$dir" && card > "$dir/card.txt"
+    here=$(card) && mkdir -p "$dir" && echo "$here" > "$dir/card.txt"
     if [ -n "${RESUME:-}" ]; then  # grid stores brought back from an earlier machine: each grid goes on where it stopped
-      if [ -e "$RESUME/card.txt" ] && [ "$(cat "$RESUME/card.txt")" != "$(cat "$dir/card.txt")" ]; then
-        echo "RESUME=$RESUME was timed on $(cat "$RESUME/card.txt"), this machine has $(cat "$dir/card.txt"):" \
+      was=$(cat "$RESUME/card.txt" 2>/dev/null || echo "$here")
+      if [ "$was" != "$here" ]; then
+        echo "RESUME=$RESUME was timed on $was, this machine has $here:" \
           "a grid's speeds come from one card; accepted: the same card, or no RESUME (the grid recorded whole)" >&2
         exit 2
       fi
