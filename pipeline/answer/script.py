@@ -238,6 +238,7 @@ def script_text(config: Config, sft: dict, name: str, config_id: str, command: s
     """The script of `config` (resolved, plain data) trained with the SFTConfig arguments `sft`; `command` is the
     reproduce line its docstring shows."""
     body = [
+        *(line for knob in knobs.registry() for line in knob.process_lines(config.train)),
         *model_lines(config, sft),
         *data_lines(config),
         *lora_lines(config, sft),

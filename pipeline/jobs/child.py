@@ -268,6 +268,7 @@ def main(spec: JobSpec, workdir: str) -> None:
     joblog.steady_streams()
     no_process_locks()
     os.environ.update(spec.env)
+    knobs.prepare_process(spec.config.train, os.environ)  # the allocator's settings, read at its first allocation
     quiet(spec.config.train.progress_bar)
     rank = int(os.environ.get("RANK", "0"))
     if "LOCAL_RANK" in os.environ and torch.cuda.is_available() and spec.config.gpu.name != CPU:

@@ -18,6 +18,7 @@ import tqdm
 import transformers
 import trl
 
+from pipeline.adapters import allocator
 from pipeline.measure import memory
 
 
@@ -30,7 +31,8 @@ def ignore_ctrl_c() -> None:
 
 
 def versions() -> dict[str, str]:
-    return {
+    """The libraries, CUDA and driver the job ran on, and the settings its CUDA allocator read (the allocator knob)."""
+    found = {
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -39,7 +41,9 @@ def versions() -> dict[str, str]:
         "datasets": datasets.__version__,
         "cuda": str(torch.version.cuda),
         "driver": memory.driver_version(),
+        "cuda_alloc_conf": allocator.settings(),
     }
+    return {key: value for key, value in found.items() if value is not None}
 
 
 def write_json(path: Path, record: dict) -> None:

@@ -65,6 +65,12 @@ def one_shape(train: Any) -> bool:
     return any(k.one_shape(train) for k in in_section("train"))
 
 
+def prepare_process(train: Any, environ: dict) -> None:
+    """Set up a job's process before it touches the device, in its environment `environ` (`Knob.process`)."""
+    for k in in_section("train"):
+        k.process(train, environ)
+
+
 def model_kwargs(model: Any) -> dict[str, Any]:
     """The model's `from_pretrained` arguments the knobs set, from the model section (`Knob.model_kwargs`)."""
     return {key: value for k in registry() for key, value in k.model_kwargs(model).items()}

@@ -94,12 +94,12 @@ class Memory:
     keep per token without checkpointing; `checkpointed`: the layers keep only their inputs and one layer is
     recomputed in full (the share then applies to nothing); `fused`: the layers are compiled, and keep what their
     matrix products and attention need rather than eager's element-wise intermediates (`search._formula`);
-    `token_bytes` and `static_bytes` add to the bytes per token and the fixed bytes; `logit_bytes` to the bytes per token and vocabulary entry (what a loss keeps of the
-    logits); `scores` counts the attention scores each head of each layer keeps (attention without a fused kernel
-    keeps its probabilities: memory that grows with the squared length of a row); `inputs` counts the copies of each
-    layer's input a token keeps beside the activations, in the compute dtype (CUDA graphs' static input buffers). The
-    logits and the inputs are measured figures: a line carried between settings adds them as they are, where it scales
-    the activations. The default term changes nothing."""
+    `token_bytes` and `static_bytes` add to the bytes per token and the fixed bytes; `logit_bytes` to the bytes per
+    token and vocabulary entry (what a loss keeps of the logits); `scores` counts the attention scores each head of
+    each layer keeps (attention without a fused kernel keeps its probabilities: memory that grows with the squared
+    length of a row); `inputs` counts the copies of each layer's input a token keeps beside the activations, in the
+    compute dtype (CUDA graphs' static input buffers). The logits and the inputs are measured figures: a line carried
+    between settings adds them as they are, where it scales the activations. The default term changes nothing."""
 
     activations: float = 1.0
     checkpointed: bool = False
@@ -230,14 +230,12 @@ class Knob:
         return Memory()
 
     def memory_in(self, value: Any, setting: Mapping[str, Any]) -> Memory:
-        """Its term beside the rest of the job's setting (`train.dtype`, resolved, and the other knobs' values, as far
-        as known); the same as `memory` unless the term depends on them."""
+        """Its term beside the job's setting (`train.dtype`, resolved, and the other knobs' values, as far as known)."""
         return self.memory(value)
 
     def unmodelled(self, value: Any, setting: Mapping[str, Any]) -> str | None:
-        """What of its value beside the job's other knobs moves the peak beyond its memory term (None: nothing). The
-        memory predictor carries a line across a change of it last (padding: how a micro-batch's tokens are laid
-        out, which changes what the allocator keeps of the micro-batches before the longest)."""
+        """What of its value beside the job's other knobs moves the peak beyond its memory term (None: nothing): the
+        predictor carries a line across it last (padding, the allocator: what is kept of earlier micro-batches)."""
         return None
 
     def sft_kwargs(self, train: Any, dtype: str, device: str) -> dict[str, Any]:
@@ -269,6 +267,9 @@ class Knob:
         return False
 
     # ---- the job (torch is imported inside) -----------------------------------------------------------------------
+    def process(self, train: Any, environ: dict) -> None:
+        """Set up the job's process before it touches the device, in its environment `environ` (the allocator)."""
+
     def adapters(self, model: Any, lora: Any, train: Any, dtype: str) -> tuple[Any, Any]:
         """The model and the LoRA config the trainer gets (a PeftModel built here, then no config)."""
         return model, lora
@@ -288,6 +289,10 @@ class Knob:
 
     def trainer_lines(self, train: Any) -> list[str]:
         """The script's lines after its trainer is built, as `trainer` does in the job."""
+        return []
+
+    def process_lines(self, train: Any) -> list[str]:
+        """The script's lines at the start of its main, as `process` does in the job."""
         return []
 
     def needs(self, train: Any) -> tuple[str, ...]:
