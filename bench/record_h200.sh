@@ -15,6 +15,8 @@
 #                 max_length 1,024, effective batch 8), once, uncapped (the replay applies the 20 GiB cap)
 #   grid-small    every config of split x compilation x mode x loss x Liger on Qwen3-0.6B at 1,024 tokens, effective
 #                 batch 8, once, uncapped
+#   alloc-chats   the chats at 4x2, padding x loss x the CUDA allocator (train.allocator: cached, expandable), once:
+#                 whether expandable segments take the layouts' leftover segments out of the peak (12 configs)
 # Each grid is a bruteforce study with no pruning and no skipping, under a cap of the whole card (WHOLE); it resumes from its store, so a queue cut short
 # is continued by `start` on a machine that still holds DIR, or on a fresh one from the stores brought back:
 # RESUME=FOLDER (its grid-NAME-optuna.db files, e.g. bench/results/record-h100-1205, and grid-NAME-mlflow.db where
@@ -43,6 +45,7 @@ if [ "${REHEARSAL:-0}" = 1 ]; then
   small_model=(model=tiny gpu=cpu model.vocab_size=2048 train.max_length=256 data.length=256 batch.effective=8
     batch.split=8x1)
   small_space='{batch.split:[4x2,8x1],train.loss:[trl,model,compiled]}'
+  alloc_space='{batch.split:[4x2],train.padding:[longest,padding_free],train.allocator:[cached,expandable]}'
   grid_steps=(train.steps=6 measure.warmup_steps=2) records=160 cold=2 warm=2 pinned=1 profiled=1 cores=0 whole=8GiB causes=1
 else
   seed=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1 train.adapter_dtype=compute train.dtype=bf16
@@ -55,6 +58,7 @@ else
   chats_model=(model=qwen3-0.6b gpu=auto train.max_length=1024 batch.effective=8 batch.split=8x1 train.dtype=bf16
     train.adapter_dtype=compute train.gradient_checkpointing=false)
   chats_space='{batch.split:[4x2,8x1],train.padding:[longest,max_length,padding_free,buckets],train.torch_compile:[off,regional],train.compile_mode:[default,reduce-overhead],train.loss:[trl,compiled]}'
+  alloc_space='{batch.split:[4x2],train.padding:[longest,buckets,max_length],train.loss:[trl,compiled],train.allocator:[cached,expandable]}'
   small_model=(model=qwen3-0.6b gpu=auto train.max_length=1024 data.length=1024 batch.effective=8 batch.split=8x1
     train.dtype=bf16
     train.adapter_dtype=compute train.gradient_checkpointing=false)
@@ -115,6 +119,10 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
         optimize.fit_over=epoch ;;
     grid-small)
       grid grid-small 20 "$small_space" "${small_model[@]}" ;;
+    alloc-chats)
+      [ -e "$dir/chats.jsonl" ] || "$py" -m bench.chats "$dir/chats.jsonl" --records $records --shortest 30 --longest 1000
+      grid alloc-chats 20 "$alloc_space" "${chats_model[@]}" data=jsonl data.path="$dir/chats.jsonl" \
+        optimize.fit_over=epoch ;;
   esac
 }
 
