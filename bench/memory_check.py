@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from pipeline import knobs as speed_knobs
 from pipeline.config.compose import compose_job
 from pipeline.knobs.base import Compile, KnobRole
+from pipeline.knobs.dtype import Dtype
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
 from pipeline.search._calibration import Calibration, formula_keys, knobs_of
@@ -162,6 +163,8 @@ def errors(made: Predictor, known: list[tuple[Knobs, float]], found: list[Point]
 
 def check_study(study: optuna.Study, base: DictConfig, true_is: str) -> StudyCheck | None:
     calibration = study.user_attrs.get("calibration")
+    if calibration and base.train.dtype == Dtype.AUTO:  # resolved on the study's device: its probes say to what
+        base.train.dtype = Calibration.of(calibration).probes[0][0].dtype
     found = points(study, base, true_is) if calibration else []
     if not found:
         return None
@@ -203,7 +206,8 @@ def figures(found: list[Error]) -> tuple[float, float]:
 
 
 def lines(store: Store, checks: list[StudyCheck]) -> list[str]:
-    out = [f"== {store.path.relative_to(RESULTS.parent.parent)}"]
+    repo = RESULTS.parent.parent
+    out = [f"== {store.path.relative_to(repo) if store.path.is_relative_to(repo) else store.path}"]
     for check in checks:
         for what, found in (("in study order", check.in_order), ("leave-one-out", check.left_out)):
             if not found:

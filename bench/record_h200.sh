@@ -15,7 +15,7 @@
 #                 max_length 1,024, effective batch 8), once, uncapped (the replay applies the 20 GiB cap)
 #   grid-small    every config of split x compilation x mode x loss x Liger on Qwen3-0.6B at 1,024 tokens, effective
 #                 batch 8, once, uncapped
-#   alloc-chats   the chats at 4x2, padding x loss x the CUDA allocator (train.allocator: cached, expandable), once:
+#   grid-alloc    the chats at 4x2, padding x loss x the CUDA allocator (train.allocator: cached, expandable), once:
 #                 whether expandable segments take the layouts' leftover segments out of the peak (12 configs)
 # Each grid is a bruteforce study with no pruning and no skipping, under a cap of the whole card (WHOLE); it resumes from its store, so a queue cut short
 # is continued by `start` on a machine that still holds DIR, or on a fresh one from the stores brought back:
@@ -119,9 +119,9 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
         optimize.fit_over=epoch ;;
     grid-small)
       grid grid-small 20 "$small_space" "${small_model[@]}" ;;
-    alloc-chats)
+    grid-alloc)
       [ -e "$dir/chats.jsonl" ] || "$py" -m bench.chats "$dir/chats.jsonl" --records $records --shortest 30 --longest 1000
-      grid alloc-chats 20 "$alloc_space" "${chats_model[@]}" data=jsonl data.path="$dir/chats.jsonl" \
+      grid grid-alloc 20 "$alloc_space" "${chats_model[@]}" data=jsonl data.path="$dir/chats.jsonl" \
         optimize.fit_over=epoch ;;
   esac
 }

@@ -61,3 +61,17 @@ def test_the_chats_grids_peaks_hold_more_where_the_steps_own_micro_batches_are_s
 
 def step_one_splits() -> list[tuple[str, str]]:
     return [("probe", "4x1"), ("probe", "8x1"), ("trial", "4x2")]
+
+
+def test_a_store_outside_the_repository_is_checked_and_named_by_its_path(tmp_path):
+    """A queue's store read where the device left it (not under bench/results)."""
+    import shutil
+
+    store = memory_check.STORES[0]
+    copy = tmp_path / "grid-chats" / "optuna.db"
+    copy.parent.mkdir()
+    shutil.copy(store.path, copy)
+    moved = memory_check.Store(copy, store.overrides)
+    shown = memory_check.lines(moved, memory_check.check_store(moved))
+    assert shown[0] == f"== {copy}"
+    assert shown[1:] == memory_check.lines(store, memory_check.check_store(store))[1:]
