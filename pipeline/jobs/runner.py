@@ -212,7 +212,9 @@ def _start(kind: str, spec: JobSpec, workdir: Path, made: Callable[[_Handle], No
         job = ["-m", "pipeline.jobs.child", str(spec_path), str(workdir)]
         if kind == LauncherKind.TORCHRUN:  # one process per device, PyTorch's own elastic launcher
             job = ["-m", "pipeline.jobs.ranks", str(spec.config.world_size), str(spec_path), str(workdir)]
-        with open(workdir / JOB_LOG, "ab") as log, _ctrl_c_left_to_this_process():
+        # SIGINT blocked in this thread may still land in another, and Python raises it here between any two
+        # bytecodes: held until the handle is made, so that `start` can kill the child it names
+        with open(workdir / JOB_LOG, "ab") as log, _ctrl_c_left_to_this_process(), whole.call(patience=2):
             made(_Handle(subprocess.Popen([sys.executable, *job], stdout=log, stderr=log)))
         return
     start_server(kind)  # started at once by the entry point; here for a caller that did not
