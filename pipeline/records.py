@@ -168,6 +168,7 @@ class Step:
     allreduce_s: float = 0.0  # DDP's gradient all-reduce, first bucket to last (overlaps backward; 0 on one rank)
     rank_peak_bytes: tuple[int, ...] = ()  # each rank's peak (a torchrun job; `peak_bytes` is the largest)
     first_batch_tokens: int = 0  # the run's longest micro-batch, trained in this step beside its own: no steady step
+    released_bytes: int = 0  # cached segments returned to the device before that micro-batch (`memory.release_cached`)
     loss: float | None = None
     grad_norm: float | None = None
     learning_rate: float | None = None

@@ -21,7 +21,6 @@ from pipeline.adapters.dashboard import serialize_trial
 from pipeline.adapters.forkserver import forget_server, server_pid
 from pipeline.adapters.hydra_args import args_parser
 from pipeline.config.plan import expand_jobs
-from tests.helpers.cli import run_python
 
 
 def test_the_trainers_private_steps_take_what_the_step_one_pass_gives():
@@ -174,16 +173,3 @@ def test_a_lock_study_made_in_the_studys_storage_is_seen_by_every_worker(sqlite_
     assert optuna.load_study(study_name="s:calibration", storage=sqlite_url).user_attrs == {"owner": "me"}
     optuna.delete_study(study_name="s:calibration", storage=storage)
     assert [s.study_name for s in optuna.get_all_study_summaries(storage=sqlite_url)] == ["s"]
-
-
-def test_the_allocators_settings_are_read_as_the_environment_set_them(tmp_path):
-    """`torch._C._accelerator_getAllocatorSettings` (pipeline/adapters/allocator.py), in fresh interpreters: the
-    settings PYTORCH_CUDA_ALLOC_CONF gave, set after torch's import, and `default` where it gave none."""
-    code = "import os, torch; from pipeline.adapters import allocator; "
-    for given, read in (("expandable_segments:True", "expandable_segments:True"), (None, "default")):
-        setting = f"os.environ['PYTORCH_CUDA_ALLOC_CONF'] = {given!r}; " if given else ""
-        proc = run_python(
-            "-c", code + setting + "print(allocator.settings())", cwd=tmp_path, env={"PYTORCH_CUDA_ALLOC_CONF": None}
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert proc.stdout.strip() == read

@@ -1,56 +1,77 @@
-"""train.allocator: the CUDA allocator's expandable segments, set in the job's process (and in its exported script)
-before the first allocation reads them, the environment's other settings kept; what the allocator read is recorded."""
+"""train.allocator: the CUDA allocator's expandable segments on or off, set in the job's process (and, on, in its
+exported script) before anything touches the device, the environment's other allocator settings kept; what the job
+set is recorded; refused on the CPU, which has no such allocator."""
 
 from __future__ import annotations
 
 from mlflow.tracking import MlflowClient
 
 from pipeline import knobs
-from pipeline.answer.code import export
-from pipeline.knobs.allocator import ALLOC_CONF, with_expandable_segments
+from pipeline.answer.script import script_text
+from pipeline.builders.sft_args import sft_kwargs
+from pipeline.config.schema import typed
+from pipeline.knobs.allocator import allocator_settings
 from tests.helpers.cli import run_cli, run_python
 from tests.helpers.configs import composed
 
 FAST = ["train.steps=2", "measure.warmup_steps=1", "train.progress_bar=false"]
 USERS = "max_split_size_mb:256,garbage_collection_threshold:0.6"
+CUDA, GENERIC = "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"
 
 
-def test_expandable_segments_join_the_environments_settings_and_replace_its_own():
-    assert with_expandable_segments("") == "expandable_segments:True"
-    assert with_expandable_segments(USERS) == f"{USERS},expandable_segments:True"
-    assert with_expandable_segments(" expandable_segments:False , max_split_size_mb:256") == (
+def test_the_environments_settings_are_kept_and_its_own_expandable_segments_replaced():
+    assert allocator_settings({}, True) == "expandable_segments:True"
+    assert allocator_settings({CUDA: USERS}, False) == f"{USERS},expandable_segments:False"
+    assert allocator_settings({CUDA: " expandable_segments:False , max_split_size_mb:256"}, True) == (
         "max_split_size_mb:256,expandable_segments:True"
+    )
+    # torch reads PYTORCH_CUDA_ALLOC_CONF where both are set, else the generic name
+    assert allocator_settings({GENERIC: USERS}, True) == f"{USERS},expandable_segments:True"
+    assert (
+        allocator_settings({GENERIC: "max_split_size_mb:64", CUDA: USERS}, True) == f"{USERS},expandable_segments:True"
     )
 
 
-def test_the_job_sets_them_only_where_the_config_asks():
-    for value, expected in (("cached", USERS), ("expandable", f"{USERS},expandable_segments:True")):
-        environ = {ALLOC_CONF: USERS}
+def test_the_job_sets_what_the_config_says_whatever_the_environment_said():
+    for value, on in (("cached", False), ("expandable", True)):
+        environ = {GENERIC: "expandable_segments:True,max_split_size_mb:64"}
         knobs.prepare_process(composed(f"train.allocator={value}").train, environ)
-        assert environ == {ALLOC_CONF: expected}, value
-    untouched: dict = {}
-    knobs.prepare_process(composed().train, untouched)
-    assert untouched == {}
+        assert environ[CUDA] == f"max_split_size_mb:64,expandable_segments:{on}", value
 
 
-def test_each_job_records_the_settings_its_allocator_read(tmp_path):
-    """Real jobs of a sweep, each in its own process: the allocator reads what the knob set (the fork server that
-    started them read none)."""
-    proc = run_cli("-m", "train.allocator=cached,expandable", *FAST, cwd=tmp_path, env={ALLOC_CONF: USERS})
+def test_expandable_is_refused_on_the_cpu_in_one_line_and_nothing_is_written(tmp_path):
+    proc = run_cli("train.allocator=expandable", *FAST, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip() == (
+        "error: train.allocator: expandable sets the CUDA allocator's segments; accepted on the CPU: cached"
+    )
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_a_job_records_the_settings_it_gave_its_allocator(tmp_path):
+    """A real job process: the environment's settings, kept, with the config's expandable segments."""
+    proc = run_cli(*FAST, cwd=tmp_path, env={CUDA: USERS})
     assert proc.returncode == 0, proc.stderr[-3000:]
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("batch-split")
-    jobs = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("kind") != "sweep"]
-    read = {r.data.params["train.allocator"]: r.data.params["version.cuda_alloc_conf"] for r in jobs}
-    assert read == {"cached": USERS, "expandable": f"{USERS},expandable_segments:True"}
+    (job,) = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("kind") != "sweep"]
+    assert job.data.params["version.cuda_alloc_conf"] == f"{USERS},expandable_segments:False"
+    assert "version.cuda_expandable_segments" not in job.data.params  # no CUDA allocator on the CPU
 
 
-def test_the_exported_script_sets_them_before_its_first_allocation(tmp_path):
-    path = export([*FAST, "train.allocator=expandable"]).path
-    assert "os.environ[ALLOC_CONF] = with_expandable_segments(" in path.read_text(encoding="utf-8")
-    assert "with_expandable_segments" not in export(FAST).text
-    reads = "import runpy, sys, torch; sys.modules['pipeline'] = None; sys.argv = sys.argv[1:]; "
-    reads += "runpy.run_path(sys.argv[0], run_name='__main__'); print(torch._C._accelerator_getAllocatorSettings())"
-    proc = run_python("-c", reads, str(path), cwd=tmp_path, env={ALLOC_CONF: USERS})
+def test_the_scripts_allocator_is_set_before_torchrun_picks_the_device(tmp_path):
+    """Choosing a torchrun rank's device starts CUDA, whose allocator reads its settings then: the line comes before
+    it; the script, run, leaves them in its environment."""
+    config = typed(composed(*FAST, "train.allocator=expandable"))
+    text = script_text(config, sft_kwargs(4, 1, config.train, "fp32", "cpu"), "tiny 4x1", "x", "python -m ...")
+    assert text.index("allocator_settings(os.environ, expandable=True)") < text.index("torch.cuda.set_device(")
+    assert "allocator_settings" not in script_text(
+        typed(composed(*FAST)), sft_kwargs(4, 1, config.train, "fp32", "cpu"), "tiny 4x1", "x", "python -m ..."
+    )
+    path = tmp_path / "train.py"
+    path.write_text(text, encoding="utf-8")
+    reads = "import os, runpy, sys; sys.modules['pipeline'] = None; sys.argv = sys.argv[1:]; "
+    reads += "runpy.run_path(sys.argv[0], run_name='__main__'); print(os.environ['PYTORCH_CUDA_ALLOC_CONF'])"
+    proc = run_python("-c", reads, str(path), cwd=tmp_path, env={CUDA: USERS})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-1] == f"{USERS},expandable_segments:True"

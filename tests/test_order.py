@@ -16,6 +16,7 @@ from pipeline.builders.sft_args import sft_kwargs
 from pipeline.config.validate import validate
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
+from pipeline.measure import memory
 from pipeline.records import Status
 from tests.helpers.configs import composed
 
@@ -108,9 +109,10 @@ def test_the_longest_micro_batch_of_an_epoch_holds_its_longest_record(tmp_path):
     # the default tier trains one (6 s); padding_free and packing (30 s) in the slow tier
     ["longest", pytest.param("padding_free", marks=pytest.mark.slow), pytest.param("packing", marks=pytest.mark.slow)],
 )
-def test_the_longest_micro_batch_trains_at_step_one_and_leaves_the_run_as_it_was(tmp_path, padding):
+def test_the_longest_micro_batch_trains_at_step_one_and_leaves_the_run_as_it_was(tmp_path, padding, monkeypatch):
     """The job's steps train on what they would without it (the same losses, tokens and micro-batches), and step
-    one's peak holds the longest micro-batch's, marked so: no steady step."""
+    one's peak holds the longest micro-batch's, marked so: no steady step. The allocator's cached segments are
+    returned before it, once, and step one records how many bytes (the CPU caches none: a stand-in returns some)."""
     path = tmp_path / "late.jsonl"
     write_chats(path, records=200, shortest=30, longest=120, seed=0, long_at=180, long_tokens=1000)
     overrides = [f"data.path={path}", "batch.effective=8", "batch.split=4x2", "train.steps=4", "train.max_length=1024"]
@@ -118,10 +120,13 @@ def test_the_longest_micro_batch_trains_at_step_one_and_leaves_the_run_as_it_was
     job = validate(composed(*QUIET, *overrides))
     longest = RunOrder(job.config, epoch=True).longest(sft_kwargs(4, 2, job.config.train, "fp32", "cpu"), 1)
     plain = _run(tmp_path / "plain", Job, *overrides).result
+    monkeypatch.setattr(memory, "release_cached", lambda: 3 * 2**20)
     first = _run(tmp_path / "first", Job, *overrides, first=longest).result
     assert [s.loss for s in first.steps] == [s.loss for s in plain.steps]
     assert [(s.tokens, s.micro_batches) for s in first.steps] == [(s.tokens, s.micro_batches) for s in plain.steps]
     assert [s.first_batch_tokens for s in first.steps] == [longest.tokens, 0, 0, 0]
+    assert [s.released_bytes for s in first.steps] == [3 * 2**20, 0, 0, 0]
+    assert [s.released_bytes for s in plain.steps] == [0, 0, 0, 0]
     assert not first.steps[0].steady_candidate and first.steps[1].steady_candidate
     if padding != "packing":  # packed rows are full whichever they are: the longest is no larger than the first
         assert first.steps[0].peak_bytes > plain.steps[0].peak_bytes + 50 * 2**20, (

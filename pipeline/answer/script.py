@@ -199,9 +199,9 @@ def main():
     parser.add_argument("--log", help="write each step's loss and end time here, as JSON lines")
     parser.add_argument("--save", action="store_true", help="save the trained adapter to --output-dir")
     args = parser.parse_args()
-    if torch.cuda.is_available() and "LOCAL_RANK" in os.environ:  # torchrun: this rank's device
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 """
+MAIN_DEVICE = """    if torch.cuda.is_available() and "LOCAL_RANK" in os.environ:  # torchrun: this rank's device
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))"""
 MAIN_END = """    trainer.train()
     steps = sorted(b - a for a, b in zip(log.times, log.times[1:]))
     peak = torch.cuda.max_memory_reserved() if torch.cuda.is_available() else None
@@ -239,6 +239,7 @@ def script_text(config: Config, sft: dict, name: str, config_id: str, command: s
     reproduce line its docstring shows."""
     body = [
         *(line for knob in knobs.registry() for line in knob.process_lines(config.train)),
+        MAIN_DEVICE,
         *model_lines(config, sft),
         *data_lines(config),
         *lora_lines(config, sft),

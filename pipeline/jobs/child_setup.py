@@ -18,8 +18,9 @@ import tqdm
 import transformers
 import trl
 
-from pipeline.adapters import allocator
 from pipeline.measure import memory
+
+CUDA_ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"  # torch's, as the allocator knob set it in the job's process
 
 
 def ignore_ctrl_c() -> None:
@@ -31,7 +32,7 @@ def ignore_ctrl_c() -> None:
 
 
 def versions() -> dict[str, str]:
-    """The libraries, CUDA and driver the job ran on, and the settings its CUDA allocator read (the allocator knob)."""
+    """The libraries, CUDA and driver the job ran on, and its CUDA allocator's settings and segments."""
     found = {
         "python": sys.version.split()[0],
         "torch": torch.__version__,
@@ -41,7 +42,8 @@ def versions() -> dict[str, str]:
         "datasets": datasets.__version__,
         "cuda": str(torch.version.cuda),
         "driver": memory.driver_version(),
-        "cuda_alloc_conf": allocator.settings(),
+        "cuda_alloc_conf": os.environ.get(CUDA_ALLOC_CONF) or "default",
+        "cuda_expandable_segments": memory.expandable_segments(),  # what the allocator made of it (None on the CPU)
     }
     return {key: value for key, value in found.items() if value is not None}
 

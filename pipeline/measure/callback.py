@@ -87,6 +87,7 @@ class StepMeter(TrainerCallback):
         self._steps_file = None
         self._aside = False  # a forward that is not the step's work (`aside`)
         self.first_batch_tokens = 0  # the run's longest micro-batch, trained in this step beside its own
+        self.released_bytes = 0  # the allocator's cached segments returned before it
 
     # ---- hooks on the model -------------------------------------------------------------------------------------
     def _reset_step(self) -> None:
@@ -217,8 +218,9 @@ class StepMeter(TrainerCallback):
             "compile_s": compile_s,
             "allreduce_s": self.allreduce.take() if self.allreduce else 0.0,
             "first_batch_tokens": self.first_batch_tokens,
+            "released_bytes": self.released_bytes,
         }
-        self.first_batch_tokens = 0
+        self.first_batch_tokens = self.released_bytes = 0
         self._reset_step()
         self.clock.reuse()
         self.stop_reason = self._should_stop(step_time - compile_s, peak, state.global_step)

@@ -5,6 +5,11 @@ It goes through the Trainer's own `training_step` (forward, loss, backward: chec
 precision as the job's), once step one's optimizer step has run (the optimizer's state then exists, as at any later
 step), and its gradient is dropped: the job's weights, optimizer state, schedule and data order stay those of the run,
 so the per-step losses of every config still compare, while the step's peak memory holds the longest micro-batch's.
+Before it, the allocator's cached segments go back to the device: those step one's shorter micro-batches were cut
+into, which a larger block cannot use (each request no cached block fits gets a segment of its own) and which the
+allocator returns itself under a cap before it fails. Kept, they sat in the peak beside the longest's: the chats
+grid's peaks were 0.5-5.2 GiB over one shape's line where step one's own micro-batches were shorter than the longest
+(`bench.step_one`), a figure of the order the shapes came in, not of what the run needs.
 The meter leaves its forward out of the step's work and marks the step (no steady step).
 """
 
@@ -17,6 +22,7 @@ from transformers import TrainerCallback
 
 from pipeline.adapters.trainer import items_in_batch, prepare_records
 from pipeline.builders.dataset import truncated
+from pipeline.measure import memory
 from pipeline.measure.callback import StepMeter
 from pipeline.records import MicroBatch
 
@@ -68,6 +74,7 @@ class FirstBatch(TrainerCallback):
         items = items_in_batch(trainer, inputs)
         wrapped = trainer.model_wrapped
         with self.meter.aside():
+            self.meter.released_bytes = memory.release_cached()
             trainer.training_step(wrapped, inputs, items)
         wrapped.zero_grad(set_to_none=True)
         self.meter.first_batch_tokens = self.batch.tokens

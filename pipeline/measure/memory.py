@@ -101,6 +101,25 @@ class CapPlan:
     fraction: float | None  # of the device's memory given to the caching allocator; None: uncapped
 
 
+def expandable_segments() -> str | None:
+    """Whether the CUDA allocator's segments are expandable ("true"/"false", from its public snapshot, where it has
+    one and says); None on the CPU."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return None
+    found = [s["is_expandable"] for s in torch.cuda.memory_snapshot() if "is_expandable" in s]
+    return str(any(found)).lower() if found else None
+
+
+def release_cached() -> int:
+    """Return the CUDA caching allocator's unused segments to the device (`torch.cuda.empty_cache`); the bytes it
+    held reserved less after (0 on the CPU, which caches nothing)."""
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return 0
+    before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    return before - torch.cuda.memory_reserved()
+
+
 def apply_cuda_cap(cap_bytes: int | None, device_memory: DeviceMemory) -> CapPlan:
     """Start CUDA, measure the context, and limit the caching allocator so reserved + context stays under the cap
     (on this process's device: in a torchrun job, each rank's cap on its own)."""
