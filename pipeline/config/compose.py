@@ -115,7 +115,7 @@ def translate(err: BaseException) -> ConfigError:
             choices = choices_of(key)
             return ConfigError(key, f"got null; accepted: {', '.join(choices) if choices else 'a value, not null'}")
         if isinstance(cause, ValidationError):
-            return ConfigError(key, _type_message(str(cause)))
+            return ConfigError(key, _type_message(str(cause), choices_of(key)))
         return ConfigError(key, _first_line(cause))
     key = _key_from_message(str(err))
     return ConfigError(key or "override", _first_line(err))
@@ -161,7 +161,12 @@ def _keys_near(full_key: str) -> list[str]:
     return sorted(f.name for f in dataclasses.fields(schema) if schema is not Config or f.name not in INTERNAL_KEYS)
 
 
-def _type_message(message: str) -> str:
+def _type_message(message: str, choices: tuple[str, ...] | None) -> str:
+    """A value of the wrong type, and the accepted form (a list or mapping where one value goes: its choices)."""
+    several = re.search(r"Cannot convert '(\w+)' to string: '(.*)'", message)
+    if several:
+        one = ", ".join(choices) if choices else "one value"
+        return f"got a {several.group(1)} {several.group(2)}; accepted: {one} (to sweep several: a,b with -m)"
     value = re.search(r"Value '([^']*)'", message)
     kind = re.search(r"converted to (\w+)", message) or re.search(r"is not a valid (bool)", message)
     if kind:
