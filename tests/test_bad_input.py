@@ -51,6 +51,7 @@ CASES = [
     (["train.padding=[longest]"], "train.padding: got a list ['longest']", "longest, max_length, padding_free"),
     (["data.path={a:1}"], "data.path: got a dict {'a': 1}", "one value (to sweep several: a,b with -m)"),
     (["train.allocator=fast"], "train.allocator: got 'fast'", "accepted: cached, expandable"),
+    (["train.allocator=true"], "train.allocator: got 'true'", "accepted: cached, expandable"),  # as typed, not True
     (["train.optimizer=lion"], "train.optimizer: got 'lion'", "adamw_torch"),
     (["train.loss=fused"], "train.loss: got 'fused'", "accepted: trl, model, compiled, liger"),
     (["gpu=cpu", "train.optimizer_step=graph"], "train.optimizer_step: graph records a CUDA graph", "eager, compiled"),

@@ -22,9 +22,17 @@ class StoreUnavailable(ConfigError):
     exit_code = exits.FAILED
 
 
+def spelled(value: object) -> str:
+    """A value as the command line spelled it: YAML's true, false and null where Hydra parsed them (a text field holds
+    a parsed bool as 'True' or 'False')."""
+    if isinstance(value, bool) or value in ("True", "False"):
+        return str(value).lower()
+    return "null" if value is None else str(value)
+
+
 def choice(field: str, value: object, accepted: tuple[str, ...]) -> None:
     if value not in accepted:
-        raise ConfigError(field, f"got '{value}'; accepted: {', '.join(accepted)}")
+        raise ConfigError(field, f"got '{spelled(value)}'; accepted: {', '.join(accepted)}")
 
 
 def at_least(field: str, value: float | int | None, low: float, what: str = "a whole number") -> None:
