@@ -101,10 +101,15 @@ class CapPlan:
     fraction: float | None  # of the device's memory given to the caching allocator; None: uncapped
 
 
+def cuda_started() -> bool:
+    """Whether this process uses CUDA already (what the allocator holds is then worth reading)."""
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
+
+
 def expandable_segments() -> str | None:
     """Whether the CUDA allocator's segments are expandable ("true"/"false", from its public snapshot, where it has
     one and says); None on the CPU."""
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    if not cuda_started():
         return None
     found = [s["is_expandable"] for s in torch.cuda.memory_snapshot() if "is_expandable" in s]
     return str(any(found)).lower() if found else None
@@ -113,7 +118,7 @@ def expandable_segments() -> str | None:
 def release_cached() -> int:
     """Return the CUDA caching allocator's unused segments to the device (`torch.cuda.empty_cache`); the bytes it
     held reserved less after (0 on the CPU, which caches nothing)."""
-    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+    if not cuda_started():
         return 0
     before = torch.cuda.memory_reserved()
     torch.cuda.empty_cache()
