@@ -61,6 +61,7 @@ class Store:
 STORES = (
     Store(RESULTS / "record-h200" / "grid-chats-optuna.db", CHATS),
     Store(RESULTS / "record-h100-1205" / "grid-chats-optuna.db", CHATS),  # 18 of the same configs, on an H100
+    Store(RESULTS / "record-h100-1205b" / "grid-chats-optuna.db", CHATS),  # 28, the longest after a release
     Store(RESULTS / "fastest-h200-fixed" / "optuna.db", SEED),
     Store(RESULTS / "fastest-h200-adaptive" / "optuna.db", SEED),
     Store(RESULTS / "record-h200-1205" / "optuna.db", SEED),

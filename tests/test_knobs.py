@@ -67,19 +67,25 @@ def test_each_presets_knob_lines_are_what_the_registry_searches_but_what_the_fil
 
 
 def test_a_knobs_memory_term_is_what_the_predictor_adds():
-    compiled = [("train.torch_compile", "true"), ("train.gradient_checkpointing", "False")]
-    assert knobs.memory(compiled) == Memory(fused=True)
-    assert knobs.memory([("train.torch_compile", "whole")]) == Memory(1.12, fused=True)
-    assert knobs.memory([("train.gradient_checkpointing", True), ("lora.r", 8)]) == Memory(checkpointed=True)
-    assert knobs.memory([("train.liger_kernel", "True"), ("train.loss", "trl")]) == Memory(0.70)
-    eager_compute = [("train.adapter_dtype", "compute"), ("train.torch_compile", "off")]
-    assert knobs.memory(eager_compute, "bf16") == Memory(0.81)  # PEFT's fp32 casts no longer kept
-    assert knobs.memory(eager_compute, "fp32") == Memory()  # in fp32 both adapters are one
-    assert knobs.memory([("train.adapter_dtype", "compute"), ("train.torch_compile", "regional")], "bf16") == Memory(
-        fused=True
-    )  # compiled layers fuse the casts: the compiled layers' keep alone
-    assert knobs.memory([("train.loss", "compiled")]) == Memory(logit_bytes=9.4)  # the logits, upcast to fp32
-    assert knobs.memory([("train.loss", "model")]) == Memory(logit_bytes=17.4)  # and their log-softmax, gradients
+    compute = [("train.adapter_dtype", "compute")]  # the formula's own count: no adapters' share beside the others
+    compiled = [*compute, ("train.torch_compile", "true"), ("train.gradient_checkpointing", "False")]
+    assert knobs.memory(compiled, "bf16") == Memory(fused=True)
+    assert knobs.memory([*compute, ("train.torch_compile", "whole")], "bf16") == Memory(1.02, fused=True)
+    assert knobs.memory([*compute, ("train.gradient_checkpointing", True), ("lora.r", 8)], "bf16") == Memory(
+        checkpointed=True
+    )
+    assert knobs.memory([*compute, ("train.liger_kernel", "True"), ("train.loss", "trl")], "bf16") == Memory(0.70)
+    assert knobs.memory([*compute, ("train.loss", "compiled")], "bf16") == Memory(logit_bytes=9.4)  # fp32 logits
+    assert knobs.memory([*compute, ("train.loss", "model")], "bf16") == Memory(logit_bytes=17.4)  # and log-softmax
+
+
+def test_peft_fp32_adapters_keep_their_casts_a_share_on_top_and_a_knob_not_given_is_at_its_default():
+    fp32 = [("train.adapter_dtype", "fp32")]
+    assert knobs.memory(fp32, "bf16") == Memory(1.16)  # eager layers: PEFT's fp32 casts kept
+    assert knobs.memory([*fp32, ("train.torch_compile", "regional")], "bf16") == Memory(1.07, fused=True)
+    assert knobs.memory([("train.torch_compile", "regional")], "bf16") == Memory(1.07, fused=True)  # the default
+    assert knobs.memory(fp32, "fp32") == Memory()  # in fp32 both adapters are one
+    assert knobs.memory([("train.adapter_dtype", "compute")], "fp16") == Memory()
 
 
 def test_the_docs_table_of_memory_terms_has_a_row_for_each_knob_with_a_term():

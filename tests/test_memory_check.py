@@ -7,32 +7,47 @@ from bench import memory_check
 
 # The chats grid's configs the check leaves past 6%, and why: the grid's runs kept segments of step one's shorter
 # micro-batches in the peak beside the longest (the same micro-batch read 10.35 and 11.41 GiB in two runs of another
-# order: BENCHMARKS.md), which the release before the longest (measure.first_batch) now returns; and the compiled
-# layers' term beside adapters in the compute dtype (the grid's setting, bench/record_h200.sh) predicts the regional
-# TRL-loss configs 16-28% high. The figures are today's, kept from getting worse.
+# order: BENCHMARKS.md), which the release before the longest (measure.first_batch) now returns. The figures are
+# today's, kept from getting worse (up to 35%, mean 9.6%, before the layers' counts of bench.saved_bytes).
 CHATS_PAST = {
-    "qwen3-0.6b 8x1 padding=longest compile=regional mode=reduce-overhead loss=trl": 0.35,
-    "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=trl": 0.28,
-    "qwen3-0.6b 4x2 padding=buckets compile=regional mode=default loss=trl": 0.225,
-    "qwen3-0.6b 4x2 padding=max_length compile=regional mode=default loss=trl": 0.16,
-    "qwen3-0.6b 8x1 padding=longest compile=regional mode=default loss=trl": 0.16,
-    "qwen3-0.6b 4x2 padding=padding_free compile=regional mode=default loss=trl": 0.105,
+    "qwen3-0.6b 8x1 padding=longest compile=regional mode=reduce-overhead loss=trl": 0.21,
+    "qwen3-0.6b 4x2 padding=buckets compile=regional mode=default loss=trl": 0.095,
     "qwen3-0.6b 4x2 padding=longest compile=off mode=default loss=trl": 0.095,
-    "qwen3-0.6b 4x2 padding=max_length compile=regional mode=default loss=compiled": 0.085,
     "qwen3-0.6b 4x2 padding=buckets compile=off mode=default loss=trl": 0.085,
-    "qwen3-0.6b 4x2 padding=max_length compile=off mode=default loss=compiled": 0.075,
+    "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=trl": 0.085,
+    "qwen3-0.6b 4x2 padding=longest compile=off mode=default loss=compiled": 0.08,
+    "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=compiled": 0.065,
+}
+# The same grid recorded again with the release before the longest (record-h100-1205b, 28 configs): what is past 6%
+# is the compiled loss, whose logits' share of the peak moves with the layout and with CUDA graphs (one config, 8x1
+# max_length under reduce-overhead, kept 5.7 bytes a token and vocabulary entry where its neighbours kept 9.4-10.4).
+RELEASED_PAST = {
+    "qwen3-0.6b 8x1 padding=max_length compile=regional mode=reduce-overhead loss=compiled": 0.23,
+    "qwen3-0.6b 4x2 padding=longest compile=off mode=default loss=compiled": 0.12,
+    "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=compiled": 0.11,
+    "qwen3-0.6b 8x1 padding=longest compile=off mode=default loss=compiled": 0.065,
 }
 
 
-def test_the_chats_grid_is_predicted_no_worse_than_today_leave_one_out():
-    (check,) = memory_check.check_store(memory_check.STORES[0])
-    assert len(check.left_out) == 21
+def chats_check(name: str, configs: int, past: dict[str, float], mean_at_most: float) -> None:
+    """The chats grid of store `name`, leave-one-out: its configs past 6% among `past`, none worse, and its mean."""
+    (store,) = (s for s in memory_check.STORES if s.path.parent.name == name)
+    (check,) = memory_check.check_store(store)
+    assert len(check.left_out) == configs
     errors = {e.label: abs(e.relative) for e in check.left_out}
-    past = {label: error for label, error in errors.items() if error > 0.06}
-    assert set(past) <= set(CHATS_PAST), past
-    assert all(error <= CHATS_PAST[label] for label, error in past.items()), past
+    found = {label: error for label, error in errors.items() if error > 0.06}
+    assert set(found) <= set(past), found
+    assert all(error <= past[label] for label, error in found.items()), found
     mean, _ = memory_check.figures(check.left_out)
-    assert mean <= 9.7  # read with the grid's own adapters in the compute dtype (4.7% with PEFT's fp32 ones)
+    assert mean <= mean_at_most
+
+
+def test_the_chats_grid_is_predicted_no_worse_than_today_leave_one_out():
+    chats_check("record-h200", 21, CHATS_PAST, 4.8)  # read with the grid's own adapters in the compute dtype
+
+
+def test_the_chats_grid_with_the_release_before_the_longest_is_predicted_no_worse_than_today():
+    chats_check("record-h100-1205b", 28, RELEASED_PAST, 3.1)
 
 
 def test_the_seed_settings_studies_are_within_6_percent_in_study_order_and_leave_one_out():

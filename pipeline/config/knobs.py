@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 from pipeline import knobs
 from pipeline.config.choices import CPU
 from pipeline.config.devices import cuda_device_count
-from pipeline.config.errors import ConfigError
+from pipeline.config.errors import ConfigError, spelled
 from pipeline.knobs.base import KnobRole, Setting
 
 
@@ -34,7 +34,7 @@ def check_values(section: str, values: Any) -> None:
         try:
             knob.canonical(value)
         except ValueError:
-            raise ConfigError(knob.key, f"got '{value}'; accepted: {knob.accepted()}") from None
+            raise ConfigError(knob.key, f"got '{spelled(value)}'; accepted: {knob.accepted()}") from None
 
 
 def setting_of(train: Any, model: Any, gpu: Any, accumulation: int, cuda: bool | None = None) -> Setting:

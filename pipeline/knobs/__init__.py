@@ -106,12 +106,12 @@ def dropped(lengths_vary: bool, cuda: bool) -> dict[str, dict[Any, str]]:
 
 def memory(values: Iterable[tuple[str, Any]], dtype: str | None = None) -> Memory:
     """The memory term of knob values (key, value as a config or a record writes it) in a job computing in `dtype`
-    (None: not known); other keys add nothing."""
+    (None: not known), a knob not among them at its default; other keys add nothing."""
     knobs = by_key()
-    values = list(values)
-    setting = {"train.dtype": dtype, **dict(values)}
+    given = dict(values)
+    setting = {"train.dtype": dtype, **given}
     term = Memory()
-    for key, value in values:
+    for key, value in [*given.items(), *((k.key, k.default) for k in registry() if k.key not in setting)]:
         if key in knobs:
             term += knobs[key].memory_in(knobs[key].canonical(value), setting)
     return term

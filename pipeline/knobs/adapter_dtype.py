@@ -10,11 +10,12 @@ from typing import Any
 from pipeline.knobs.base import Compile, Knob, Memory, Setting
 from pipeline.knobs.dtype import Dtype, resolve
 
-# What eager layers keep with the adapters in the compute dtype against PEFT's fp32 ones, as a share of the formula's
-# activations: PEFT casts each adapter's input, and the copies stay for the backward (compiled layers fuse the casts
-# and keep about the same either way). 9.60 against 10.68 GiB at 4x1 on the Qwen3-1.7B shape, 512 tokens: 0.56 MB a
-# token less, of the formula's 2.98 (fastest-h200-fixed/optuna.db, every seed).
-COMPUTE_ACTIVATIONS = 0.81
+# What the layers keep with PEFT's fp32 adapters against adapters in the compute dtype (the formula's count, which
+# `search._formula` gives), as a share of it: PEFT casts each adapter's input, and the copies stay for the backward.
+# Counted by `bench.saved_bytes` on six shapes: eager layers 1.13-1.17 (1.16-1.17 on the Qwen3 0.6B, 1.7B and 4B
+# shapes; exactly 2 (3h + q) bytes a token more), compiled layers 1.06-1.09 (2q more). On the device: the 1.7B shape's
+# eager layers grew 3.44 MB a token with fp32 adapters and 2.88 in the compute dtype, 1.20 apart (fastest-h200-fixed).
+FP32_EAGER, FP32_COMPILED = 1.16, 1.07
 
 
 class AdapterDtype(StrEnum):
@@ -33,13 +34,16 @@ class AdapterDtypeKnob(Knob):
     help = "compute: LoRA weights in the compute dtype, no casts"
     short = "adapters"
     searched = tuple(AdapterDtype)
-    term_text = ("`compute`: 0.81 of the layers' activations (PEFT's casts not kept)", "eager layers in bf16/fp16 only")
+    term_text = (
+        "`fp32` (PEFT's casts kept): 1.16 times the layers' activations, compiled layers 1.07; `compute` none",
+        "bf16/fp16 (in fp32 both are one)",
+    )
 
     def memory_in(self, value: str, setting: Mapping[str, Any]) -> Memory:
+        if value == AdapterDtype.COMPUTE or setting.get("train.dtype") == Dtype.FP32:  # fp32: both one
+            return Memory()
         eager = Compile.of(str(setting.get("train.torch_compile", "off"))) is Compile.OFF
-        if value == AdapterDtype.COMPUTE and setting.get("train.dtype") != Dtype.FP32 and eager:  # fp32: both one
-            return Memory(activations=COMPUTE_ACTIVATIONS)
-        return Memory()
+        return Memory(activations=FP32_EAGER if eager else FP32_COMPILED)
 
     def same_job_as(self, value: Any, s: Setting) -> tuple[Any, str] | None:
         if value == AdapterDtype.COMPUTE and not in_compute_dtype(s.train, resolve(s.train.dtype, s.cuda, s.gpu.bf16)):

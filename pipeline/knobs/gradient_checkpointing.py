@@ -7,6 +7,11 @@ from typing import Any
 
 from pipeline.knobs.base import Knob, KnobRole, Memory
 
+# The recomputed layer at the peak: what it keeps, and half as much again in its backward's gradients; fitted to the
+# seed's checkpointed probes (fp16, the Qwen3-1.7B shape, 512 tokens: 0.311 MB a token of growth, fastest-h200-fixed),
+# one shape only.
+RECOMPUTED = 1.5
+
 
 class GradientCheckpointingKnob(Knob):
     key = "train.gradient_checkpointing"
@@ -24,8 +29,9 @@ class GradientCheckpointingKnob(Knob):
     @staticmethod
     def kept_bytes(layers: int, element: int, hidden: int, layer: float) -> float:
         """What checkpointed layers keep per token (`search._formula`): each layer its input (`element` bytes x
-        `hidden`), and the one recomputed in the backward all it keeps without checkpointing (`layer`)."""
-        return layers * element * hidden + layer
+        `hidden`), and the one recomputed in the backward all it keeps without checkpointing (`layer`) and its
+        backward's gradients of that: RECOMPUTED times it (BENCHMARKS.md, "What a decoder layer keeps")."""
+        return layers * element * hidden + RECOMPUTED * layer
 
     def recomputes(self, train: Any) -> bool:
         return bool(train.gradient_checkpointing)

@@ -17,14 +17,17 @@ if TYPE_CHECKING:
 
 
 # What compiled layers keep without checkpointing: Inductor recomputes the element-wise work in the backward instead
-# of saving it, so a layer keeps what its matrix products and attention need (`search._formula`: b (6q + 2i) + 8h a
-# token, against eager's b (6h + 4q + 4i) + 8h; a form chosen to match both shapes measured: 0.615 of eager's on the
-# Qwen3-1.7B shape, where regional's slope over eager's measured 0.62-0.65 (bench/results/grid-h200-seed.json, 512
-# tokens), 0.73 on the Qwen3-0.6B shape, where it measured 0.78 (record-h200/grid-chats-optuna.db, max_length, 1,024
-# tokens)). The whole model's graph keeps more than the layers' own: 1.12 against 1.62 GiB a sequence on the 1.7B shape
-# (0.69 of eager's: the knob study of 2026-11-30), 1.12 times regional's. Under checkpointing the layers keep only
-# their inputs, which compiling does not change (whole, 4x1: 4.97 vs 4.77 GiB).
-WHOLE_OVER_LAYERS = 1.12
+# of saving it, so a layer keeps what its matrix products and attention need: b (4h + 3q + 3k + 3i) a token against
+# eager's b (6h + 4q + 4k + 4i) (`search._formula`; q and k the query and key-value widths), both counted exactly by
+# `bench.saved_bytes` on six shapes (the Qwen3 0.6B, 1.7B and 4B ones, and three that move the MLP, the heads and the
+# key-value heads apart) with the adapters in the compute dtype, 232 bytes a token left over (LoRA's rank-wide
+# tensors). Compiled layers keep 0.73-0.74 of eager's on those shapes; on the device regional's growth per token over
+# eager's measured 0.734 on the 0.6B shape (record-h100-1205b, max_length, 4x2 to 8x1, compute-dtype adapters) and
+# 0.62-0.65 on the 1.7B shape with fp32 adapters (grid-h200-seed.json; counted: 0.676). The whole model's graph keeps
+# more than the layers' own: 1.02 times (0.69 of eager's with fp32 adapters on the knob study of 2026-11-30, 1.7B
+# shape, over the count's 0.676). Under checkpointing the layers keep only their inputs, which compiling does not
+# change (whole, 4x1: 4.97 vs 4.77 GiB).
+WHOLE_OVER_LAYERS = 1.02
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -52,10 +55,10 @@ def compile_layers(model: torch.nn.Module, mode: str) -> int:
     return len(layers)
 
 
-def layer_bytes(element: int, hidden: int, queries: int, intermediate: int) -> float:
-    """What a compiled layer keeps per token (`search._formula`, against eager's b (6h + 4q + 4i) + 8h): its matrix
-    products' and attention's inputs in the compute dtype (`element` bytes), its fp32 norms."""
-    return element * (6 * queries + 2 * intermediate) + 8 * hidden
+def layer_bytes(element: int, hidden: int, queries: int, kv: int, intermediate: int) -> float:
+    """What a compiled layer keeps per token (`search._formula`, against eager's b (6h + 4q + 4k + 4i)): its matrix
+    products' and attention's inputs in the compute dtype (`element` bytes)."""
+    return element * (4 * hidden + 3 * queries + 3 * kv + 3 * intermediate)
 
 
 class TorchCompileKnob(Knob):
@@ -67,8 +70,8 @@ class TorchCompileKnob(Knob):
     searched = (Compile.OFF, Compile.REGIONAL)  # whole compiles for minutes per config, to regional's speed
     role = KnobRole.COMPILE
     term_text = (
-        "compiled layers keep what their products and attention need, b (6q + 2i) + 8h a token and layer against "
-        "eager's b (6h + 4q + 4i) + 8h; the whole model's graph 1.12 times that",
+        "compiled layers keep what their products and attention need, b (4h + 3q + 3k + 3i) a token and layer "
+        "against eager's b (6h + 4q + 4k + 4i); the whole model's graph 1.02 times that",
         "nothing under checkpointing",
     )
     card = (4, "compile {}")

@@ -112,7 +112,7 @@ class Calibration:
     @classmethod
     def of(cls, attr: dict[str, Any]) -> Calibration:
         """A probe stored without a compile choice (a study from before it was a knob of the formula) is taken as
-        not compiled; one without the config's held knob values, as holding none."""
+        not compiled; one without the config's held knob values, as holding none (each knob then at its default)."""
         probes = [
             (
                 Knobs(

@@ -5,8 +5,10 @@ them: padded to its longest record, or without padding; micro x max_length where
 its rows' squared lengths, a padding-free row being one):
 - frozen weights:      b x (embedding + every layer's projections + LM head when untied)
 - adapters:            16 x LoRA parameters (fp32 weights, fp32 gradients, two fp32 Adam moments)
-- activations / token: without checkpointing every layer keeps b x (6h + 4q + 4i) + 8h (fp32 norms; q = n_heads d),
-                       compiled layers b x (6q + 2i) + 8h (no element-wise intermediates: the compile knob's count);
+- activations / token: without checkpointing every layer keeps b x (6h + 4q + 4k + 4i) (q = n_heads d, k = n_kv_heads
+                       d), compiled layers b x (4h + 3q + 3k + 3i) (the compile knob's count), both with the adapters
+                       in the compute dtype (PEFT's fp32 adapters keep their casts too: the adapter knob's share),
+                       as counted on the CPU (`bench.saved_bytes`);
                        with checkpointing each layer keeps its input (b x h) and one layer is recomputed in full (the
                        checkpointing knob's count)
 - attention / S:       what attention without a fused kernel keeps of its scores (eager attention: the attention
@@ -26,10 +28,11 @@ are measured figures and are not scaled.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pipeline.knobs import KnobRole, Memory, role, unmodelled
 from pipeline.knobs import memory as knob_memory
+from pipeline.knobs.base import Compile
 from pipeline.measure.flops import Shape
 
 LORA_STATE_BYTES = 16
@@ -127,13 +130,14 @@ def activation_token_bytes(shape: Shape, knobs: Knobs) -> float:
     """What the layers keep per token (and the loss's buffers): the part of the growth per token the calibration
     scales."""
     b = element_bytes(knobs.dtype)
-    h, i, q = shape.hidden, shape.intermediate, shape.heads * shape.head_dim
-    eager = b * (6 * h + 4 * q + 4 * i) + 8 * h
+    h, i, q, k = shape.hidden, shape.intermediate, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
+    eager = b * (6 * h + 4 * q + 4 * k + 4 * i)
     term = memory_term(knobs)
-    if term.checkpointed:  # the checkpointing knob's own count
-        kept = role(KnobRole.CHECKPOINTING).kept_bytes(shape.layers, b, h, eager)
+    if term.checkpointed:  # the checkpointing knob's own count, its recomputed layer eager with the shares eager has
+        layer = memory_term(replace(knobs, compile=Compile.OFF.value)).activations * eager
+        kept = role(KnobRole.CHECKPOINTING).kept_bytes(shape.layers, b, h, layer)
     else:  # compiled layers: the compile knob's
-        layer = role(KnobRole.COMPILE).layer_bytes(b, h, q, i) if term.fused else eager
+        layer = role(KnobRole.COMPILE).layer_bytes(b, h, q, k, i) if term.fused else eager
         kept = term.activations * shape.layers * layer
     return kept + LOSS_BYTES_PER_TOKEN + term.token_bytes
 
