@@ -46,6 +46,7 @@ CHATS = (  # as bench/record_h200.sh records it
     "train.dtype=bf16",
     "train.adapter_dtype=compute",
 )
+SMALL = (*CHATS, "data.length=1024")  # the same model and length on fixed-length rows
 
 
 @dataclass(frozen=True)
@@ -61,13 +62,14 @@ class Store:
 STORES = (
     Store(RESULTS / "record-h200" / "grid-chats-optuna.db", CHATS),
     Store(RESULTS / "record-h100-1205" / "grid-chats-optuna.db", CHATS),  # 18 of the same configs, on an H100
-    Store(RESULTS / "record-h100-1205b" / "grid-chats-optuna.db", CHATS),  # 28, the longest after a release
+    Store(RESULTS / "record-h100-1205b" / "grid-chats-optuna.db", CHATS),  # all 38, the longest after a release
     Store(RESULTS / "fastest-h200-fixed" / "optuna.db", SEED),
     Store(RESULTS / "fastest-h200-adaptive" / "optuna.db", SEED),
     Store(RESULTS / "record-h200-1205" / "optuna.db", SEED),
     Store(RESULTS / "fastest-h200-1205b" / "optuna.db", SEED),
     Store(RESULTS / "h200-2026-11-30" / "knobs-optuna.db", ("model=qwen3-1.7b", "train.max_length=512"), "whole"),
     Store(RESULTS / "grid-h200-seed.json", SEED),
+    Store(RESULTS / "record-h100-1206" / "grid-small.json", SMALL),  # 37 of its 40 configs, on an H100
 )
 
 
