@@ -6,6 +6,12 @@ blocks are freed, so identical runs of one config were seen 768 to 894 MiB apart
 (`MALLOC_MMAP_THRESHOLD_`, read by every process they start), so that resident memory follows what torch holds and
 what is judged is the predictor, not the allocator. Tokens per micro-batch stay within 4,096 (max_length 512, 8
 records), where the tiny model's peak grows in proportion to them on this CPU.
+
+A run started by `pipeline.train` reads 7-14 MiB (up to 2.8%) more than the same config's trial in a study (six
+pairs, e.g. 500 against 509 MiB): no config may sit that close under the cap. Placed 70 MiB above 8x1's first steps,
+the cap leaves the configs that fit 35 MiB or more under it in the study (8x1 padding-free, 540 MiB) and those over it
+17 MiB or more over (4x2 padded to the longest, 592); at 45 MiB above, 8x1 padding-free sat 9 MiB under and its run
+went over.
 """
 
 from __future__ import annotations
@@ -49,13 +55,13 @@ def test_the_answer_fits_every_step_of_the_run_and_the_predictor_works_per_token
     write_chats(data, records=RECORDS, shortest=30, longest=120, seed=0, long_at=LONG_AT, long_tokens=LONG)
     setup = [*SETUP, f"data.path={data}"]
 
-    # 1. 8x1 on the study's own steps alone: the cap goes 45 MiB above its peak, so a fit judged on the first steps
+    # 1. 8x1 on the study's own steps alone: the cap goes 70 MiB above its peak, so a fit judged on the first steps
     # would take it; its micro-batch with the long record (8 x 512 tokens, padded) is some 240 MiB above
     first = tmp_path / "first"
     first.mkdir()
     proc = run_cli(*setup, "batch.split=8x1", cwd=first, env=MALLOC, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    cap_mib = int(_peak_mib(first) + 45)
+    cap_mib = int(_peak_mib(first) + 70)
 
     # 2. the study: every split x longest, padding-free; the run the answer must fit is a pass over the whole file
     study_dir = tmp_path / "study"
