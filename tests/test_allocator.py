@@ -4,6 +4,7 @@ set is recorded; refused on the CPU, which has no such allocator."""
 
 from __future__ import annotations
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline import knobs
@@ -48,6 +49,7 @@ def test_expandable_is_refused_on_the_cpu_in_one_line_and_nothing_is_written(tmp
     assert not (tmp_path / "mlruns").exists()
 
 
+@pytest.mark.slow
 def test_a_job_records_the_settings_it_gave_its_allocator(tmp_path):
     """A real job process: the environment's settings, kept, with the config's expandable segments."""
     proc = run_cli(*FAST, cwd=tmp_path, env={CUDA: USERS})
@@ -59,6 +61,7 @@ def test_a_job_records_the_settings_it_gave_its_allocator(tmp_path):
     assert "version.cuda_expandable_segments" not in job.data.params  # no CUDA allocator on the CPU
 
 
+@pytest.mark.slow
 def test_the_scripts_allocator_is_set_before_torchrun_picks_the_device(tmp_path):
     """Choosing a torchrun rank's device starts CUDA, whose allocator reads its settings then: the line comes before
     it; the script, run, leaves them in its environment."""

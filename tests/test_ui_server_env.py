@@ -20,6 +20,7 @@ def _stderr(env: dict[str, str]) -> str:
     return subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=120).stderr
 
 
+@pytest.mark.slow
 def test_the_ui_server_starts_without_starlettes_warning_and_keeps_the_users_warnings():
     users = child_env(PYTHONWARNINGS="default::PendingDeprecationWarning")
     plain = _stderr(users)

@@ -127,6 +127,7 @@ def _exchange_on(rank: int) -> dict:
     }
 
 
+@pytest.mark.slow
 @TWO_RANKS
 def test_the_ranks_agree_to_stop_when_any_asks_and_count_the_work_of_all(tmp_path):
     seen = on_ranks(_exchange_on, 2, tmp_path)
