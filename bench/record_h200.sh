@@ -17,6 +17,9 @@
 #                 batch 8, once, uncapped
 #   grid-alloc    the chats at 4x2, padding x loss x the CUDA allocator (train.allocator: cached, expandable), once:
 #                 whether expandable segments take the layouts' leftover segments out of the peak (12 configs)
+#   cap-small     grid-small's compiled-loss configs whose allocated and reserved peaks straddle 20 GiB, run under a
+#                 20 GiB cap, both allocators, 3 rotated rounds: whether a capped run needs the reserved peak or only
+#                 the allocated one, and what expandable segments cost beside CUDA graphs (12 jobs)
 # Each grid is a bruteforce study with no pruning and no skipping, under a cap of the whole card (WHOLE); it resumes from its store, so a queue cut short
 # is continued by `start` on a machine that still holds DIR, or on a fresh one from the stores brought back:
 # RESUME=FOLDER (its grid-NAME-optuna.db files, e.g. bench/results/record-h100-1205, and grid-NAME-mlflow.db where
@@ -46,6 +49,7 @@ if [ "${REHEARSAL:-0}" = 1 ]; then
     batch.split=8x1)
   small_space='{batch.split:[4x2,8x1],train.loss:[trl,model,compiled]}'
   alloc_space='{batch.split:[4x2],train.padding:[longest,padding_free],train.allocator:[cached,expandable]}'
+  allocators=cached modes=default  # expandable segments and CUDA graphs are the GPU's
   grid_steps=(train.steps=6 measure.warmup_steps=2) records=160 cold=2 warm=2 pinned=1 profiled=1 cores=0 whole=8GiB causes=1
 else
   seed=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1 train.adapter_dtype=compute train.dtype=bf16
@@ -63,6 +67,7 @@ else
     train.dtype=bf16
     train.adapter_dtype=compute train.gradient_checkpointing=false)
   small_space='{batch.split:[4x2,8x1],train.torch_compile:[off,regional],train.compile_mode:[default,reduce-overhead],train.loss:[trl,model,compiled,liger],train.liger_kernel:[false,true]}'
+  allocators=cached,expandable modes=default,reduce-overhead
   grid_steps=(train.steps=12 measure.warmup_steps=4) records=2000 cold=3 warm=5 pinned=2 profiled=3 cores=4-7 whole=130GiB causes=4
   if [ ! -d /tmp/site ]; then
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -119,6 +124,10 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
         optimize.fit_over=epoch ;;
     grid-small)
       grid grid-small 20 "$small_space" "${small_model[@]}" ;;
+    cap-small)
+      "$py" -m pipeline.train -m "${small_model[@]}" mem_cap=20GiB "${grid_steps[@]}" train.loss=compiled \
+        train.torch_compile=regional train.compile_mode=$modes train.allocator=$allocators repeats=3 \
+        paths.root="$dir/cap-small" ;;
     grid-alloc)
       [ -e "$dir/chats.jsonl" ] || "$py" -m bench.chats "$dir/chats.jsonl" --records $records --shortest 30 --longest 1000
       grid grid-alloc 20 "$alloc_space" "${chats_model[@]}" data=jsonl data.path="$dir/chats.jsonl" \
@@ -155,7 +164,7 @@ case "${1:-follow}" in
     queue_start record_h200.sh || exit $? ;;
 esac
 collect() {  # the logs, spread tables and grids so far (with their MLflow runs: the allocated peaks), as one tarball in OUT
-  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db card.txt queue.out 2>/dev/null)
+  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db ./cap-*/mlruns/mlflow.db card.txt queue.out 2>/dev/null)
 }
 queue_follow collect 10 || exit $?
 for f in "$dir"/*.log; do
