@@ -164,7 +164,7 @@ case "${1:-follow}" in
     queue_start record_h200.sh || exit $? ;;
 esac
 collect() {  # the logs, spread tables and grids so far (with their MLflow runs: the allocated peaks), as one tarball in OUT
-  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db ./cap-*/mlruns/mlflow.db card.txt queue.out 2>/dev/null)
+  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db ./cap-*/mlflow.db card.txt queue.out 2>/dev/null)
 }
 queue_follow collect 10 || exit $?
 for f in "$dir"/*.log; do
