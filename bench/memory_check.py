@@ -5,6 +5,9 @@ other config its study measured; per study, the mean and max error and the worst
 
     python -m bench.memory_check                      # every store of STORES and grid of GRIDS
     python -m bench.memory_check STORE [OVERRIDE ...] # one Optuna store, its setting as its command line gave it
+    python -m bench.memory_check GRID.json [OVERRIDE ...] --allocated 0.7
+                                                      # a grid's peaks read as its runs' allocated high-water marks
+                                                      # plus 0.7 GiB (what expandable segments read over them)
 
 The predictor is today's, its calibration fitted again to the study's base probes with today's formula, as the study
 fits it. A trial's peak counts where it measured a full step (`trials.PEAK_MEASURED`); one that ran out of memory
@@ -13,8 +16,10 @@ measured a lower bound only, and is left out.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import sqlite3
 import statistics
 import sys
 from dataclasses import dataclass
@@ -57,6 +62,7 @@ class Store:
     path: Path
     overrides: tuple[str, ...]
     true_is: str = Compile.REGIONAL.value
+    allocated_over: float | None = None  # GiB: a grid's peaks read as allocated + this (`allocated_peaks`)
 
 
 STORES = (
@@ -183,14 +189,38 @@ def check_study(study: optuna.Study, base: DictConfig, true_is: str) -> StudyChe
     return StudyCheck(study.study_name, errors(made, probes, found, True), errors(made, probes, found, False))
 
 
+def _params_key(params: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in params.items()))
+
+
+def allocated_peaks(grid: Path, keys: list[str], over_gib: float) -> dict[tuple, float]:
+    """Each trial run's allocated high-water mark plus `over_gib`, in GiB, by its values of `keys`, from the grid's
+    MLflow store beside its JSON (`NAME-mlflow.db`, as `bench/record_h200.sh` brings it back): the peak the caching
+    allocator's slack leaves out (expandable segments read 0.64-0.74 GiB over it in every config of grid-alloc)."""
+    store = grid.with_name(f"{grid.stem}-mlflow.db")
+    with contextlib.closing(sqlite3.connect(f"file:{store}?mode=ro", uri=True)) as db:
+        runs = db.execute(
+            "SELECT m.run_uuid, m.value FROM metrics m JOIN tags t ON t.run_uuid = m.run_uuid "
+            "WHERE m.key = 'peak_allocated_gib' AND t.key = 'trial'"
+        ).fetchall()
+        found = {}
+        for run, allocated in runs:
+            params = dict(db.execute("SELECT key, value FROM params WHERE run_uuid = ?", (run,)).fetchall())
+            found[_params_key({k: params[k] for k in keys})] = allocated + over_gib
+    return found
+
+
 def check_grid(store: Store, base: DictConfig) -> StudyCheck:
     """A recorded grid, leave-one-out: calibrated on its baseline's config at its smallest and largest split."""
     grid = json.loads(store.path.read_text(encoding="utf-8"))
+    keys = list(grid["space"])
+    allocated = allocated_peaks(store.path, keys, store.allocated_over) if store.allocated_over is not None else None
     found = []
     for config in grid["configs"]:
         if config["status"] == "ok":
             label = " ".join(f"{k.rpartition('.')[2]}={v}" for k, v in config["params"].items())
-            found.append(Point(label, knobs(base, config["params"], store.true_is), config["peak_gib"] * GIB))
+            peak = allocated[_params_key(config["params"])] if allocated is not None else config["peak_gib"]
+            found.append(Point(label, knobs(base, config["params"], store.true_is), peak * GIB))
     splits = grid["space"]["batch.split"]
     ends = [{**grid["baseline"], "batch.split": split} for split in (splits[0], splits[-1])]
     probes = [(p.knobs, p.peak) for end in ends for p in found if p.knobs == knobs(base, end, store.true_is)]
@@ -231,7 +261,11 @@ def lines(store: Store, checks: list[StudyCheck]) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    stores = [Store(Path(argv[0]).resolve(), tuple(argv[1:]))] if argv else list(STORES)
+    allocated = None
+    if "--allocated" in argv:
+        at = argv.index("--allocated")
+        allocated, argv = float(argv[at + 1]), argv[:at] + argv[at + 2 :]
+    stores = [Store(Path(argv[0]).resolve(), tuple(argv[1:]), allocated_over=allocated)] if argv else list(STORES)
     for store in stores:
         print("\n".join(lines(store, check_store(store))), flush=True)
 
