@@ -76,8 +76,11 @@ def saved_storage_bytes(root, weights: set[int]) -> int:
 
 def kept_bytes(shape: LayerShape, layers: int, adapters: str, compiled: bool, tokens: int) -> int:
     """What a model of `layers` decoder layers keeps for its backward over one row of `tokens` tokens."""
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
     from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from pipeline.builders.lora import build_lora_config
+    from pipeline.config.compose import compose_job
 
     torch.manual_seed(0)
     torch._dynamo.reset()  # each model's layers compiled afresh, never past Dynamo's recompile limit into eager
@@ -91,7 +94,7 @@ def kept_bytes(shape: LayerShape, layers: int, adapters: str, compiled: bool, to
         head_dim=shape.head_dim,
         attn_implementation="sdpa",
     )
-    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
+    lora = build_lora_config(compose_job("config", []).lora)  # the default group's: r 16, alpha 32, all-linear
     model = get_peft_model(Qwen3ForCausalLM(config).to(torch.bfloat16), lora, autocast_adapter_dtype=adapters == "fp32")
     model.train()
     decoder = model.get_base_model().model
