@@ -73,9 +73,10 @@ STORES = (
     Store(RESULTS / "fastest-h200-adaptive" / "optuna.db", SEED),
     Store(RESULTS / "record-h200-1205" / "optuna.db", SEED),
     Store(RESULTS / "fastest-h200-1205b" / "optuna.db", SEED),
+    Store(RESULTS / "fastest-h100-1206" / "optuna.db", SEED),  # seeds 1 and 2 on an H100
     Store(RESULTS / "h200-2026-11-30" / "knobs-optuna.db", ("model=qwen3-1.7b", "train.max_length=512"), "whole"),
     Store(RESULTS / "grid-h200-seed.json", SEED),
-    Store(RESULTS / "record-h100-1206" / "grid-small.json", SMALL),  # 37 of its 40 configs, on an H100
+    Store(RESULTS / "record-h100-1206" / "grid-small.json", SMALL),  # all 40 configs, on an H100
 )
 
 

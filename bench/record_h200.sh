@@ -20,6 +20,9 @@
 #   cap-small     grid-small's compiled-loss configs whose allocated and reserved peaks straddle 20 GiB, run under a
 #                 20 GiB cap, both allocators, 3 rotated rounds: whether a capped run needs the reserved peak or only
 #                 the allocated one, and what expandable segments cost beside CUDA graphs (12 jobs)
+#   cap-split     cap-small's cached allocator with max_split_size_mb:512 (blocks over it never split: a segment freed
+#                 whole goes back under the cap), both compile modes, 3 rounds: whether the runs that failed asking for
+#                 one fp32 copy of the logits beside 4.66 GiB reserved unused then fit, and at what speed (6 jobs)
 # Each grid is a bruteforce study with no pruning and no skipping, under a cap of the whole card (WHOLE); it resumes from its store, so a queue cut short
 # is continued by `start` on a machine that still holds DIR, or on a fresh one from the stores brought back:
 # RESUME=FOLDER (its grid-NAME-optuna.db files, e.g. bench/results/record-h100-1205, and grid-NAME-mlflow.db where
@@ -128,6 +131,10 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
       "$py" -m pipeline.train -m "${small_model[@]}" mem_cap=20GiB "${grid_steps[@]}" train.loss=compiled \
         train.torch_compile=regional train.compile_mode=$modes train.allocator=$allocators repeats=3 \
         paths.root="$dir/cap-small" ;;
+    cap-split)
+      PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512 "$py" -m pipeline.train -m "${small_model[@]}" mem_cap=20GiB \
+        "${grid_steps[@]}" train.loss=compiled train.torch_compile=regional train.compile_mode=$modes \
+        train.allocator=cached repeats=3 paths.root="$dir/cap-split" ;;
     grid-alloc)
       [ -e "$dir/chats.jsonl" ] || "$py" -m bench.chats "$dir/chats.jsonl" --records $records --shortest 30 --longest 1000
       grid grid-alloc 20 "$alloc_space" "${chats_model[@]}" data=jsonl data.path="$dir/chats.jsonl" \

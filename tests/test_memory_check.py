@@ -32,14 +32,17 @@ RELEASED_PAST = {
     "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=compiled": 0.11,
     "qwen3-0.6b 8x1 padding=longest compile=off mode=default loss=compiled": 0.065,
 }
-# A grid nothing was tuned on (record-h100-1206, Qwen3-0.6B at 1,024 tokens, 37 configs): what is past 6% is a loss
-# that builds the full logits (model, compiled) with the cached allocator, whose reserved peak sits 0-5 GiB over the
-# allocated one (about one fp32 copy of the logits) by the order of its blocks, and compiled layers at 4x2 beside TRL's
-# loss (7-8%); read as allocated peaks, the grid is 2.7% mean, 12.5% max (BENCHMARKS.md, "A grid tuned on nothing").
+# A grid nothing was tuned on (record-h100-1206, Qwen3-0.6B at 1,024 tokens, all 40 configs): what is past 6% is a
+# loss that builds the full logits (model, compiled) with the cached allocator, whose reserved peak sits 0-7 GiB over the
+# allocated one (up to one and a half fp32 copies of the logits) by the order of its blocks, a process's draw: the
+# errors fall on both sides (a neighbour that drew the slack, a config that did not), and compiled layers at 4x2 beside
+# TRL's loss (7-8%); read as allocated peaks, the grid is 2.3% mean, 7.2% max (BENCHMARKS.md, "grid-small completed").
 SMALL_PAST = {
     "split=4x2 torch_compile=off compile_mode=default loss=compiled liger_kernel=True": 0.34,
+    "split=8x1 torch_compile=regional compile_mode=reduce-overhead loss=compiled liger_kernel=False": 0.255,
     "split=4x2 torch_compile=off compile_mode=default loss=model liger_kernel=True": 0.25,
     "split=8x1 torch_compile=off compile_mode=default loss=compiled liger_kernel=True": 0.235,
+    "split=8x1 torch_compile=regional compile_mode=reduce-overhead loss=compiled liger_kernel=True": 0.205,
     "split=8x1 torch_compile=regional compile_mode=default loss=model liger_kernel=False": 0.18,
     "split=8x1 torch_compile=regional compile_mode=reduce-overhead loss=model liger_kernel=False": 0.175,
     "split=8x1 torch_compile=off compile_mode=default loss=model liger_kernel=True": 0.155,
@@ -74,16 +77,16 @@ def test_the_chats_grid_with_the_release_before_the_longest_is_predicted_no_wors
 
 
 def test_a_grid_nothing_was_tuned_on_is_predicted_no_worse_than_today():
-    chats_check("record-h100-1206", 37, SMALL_PAST, 6.7)
+    chats_check("record-h100-1206", 40, SMALL_PAST, 7.5)
 
 
 def test_the_seed_settings_studies_are_within_6_percent_in_study_order_and_leave_one_out():
-    """Every trial of the six seed's-setting studies recorded (seeds 1-3 of 2026-12-03, the adaptive one, seeds 1 and 2
-    of 2026-12-05), predicted as its study would have and leave-one-out: within 6% (flex attention under CUDA graphs
+    """Every trial of the eight seed's-setting studies recorded (seeds 1-3 of 2026-12-03, the adaptive one, seeds 1 and 2
+    of 2026-12-05, seeds 1 and 2 on an H100 of 2026-12-06), predicted as its study would have and leave-one-out: within 6% (flex attention under CUDA graphs
     was 9.4-11.8% before its logits term)."""
     stores = [s for s in memory_check.STORES if s.overrides == memory_check.SEED and s.path.suffix == ".db"]
     checks = [c for store in stores for c in memory_check.check_store(store)]
-    assert len(checks) == 6
+    assert len(checks) == 8
     for check in checks:
         for e in (*check.in_order, *check.left_out):
             assert abs(e.relative) <= 0.06, (check.name, e)
@@ -122,19 +125,15 @@ def test_a_store_outside_the_repository_is_checked_and_named_by_its_path(tmp_pat
     assert shown[1:] == memory_check.lines(store, memory_check.check_store(store))[1:]
 
 
-def test_a_grid_read_as_allocated_peaks_is_within_13_percent_where_its_reserved_peaks_are_34():
+def test_a_grid_read_as_allocated_peaks_is_within_8_percent_where_its_reserved_peaks_are_34():
     """grid-small's peaks read from its MLflow store as each run's allocated high-water mark plus 0.7 GiB (what
-    expandable segments read over it): every config found, and the loss that builds the logits no longer past 6%
-    beside Liger or compiled layers; what is left is the compiled loss under CUDA graphs (-12.5%) and the eager model's
-    and compiled losses at 4x2 (+7.2%, +5.8%)."""
+    expandable segments read over it): every config found, and the losses that build the logits no longer past 6%
+    beside Liger, compiled layers or CUDA graphs; what is left is the eager model's loss at 4x2 (+7.2%)."""
     (store,) = (s for s in memory_check.STORES if s.path.parent.name == "record-h100-1206")
     (reserved,) = memory_check.check_store(store)
     (allocated,) = memory_check.check_store(memory_check.Store(store.path, store.overrides, allocated_over=0.7))
-    assert [e.label for e in allocated.left_out] == [e.label for e in reserved.left_out]  # 37, each its own run
+    assert [e.label for e in allocated.left_out] == [e.label for e in reserved.left_out]  # 40, each its own run
     worst = {e.label: abs(e.relative) for e in allocated.left_out if abs(e.relative) > 0.06}
-    past = {
-        "split=8x1 torch_compile=regional compile_mode=reduce-overhead loss=compiled liger_kernel=False": 0.13,
-        "split=4x2 torch_compile=off compile_mode=default loss=model liger_kernel=False": 0.075,
-    }
+    past = {"split=4x2 torch_compile=off compile_mode=default loss=model liger_kernel=False": 0.075}
     assert set(worst) <= set(past) and all(error <= past[label] for label, error in worst.items()), worst
-    assert memory_check.figures(allocated.left_out)[0] <= 2.7
+    assert memory_check.figures(allocated.left_out)[0] <= 2.4
