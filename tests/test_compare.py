@@ -214,6 +214,51 @@ def test_the_winner_is_where_the_tables_ranking_of_the_same_rounds_ends_among_th
     assert state.winner(among={"A", "B"}) == "A"
 
 
+def test_a_finalist_whose_run_failed_in_the_round_is_never_the_winner():
+    """Under the cached allocator a loss that builds the logits fits a cap in some processes and not in others
+    (BENCHMARKS.md: one config fit 20 GiB in 1 of 3): a run out of memory in the round takes its finalist out."""
+    state = ConfirmationRound(["A", "B"], 0.95, 0.05)
+    state.times = {"A": {0: 1.00, 1: 1.02, 2: 0.99}, "B": {0: 0.80, 1: 0.81, 2: 0.79}}
+    assert state.winner() == "B"
+    state.failed = ["B"]  # its fourth run ran out of memory
+    assert state.winner() == "A"
+    state.failed = ["A"]
+    assert state.winner() is None  # the best's pairs are what the others were measured against
+
+
+def test_the_searchs_best_out_of_memory_in_the_round_gives_the_answer_to_the_next():
+    """The search's best fit in its trial and ran out of memory in its second confirmation run: the answer is the
+    fastest of those left, the round's lines say why the best is not it, and nothing is compared against the best."""
+
+    def record(n, label, median, role=Role.TRIAL):
+        return TrialRecord(
+            n, TrialState.COMPLETE, label=label, median=median, status=Status.OK, feasible=True, role=role
+        )
+
+    base, best, near = record(0, "base", 2.0, Role.BASELINE), record(1, "best", 1.0), record(2, "near", 1.1)
+    speeds = {"base": 2.0, "best": 1.0, "near": 1.1}
+
+    def run(r: TrialRecord, number: int, warmup: int, steps: int) -> tuple[float | None, float]:
+        if r.label == "best" and number == 1:
+            return None, 5.0
+        return speeds[r.label] * (1.01 if number % 2 else 0.99), 5.0
+
+    settings = confirm_settings(mode="always")
+    finalists = confirmation.choose([base, best, near], base, settings)
+    assert [f.label for f in finalists] == ["best", "base", "near"]
+    round_ = confirmation.run_round(finalists, "base", settings, 100.0, run)
+    assert round_.state.failed == ["best"]
+    assert Decided([base, best, near], base, [base, best, near], None, round_).best is near
+    lines = table.confirmation_lines(round_, "near", 100.0)
+    assert lines[-1] == "  failed in the round (out of memory or a failed job), so not the answer: best"
+    assert not any("best" in line for line in lines[1:-1])
+    all_failed = dataclasses.replace(round_.state, failed=["best", "near", "base"])
+    assert (
+        Decided([base, best, near], base, [best, near], None, dataclasses.replace(round_, state=all_failed)).best
+        is None
+    )
+
+
 def test_a_challenger_found_faster_wins_and_the_budget_is_never_overrun_by_a_whole_round():
     state = ConfirmationRound(["A", "B"], 0.95, 0.05)
     state.run(_measure(random.Random(1), {"A": 1.0, "B": 0.7}, spread=0.02), _flat(5, {"A": 10.0, "B": 10.0}, 1e9), 20)

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.compare.paired import Judgement
 from pipeline.config.identity import short
-from pipeline.records import Status
+from pipeline.records import Fit, RunKind, Status
 from pipeline.render.headline import sweep_gain
 from pipeline.render.rows import Criteria, comparison_rows, order
 from pipeline.render.table import format_table, paired_text, rank_text
@@ -78,6 +78,30 @@ def test_a_paired_run_counts_by_the_trimmed_mean_of_its_steps_as_the_study_does(
     rows = {r.name: r for r in comparison_rows(jobs, Criteria())}
     assert rows["b"].judgement is Judgement.WINNER and rows["a"].judgement is Judgement.SLOWER
     assert rows["b"].rounds == {0: pytest.approx(0.8), 1: pytest.approx(0.8), 2: pytest.approx(0.8)}
+
+
+def test_a_config_out_of_memory_in_a_confirmation_run_is_not_ranked_however_fast_its_other_runs():
+    """A study's trials a, b and c fit; b's rounds are the fastest, and one of its confirmation runs ran out of memory under
+    the cap (the allocator's slack, a process's draw): the table ranks a alone, as the study's answer does
+    (`search._confirmation.plan.winner`), and says b ran out of memory."""
+    jobs = [recorded(c, c, [t] * 5, 0, kind=RunKind.TRIAL) for c, t in (("a", 1.0), ("b", 0.8), ("c", 2.0))]
+    for n in range(3):
+        jobs += [confirm(recorded(c, c, [t + 0.01 * n] * 5, n), n) for c, t in (("a", 1.0), ("b", 0.8), ("c", 2.0))]
+    fine = {r.name: r for r in comparison_rows(jobs, Criteria(), prefer="a")}
+    assert fine["b"].judgement is Judgement.WINNER and fine["b"].fit.feasible
+    oom = recorded("b", "b", [0.8, 0.8], 3)
+    jobs.append(
+        confirm(dataclasses.replace(oom, summary=dataclasses.replace(oom.summary, status=Status.OOM, fit=Fit.OOM)), 3)
+    )
+    rows = {r.name: r for r in comparison_rows(jobs, Criteria(), prefer="a")}
+    assert rows["b"].fit is Fit.OOM and rows["b"].judgement is None and rows["b"].role is None
+    assert rows["a"].role == "answer" and rows["c"].judgement is Judgement.SLOWER
+    (line,) = [line for line in format_table(list(rows.values()), Criteria()).splitlines() if line.startswith("| b ")]
+    assert "| oom " in line
+
+
+def confirm(job, number):
+    return dataclasses.replace(job, kind=RunKind.CONFIRM, round=number, run_id=f"confirm-{job.run_id}")
 
 
 def test_one_run_per_config_ranks_nothing_and_says_why():

@@ -171,11 +171,12 @@ def confirmation_lines(
         f"({100 * s.seconds / total_s:.0f}% of the study's device time; budget {record.budget_s:.0f} s): "
         + ", ".join(names)
     ]
-    lines += [f"  {renamed(c, shown).sentence()}" for c in s.comparisons(winner)]
+    lines += [f"  {renamed(c, shown).sentence()}" for c in s.comparisons(winner)] if winner in s.times else []
     lines += spread_lines(s.times, shown)
     if record.left_out:
         left = ", ".join(shown.get(n, n) for n in record.left_out)
         lines.append(f"  not re-measured (the budget buys too few rounds): {left}")
     if s.failed:
-        lines.append(f"  failed in the round: {', '.join(shown.get(n, n) for n in s.failed)}")
+        failed = ", ".join(shown.get(n, n) for n in s.failed)
+        lines.append(f"  failed in the round (out of memory or a failed job), so not the answer: {failed}")
     return lines

@@ -122,6 +122,7 @@ def _memory(row: Row) -> None:
     predicted = [j.predicted_gib for j in members if j.predicted_gib is not None]
     row.predicted_gib = max(predicted) if predicted else None
     fits = {j.summary.fit for j in row.measured}
+    fits |= {j.summary.fit for j in members if j.summary.fit in (Fit.OOM, Fit.OVER_CAP)}  # a confirmation run's too
     row.fit = next(
         (v for v in (Fit.OVER_CAP, Fit.OOM, Fit.FITS, Fit.NO_CAP) if v in fits),
         row.measured[0].summary.fit,

@@ -45,15 +45,17 @@ class Decided:
 
     @property
     def best(self) -> TrialRecord | None:
-        """The fastest eligible trial in the search, or the confirmation round's winner where it found another."""
-        if not self.eligible:
+        """The fastest eligible trial in the search, or the confirmation round's winner where it found another; a
+        finalist that failed in the round (out of memory under the cap in another process) is not the answer, and
+        where the search's best failed there, the answer is the fastest in the search of those left."""
+        failed = set(self.confirmation.state.failed) if self.confirmation is not None else set()
+        left = [r for r in self.eligible if r.label not in failed]
+        if not left:
             return None
         if self.confirmation is not None:
-            winner = self.confirmation.state.winner(among={r.label for r in self.eligible})
-            return next((r for r in self.eligible if r.label == winner), None) or min(
-                self.eligible, key=lambda r: r.median
-            )
-        return min(self.eligible, key=lambda r: r.median)
+            winner = self.confirmation.state.winner(among={r.label for r in left})
+            return next((r for r in left if r.label == winner), None) or min(left, key=lambda r: r.median)
+        return min(left, key=lambda r: r.median)
 
     @property
     def gpu_seconds(self) -> float:

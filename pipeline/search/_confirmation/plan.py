@@ -200,12 +200,20 @@ class ConfirmationRound:
                 self.times.setdefault(name, {})[number] = figure
             after_run()
 
-    def winner(self, among: Collection[str] | None = None) -> str:
+    def winner(self, among: Collection[str] | None = None) -> str | None:
         """The best, unless a finalist was found faster than it in pairs: then where a ranking that starts at the
         best ends (`compare.ranking.rank`: a finalist faster than that one moves it on), among the finalists of
         `among` (those that fit: a baseline over the cap is measured for its speed, never the answer). Every table
-        of the study's runs ranks them so, from the same rounds."""
-        pool = {f: t for f, t in self.times.items() if f == self.best or among is None or f in among}
+        of the study's runs ranks them so, from the same rounds. A finalist whose run failed in the round (out of
+        memory under the cap: a fit is a process's draw where the allocator's slack decides it) is never the winner;
+        None where the best failed (its pairs are then what every other is measured against)."""
+        if self.best in self.failed:
+            return None
+        pool = {
+            f: t
+            for f, t in self.times.items()
+            if f not in self.failed and (f == self.best or among is None or f in among)
+        }
         if len(pool.get(self.best, {})) < 2:
             return self.best  # the best has no pairs: nothing was found faster than it
         ranking = rank(pool, self.confidence, prefer=self.leader(pool), tolerance=self.tolerance)
