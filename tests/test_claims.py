@@ -6,6 +6,7 @@ speed-up with the same interval: each read from a real MLflow store of runs reco
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -13,10 +14,12 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
+from pipeline import knobs
 from pipeline.answer import results
 from pipeline.answer.card import build
 from pipeline.answer.conclusion import log_answer
 from pipeline.answer.gains import knob_gains
+from pipeline.answer.slack import AnswerSlack
 from pipeline.answer.speedup import Speedup
 from pipeline.answer.study import StudyFacts, decide
 from pipeline.commands.sweep_callback import SweepCallback
@@ -280,3 +283,21 @@ def test_a_resumed_study_whose_round_no_longer_decides_withdraws_the_figure_its_
     card = build(results.read(store, parent))
     assert card.answer.speedup is None and not _figures(card.markdown().split("Answer: ", 1)[1].splitlines()[0])
     assert card.answer.claim == second.claim.line() and card.answer.claim.startswith("no speed-up over the baseline")
+
+
+def test_an_answer_whose_headroom_is_under_one_fp32_copy_of_its_logits_says_its_fit_is_the_allocators_draw(store):
+    """The answer's lines, in full and compact, carry `answer.slack`'s line after its fit where the command's loss
+    builds the logits and the cached allocator holds them (a GPU study), and none on the CPU."""
+    tracker, name = store, "tiny-e4-cap14GiB-slack"
+    parent, records = _studied(tracker, name)
+    records = [dataclasses.replace(r, peak_gib=13.31) for r in records]
+    decided = Decided(records, records[0], records, None, _round(tracker, parent, records[2], records[0], [1.5] * 4))
+    slack = AnswerSlack.of(knobs.slack([("train.loss", "model")]), 4 * 512, 151_936)
+    facts = StudyFacts(name, ["mem_cap=14GiB"], int(CAP_GIB * 2**30), 0.95, slack=slack)
+    answer = decide(decided, facts)
+    for text in (answer.text, answer.compact):
+        lines = text.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.startswith("  fits: peak 13.31 GiB of 14.00 GiB"))
+        assert lines[at + 1].startswith("  its fit can change from process to process: 0.69 GiB left under the cap")
+    cpu = decide(decided, dataclasses.replace(facts, slack=None))
+    assert "its fit can change" not in cpu.text

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import math
 
+from pipeline import knobs as speed_knobs
 from pipeline.answer.gains import KNOB_ESTIMATE
+from pipeline.answer.slack import AnswerSlack
 from pipeline.answer.study import StudyAnswer, StudyFacts, decide
 from pipeline.config.choices import ConfirmMode
+from pipeline.config.knobs import setting_of
 from pipeline.config.schema import typed
 from pipeline.records import RunState, Status
 from pipeline.render import runs_table
@@ -75,7 +78,19 @@ def facts(ctx: StudyContext, best: TrialRecord | None, finished: bool) -> StudyF
         left_out=tuple(ctx.left_out),
         run=ctx.batches.text(typed(ctx.cfg)) if ctx.batches else "",
         busy_threshold=ctx.cfg.measure.busy_threshold,
+        slack=answer_slack(ctx, best),
     )
+
+
+def answer_slack(ctx: StudyContext, best: TrialRecord | None) -> AnswerSlack | None:
+    """What a process of the answer may keep unused over its trial's peak (`answer.slack`), on the run's longest
+    micro-batch of it; None on the CPU, which has no caching allocator."""
+    candidate = ctx.candidate(best.config_id) if best is not None else None
+    if candidate is None or not setting_of(ctx.cfg.train, ctx.cfg.model, ctx.cfg.gpu, 1).cuda:
+        return None
+    knobs = ctx.knobs(candidate)
+    tokens, _ = knobs.work
+    return AnswerSlack.of(speed_knobs.slack((*knobs.other, *knobs.held)), tokens, ctx.predictor.shape.vocab)
 
 
 CLAIM_METRICS = ("speedup_vs_baseline", "speedup_low", "speedup_high")

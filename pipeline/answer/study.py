@@ -16,6 +16,7 @@ from pipeline.answer import slow, speedup
 from pipeline.answer.code import BOOKKEEPING, Exported, export_answer
 from pipeline.answer.gains import Gains, knob_gains
 from pipeline.answer.scaling import Scaling, world_lines
+from pipeline.answer.slack import AnswerSlack, slack_line
 from pipeline.answer.speedup import Claim, Speedup
 from pipeline.answer.table import (
     compact_names,
@@ -45,6 +46,7 @@ class StudyFacts:
     left_out: tuple[LeftOut, ...] = ()
     run: str = ""  # the run the answer must fit, in words (`search._longest`)
     busy_threshold: float = 0.5  # measure.busy_threshold: a GPU busy less is said idle (`answer.slow`)
+    slack: AnswerSlack | None = None  # what a process of the answer may keep unused over its peak (`answer.slack`)
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,7 @@ def _best_lines(
     return [
         said,
         f"  {fit_line(best, setting)}",
+        *(f"  {line}" for line in [slack_line(best, setting.cap_bytes, setting.slack)] if line),
         f"  {reproduce(setting.command, best)}",
         f"  script: {script}",
         f"  {sft_call(best.sft_kwargs)}",

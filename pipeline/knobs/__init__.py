@@ -17,13 +17,13 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, KnobRole, Memory
+from pipeline.knobs.base import Knob, KnobRole, Memory, Slack
 
 
 @functools.cache
 def registry() -> tuple[Knob, ...]:
-    """Every knob of the folder, by module name."""
-    names = sorted({m.name for m in pkgutil.iter_modules(__path__) if m.name != "base"})
+    """Every knob of the folder, by module name (`base` and the private modules are not knobs)."""
+    names = sorted({m.name for m in pkgutil.iter_modules(__path__) if m.name != "base" and not m.name.startswith("_")})
     return tuple(importlib.import_module(f"{__name__}.{name}").KNOB for name in names)
 
 
@@ -115,6 +115,17 @@ def memory(values: Iterable[tuple[str, Any]], dtype: str | None = None) -> Memor
         if key in knobs:
             term += knobs[key].memory_in(knobs[key].canonical(value), setting)
     return term
+
+
+def slack(values: Iterable[tuple[str, Any]]) -> Slack | None:
+    """What a process of a config (knob values: key, value as a config writes it; a knob not among them at its
+    default) may keep unused over another's peak (`Knob.slack_in`); None: nothing."""
+    setting = dict(values)
+    for knob in registry():
+        found = knob.slack_in(knob.canonical(setting.get(knob.key, knob.default)), setting)
+        if found is not None:
+            return found
+    return None
 
 
 def unmodelled(values: Iterable[tuple[str, Any]]) -> tuple[tuple[str, str], ...]:

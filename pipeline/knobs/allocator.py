@@ -15,9 +15,15 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Setting
+from pipeline.knobs.base import Knob, Setting, Slack
+from pipeline.knobs.loss import KNOB as LOSS
+from pipeline.knobs.loss import LOGIT_BYTES, Loss
 
 ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")  # the first wins where both are set
+# Beside a loss that builds the full logits, `cached` kept 0.5-1.5 fp32 copies of a micro-batch's logits reserved and
+# unused in most runs of grid-small and none in others (bench/results/record-h100-1206); under a 20 GiB cap the same
+# config fit in 1 of 3 processes, and with `expandable` in 3 of 3 at 1.32-1.39x the step (cap-h100-1206).
+SLACK_BYTES = 4.0  # one fp32 copy, a token and vocabulary entry
 
 
 class Allocator(StrEnum):
@@ -47,6 +53,19 @@ class AllocatorKnob(Knob):
     def unmodelled(self, value: str, setting: Mapping[str, Any]) -> str | None:
         """Expandable segments change what the allocator keeps of the micro-batches before the longest."""
         return str(value) if value == Allocator.EXPANDABLE else None
+
+    def slack_in(self, value: str, setting: Mapping[str, Any]) -> Slack | None:
+        """`cached` beside a loss that builds the logits: one fp32 copy of them, there or not by the order of its
+        blocks."""
+        loss = Loss(LOSS.canonical(setting.get(LOSS.key, LOSS.default)))
+        if value != Allocator.CACHED or not LOGIT_BYTES[loss]:
+            return None
+        return Slack(
+            SLACK_BYTES,
+            f"one fp32 copy of its micro-batch's logits, which the cached allocator can keep unused beside "
+            f"{LOSS.key}={loss.value}",
+            f"{self.key}=expandable keeps none (at 1.3x the step on an H100: BENCHMARKS.md)",
+        )
 
     def process(self, train: Any, environ: dict) -> None:
         """Before the job touches the device: the allocator reads its settings once, at its first allocation."""

@@ -25,6 +25,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from pipeline.knobs._memory import Memory, Slack  # noqa: F401 (re-exported: every knob reads them here)
+
 CPU = "cpu"  # the gpu profile (and device) of a job measured on the CPU
 
 
@@ -86,34 +88,6 @@ COMPILE_ALIASES = {"true": Compile.REGIONAL.value, "false": Compile.OFF.value}
 # the train.compile_mode values that record CUDA graphs (`compile_mode.CUDA_GRAPH_MODES`), here because the padding
 # reads them too: under them a micro-batch padded to its longest is padded to a length bucket
 CUDA_GRAPH_MODE_VALUES = ("reduce-overhead", "max-autotune")
-
-
-@dataclass(frozen=True)
-class Memory:
-    """A knob's term in the peak-memory prediction (`search._predictor`). `activations` multiplies what the layers
-    keep per token without checkpointing; `checkpointed`: the layers keep only their inputs and one layer is
-    recomputed in full (the share then applies to nothing); `fused`: the layers are compiled, and keep what their
-    matrix products and attention need rather than eager's element-wise intermediates (`search._formula`);
-    `token_bytes` and `static_bytes` add to the bytes per token and the fixed bytes; `logit_bytes` to the bytes per
-    token and vocabulary entry (what a loss keeps of the logits); `scores` counts the attention scores each head of
-    each layer keeps (attention without a fused kernel keeps its probabilities: memory that grows with the squared
-    length of a row); `inputs` counts the copies of each layer's input a token keeps beside the activations, in the
-    compute dtype (CUDA graphs' static input buffers). The logits and the inputs are measured figures: a line carried
-    between settings adds them as they are, where it scales the activations. The default term changes nothing."""
-
-    activations: float = 1.0
-    checkpointed: bool = False
-    fused: bool = False
-    token_bytes: float = 0.0
-    static_bytes: float = 0.0
-    logit_bytes: float = 0.0
-    scores: float = 0.0
-    inputs: float = 0.0
-
-    def __add__(self, other: Memory) -> Memory:
-        """Two terms together: shares multiply, flags join, the rest adds up."""
-        a, b = dataclasses.astuple(self), dataclasses.astuple(other)
-        return Memory(a[0] * b[0], a[1] or b[1], a[2] or b[2], *(x + y for x, y in zip(a[3:], b[3:], strict=True)))
 
 
 @dataclass(frozen=True)
@@ -232,6 +206,11 @@ class Knob:
     def memory_in(self, value: Any, setting: Mapping[str, Any]) -> Memory:
         """Its term beside the job's setting (`train.dtype`, resolved, and the other knobs' values, as far as known)."""
         return self.memory(value)
+
+    def slack_in(self, value: Any, setting: Mapping[str, Any]) -> Slack | None:
+        """What the job's process may keep reserved and unused over the peak another process of it measured, by the
+        order of its blocks (None: nothing): a fit that one run does not settle."""
+        return None
 
     def unmodelled(self, value: Any, setting: Mapping[str, Any]) -> str | None:
         """What of its value beside the job's other knobs moves the peak beyond its memory term (None: nothing): the

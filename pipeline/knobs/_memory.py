@@ -1,0 +1,45 @@
+"""A knob's memory, as the parent reads it: its term in the peak-memory prediction (`Memory`), and what a process of
+a config may keep unused over another's peak of it (`Slack`). Apart from `base`, whose `Knob` returns them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A knob's term in the peak-memory prediction (`search._predictor`). `activations` multiplies what the layers
+    keep per token without checkpointing; `checkpointed`: the layers keep only their inputs and one layer is
+    recomputed in full (the share then applies to nothing); `fused`: the layers are compiled, and keep what their
+    matrix products and attention need rather than eager's element-wise intermediates (`search._formula`);
+    `token_bytes` and `static_bytes` add to the bytes per token and the fixed bytes; `logit_bytes` to the bytes per
+    token and vocabulary entry (what a loss keeps of the logits); `scores` counts the attention scores each head of
+    each layer keeps (attention without a fused kernel keeps its probabilities: memory that grows with the squared
+    length of a row); `inputs` counts the copies of each layer's input a token keeps beside the activations, in the
+    compute dtype (CUDA graphs' static input buffers). The logits and the inputs are measured figures: a line carried
+    between settings adds them as they are, where it scales the activations. The default term changes nothing."""
+
+    activations: float = 1.0
+    checkpointed: bool = False
+    fused: bool = False
+    token_bytes: float = 0.0
+    static_bytes: float = 0.0
+    logit_bytes: float = 0.0
+    scores: float = 0.0
+    inputs: float = 0.0
+
+    def __add__(self, other: Memory) -> Memory:
+        """Two terms together: shares multiply, flags join, the rest adds up."""
+        a, b = dataclasses.astuple(self), dataclasses.astuple(other)
+        return Memory(a[0] * b[0], a[1] or b[1], a[2] or b[2], *(x + y for x, y in zip(a[3:], b[3:], strict=True)))
+
+
+@dataclass(frozen=True)
+class Slack:
+    """Memory a process may keep unused over another's peak of the same config: `logit_bytes` a token and vocabulary
+    entry, `why` in words, and `instead` what keeps none (a knob's value, and its cost)."""
+
+    logit_bytes: float
+    why: str
+    instead: str

@@ -1,0 +1,47 @@
+"""What a process may keep unused over another's peak of the same config (`pipeline.knobs.slack`, the allocator
+knob's rule) and the answer's line where its headroom is less (`answer.slack`): on the seed's setting's figures
+(Qwen3-1.7B's vocabulary, 512-token rows, 4x1, the model's loss at 13.31 GiB of a 14 GiB cap, as seed 1's answer on
+an H100: BENCHMARKS.md) and on the chats' longest micro-batch."""
+
+from __future__ import annotations
+
+from optuna.trial import TrialState
+
+from pipeline import knobs
+from pipeline.answer.slack import AnswerSlack, slack_line
+from pipeline.search import TrialRecord
+
+VOCAB, CAP = 151_936, 14 * 2**30
+
+
+def answer(peak: float = 13.31) -> TrialRecord:
+    return TrialRecord(1, TrialState.COMPLETE, label="answer", peak_gib=peak)
+
+
+def test_the_cached_allocator_beside_a_loss_that_builds_the_logits_may_keep_one_fp32_copy_of_them():
+    for loss in ("model", "compiled"):
+        found = knobs.slack([("train.loss", loss)])  # the allocator at its default: cached
+        assert found.logit_bytes == 4.0 and found.why.endswith(f"beside train.loss={loss}")
+        assert found.instead == "train.allocator=expandable keeps none (at 1.3x the step on an H100: BENCHMARKS.md)"
+    assert knobs.slack([("train.loss", "model"), ("train.allocator", "expandable")]) is None
+    assert knobs.slack([("train.loss", "trl")]) is None and knobs.slack([("train.loss", "liger")]) is None
+    assert knobs.slack([]) is None  # TRL's loss, the default, keeps no logits whole
+
+
+def test_an_answer_with_less_headroom_than_that_copy_says_its_fit_can_change_from_process_to_process():
+    found = AnswerSlack.of(knobs.slack([("train.loss", "model")]), 4 * 512, VOCAB)
+    assert slack_line(answer(), CAP, found) == (
+        "its fit can change from process to process: 0.69 GiB left under the cap, less than one fp32 copy of its "
+        "micro-batch's logits, which the cached allocator can keep unused beside train.loss=model (1.16 GiB); "
+        "train.allocator=expandable keeps none (at 1.3x the step on an H100: BENCHMARKS.md)"
+    )
+    assert slack_line(answer(peak=12.8), CAP, found) is None  # 1.20 GiB left: the copy fits
+    assert slack_line(answer(), None, found) is None  # nothing caps the run
+    assert AnswerSlack.of(None, 4 * 512, VOCAB) is None
+
+
+def test_a_run_of_varying_lengths_is_judged_on_its_longest_micro_batch():
+    """The chats at 8x1: the longest micro-batch holds 8,112 tokens (4.59 GiB of fp32 logits), not 8 x max_length."""
+    found = AnswerSlack.of(knobs.slack([("train.loss", "compiled")]), 8112, VOCAB)
+    assert "2.00 GiB left under the cap" in slack_line(answer(peak=18.0), 20 * 2**30, found)
+    assert f"{found.gib:.2f}" == "4.59"
