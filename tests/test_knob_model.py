@@ -330,3 +330,44 @@ def test_two_values_that_gained_from_one_anchor_at_once_are_tried_together():
     view.space = TRIO
     observed = [(t.params, t.seconds) for t in tried]
     assert sampler.propose(view, observed, taken, random.Random(0)) == _trio(False, "trl", "regional")
+
+
+def test_a_value_over_the_cap_at_the_anchor_is_screened_at_the_equally_near_point_the_measured_configs_say_is_fast():
+    """grid-small's shape (BENCHMARKS.md): from 8x1 compiled layers with TRL's loss, the compiled loss alone is over
+    the cap at 8x1; two points fit one key further, 4x2 (a split the probes measured slow) and 8x1 under CUDA graphs
+    (measured fast). The space's order alone picked 4x2, where the trial was pruned and the grid's best, 8x1 with CUDA
+    graphs and the compiled loss, went unmeasured in a quarter of the replays (CUDA graphs alone within the tie
+    tolerance of the anchor, which stays); the knob model's estimate picks it."""
+    space = {
+        "batch.split": ["4x2", "8x1"],
+        "train.compile_mode": ["default", "reduce-overhead"],
+        "train.loss": ["trl", "compiled"],
+    }
+    points = [dict(zip(space, combo, strict=True)) for combo in itertools.product(*space.values())]
+    points = [p for p in points if not (p["batch.split"] == "4x2" and p["train.compile_mode"] == "reduce-overhead")]
+
+    def fits(p):
+        return not (
+            p["batch.split"] == "8x1" and p["train.compile_mode"] == "default" and p["train.loss"] == "compiled"
+        )
+
+    centre = {"batch.split": "8x1", "train.compile_mode": "default", "train.loss": "trl"}
+    observed = [
+        (centre, 0.113),
+        ({**centre, "batch.split": "4x2"}, 0.171),
+        ({**centre, "train.compile_mode": "reduce-overhead"}, 0.110),  # tied with the centre: the anchor stays
+    ]
+    taken = [p for p, _ in observed]
+    anchor = centre
+    screened = {**centre, "train.loss": "compiled", "train.compile_mode": "reduce-overhead"}
+    assert sampler.next_screen(centre, anchor, points, taken, fits) == {
+        **centre,
+        "batch.split": "4x2",
+        "train.loss": "compiled",
+    }
+    model = knob_model.fit(knob_model.Encoding.of(space, centre), observed)
+    assert sampler.next_screen(centre, anchor, points, taken, fits, model.seconds) == screened
+
+    view = View(points, fits, centre)
+    view.space = space
+    assert sampler.propose(view, observed, {sampler.key(p) for p in taken}, random.Random(0)) == screened

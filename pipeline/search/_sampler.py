@@ -73,7 +73,9 @@ def propose(
     centre = view.centre()
     if centre is not None:
         start = anchor(centre, observed, tolerance, spreads)
-        point = next_screen(centre, start, points, [dict(k) for k in taken], view.fits)
+        model = knob_model.fit(knob_model.Encoding.of(view.space, centre), observed) if observed else None
+        estimate = model.seconds if model is not None else (lambda p: 0.0)
+        point = next_screen(centre, start, points, [dict(k) for k in taken], view.fits, estimate)
         if tried is None:
             tried = [Tried(p, t, spread) for (p, t), spread in zip(observed, _aligned(spreads, observed), strict=True)]
         point = point or together(centre, tried, tolerance, points, taken, view.fits)
