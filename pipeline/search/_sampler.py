@@ -71,9 +71,9 @@ def propose(
     if not untried:
         return None
     centre = view.centre()
+    model = knob_model.fit(knob_model.Encoding.of(view.space, centre), observed) if observed else None
     if centre is not None:
         start = anchor(centre, observed, tolerance, spreads)
-        model = knob_model.fit(knob_model.Encoding.of(view.space, centre), observed) if observed else None
         estimate = model.seconds if model is not None else (lambda p: 0.0)
         point = next_screen(centre, start, points, [dict(k) for k in taken], view.fits, estimate)
         if tried is None:
@@ -83,9 +83,8 @@ def propose(
             return point
     fitting = [p for p in untried if view.fits(p)]
     pool = fitting or untried  # nothing predicted to fit: the study skips it by prediction, at no device time
-    if not observed:
+    if model is None:
         return rng.choice(pool)
-    model = knob_model.fit(knob_model.Encoding.of(view.space, centre), observed)
     scored = [(model.optimistic(p, optimism), rng.random(), i) for i, p in enumerate(pool)]
     return pool[min(scored)[2]]
 
