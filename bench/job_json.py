@@ -1,0 +1,46 @@
+"""One job of the pipeline, as `python -m pipeline.train OVERRIDES` runs it (a fresh child process, its meter, its
+MLflow records), with its step times, losses and peak written to one JSON: the command `bench.side_by_side` pairs in
+rotated rounds, so a study's answer and the configs around it are compared as the study compares them.
+
+    python -m bench.job_json --out FILE OVERRIDES...
+
+FILE gets `step_times_s` (every step, the warm-up included: the side by side drops its own), `losses`,
+`peak_reserved_bytes`, `status` and the `command`; the exit code is 0 where the job ended ok, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pipeline.config.compose import compose_job
+from pipeline.config.validate import validate
+from pipeline.jobs import runner, task
+from pipeline.records import Status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args(argv)
+    overrides = [*args.overrides, "train.progress_bar=false"]
+    runner.warm_up("forkserver")
+    outcome = task.run(validate(compose_job("config", overrides)))  # checked as the command line checks it
+    memory = outcome.result.memory
+    record = {
+        "status": str(outcome.status),
+        "command": "python -m pipeline.train " + " ".join(args.overrides),
+        "step_times_s": [s.step_time_s for s in outcome.result.steps],
+        "losses": [s.loss for s in outcome.result.steps],
+        "peak_reserved_bytes": memory.peak_reserved_bytes if memory else None,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record), encoding="utf-8")
+    return 0 if outcome.status == Status.OK else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
