@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import math
 
-from pipeline import knobs as speed_knobs
 from pipeline.answer.gains import KNOB_ESTIMATE
 from pipeline.answer.slack import AnswerSlack
 from pipeline.answer.study import StudyAnswer, StudyFacts, decide
 from pipeline.config.choices import ConfirmMode
-from pipeline.config.knobs import setting_of
 from pipeline.config.schema import typed
-from pipeline.records import RunState, Status
+from pipeline.records import GIB, RunState, Status
 from pipeline.render import runs_table
 from pipeline.render.rows import Criteria
 from pipeline.search import (
@@ -86,11 +84,8 @@ def answer_slack(ctx: StudyContext, best: TrialRecord | None) -> AnswerSlack | N
     """What a process of the answer may keep unused over its trial's peak (`answer.slack`), on the run's longest
     micro-batch of it; None on the CPU, which has no caching allocator."""
     candidate = ctx.candidate(best.config_id) if best is not None else None
-    if candidate is None or not setting_of(ctx.cfg.train, ctx.cfg.model, ctx.cfg.gpu, 1).cuda:
-        return None
-    knobs = ctx.knobs(candidate)
-    tokens, _ = knobs.work
-    return AnswerSlack.of(speed_knobs.slack((*knobs.other, *knobs.held)), tokens, ctx.predictor.shape.vocab)
+    found = ctx.slack(candidate) if candidate is not None else None
+    return None if found is None else AnswerSlack(found, ctx.slack_bytes(candidate) / GIB)
 
 
 CLAIM_METRICS = ("speedup_vs_baseline", "speedup_low", "speedup_high")

@@ -18,8 +18,11 @@ import optuna
 import sqlalchemy
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline import knobs as speed_knobs
 from pipeline.config.errors import ConfigError
 from pipeline.config.identity import digest, identity_tree
+from pipeline.config.knobs import setting_of
+from pipeline.knobs import Slack
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
 from pipeline.search._calibration import ATTR as CALIBRATION
@@ -179,6 +182,19 @@ class StudyContext:
         """The candidate's memory knobs, on the run's longest micro-batch of it."""
         batch = self.batches.longest(candidate.config) if self.batches else None
         return knobs_of(candidate.config, self.space_keys, self.placement_dtype, batch)
+
+    def slack(self, candidate: Candidate) -> Slack | None:
+        """What a process of the candidate may keep reserved and unused over its peak (`pipeline.knobs.slack`); None
+        on the CPU, which has no caching allocator."""
+        if not setting_of(self.cfg.train, self.cfg.model, self.cfg.gpu, 1).cuda:
+            return None
+        knobs = self.knobs(candidate)
+        return speed_knobs.slack((*knobs.other, *knobs.held))
+
+    def slack_bytes(self, candidate: Candidate) -> float:
+        """The candidate's slack on the run's longest micro-batch of it (its tokens times the vocabulary), in bytes."""
+        found = self.slack(candidate)
+        return 0.0 if found is None else self.knobs(candidate).work[0] * self.predictor.shape.vocab * found.logit_bytes
 
     @cached_property
     def by_id(self) -> dict[str, Candidate]:

@@ -65,7 +65,7 @@ class TrialTeller:
         tags = {runs.STUDY: ctx.name, "trial": trial.number, runs.PREDICTED: f"{predicted / GIB:.3f}"}
         baseline = trial.user_attrs.get(trials.ROLE) == Role.BASELINE
         margin = trials.skip_margin(ctx.study, ctx.cfg.optimize.skip_margin)
-        if trials.skipped(predicted, ctx.cap, margin) and not baseline:
+        if trials.skipped(predicted, ctx.cap, margin, ctx.slack_bytes(candidate)) and not baseline:
             self._skip(trial, candidate, run_name, tags, predicted)
         else:
             self._measure(trial, candidate, run_name, tags, baseline)
