@@ -1,5 +1,5 @@
-"""train.allocator: the CUDA allocator's expandable segments on or off, set in the job's process (and, on, in its
-exported script) before anything touches the device, the environment's other allocator settings kept; what the job
+"""train.allocator: the CUDA allocator's expandable segments on or off, or its large blocks unsplit, set in the job's
+process (and in its exported script) before anything touches the device, the environment's other allocator settings kept; what the job
 set is recorded; refused on the CPU, which has no such allocator."""
 
 from __future__ import annotations
@@ -38,13 +38,17 @@ def test_the_job_sets_what_the_config_says_whatever_the_environment_said():
         environ = {GENERIC: "expandable_segments:True,max_split_size_mb:64"}
         knobs.prepare_process(composed(f"train.allocator={value}").train, environ)
         assert environ[CUDA] == f"max_split_size_mb:64,expandable_segments:{on}", value
+    environ = {GENERIC: "expandable_segments:True,max_split_size_mb:64,garbage_collection_threshold:0.6"}
+    knobs.prepare_process(composed("train.allocator=unsplit").train, environ)  # its own split size replaces theirs
+    assert environ[CUDA] == "garbage_collection_threshold:0.6,max_split_size_mb:512,expandable_segments:False"
 
 
-def test_expandable_is_refused_on_the_cpu_in_one_line_and_nothing_is_written(tmp_path):
-    proc = run_cli("train.allocator=expandable", *FAST, cwd=tmp_path)
+@pytest.mark.parametrize("value", ["expandable", "unsplit"])
+def test_a_cuda_allocator_setting_is_refused_on_the_cpu_in_one_line_and_nothing_is_written(tmp_path, value):
+    proc = run_cli(f"train.allocator={value}", *FAST, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip() == (
-        "error: train.allocator: expandable sets the CUDA allocator's segments; accepted on the CPU: cached"
+        f"error: train.allocator: {value} sets up the CUDA allocator, which the CPU has not; accepted on the CPU: cached"
     )
     assert not (tmp_path / "mlruns").exists()
 
@@ -78,3 +82,12 @@ def test_the_scripts_allocator_is_set_before_torchrun_picks_the_device(tmp_path)
     proc = run_python("-c", reads, str(path), cwd=tmp_path, env={CUDA: USERS})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-1] == f"{USERS},expandable_segments:True"
+    unsplit = typed(composed(*FAST, "train.allocator=unsplit"))
+    text = script_text(unsplit, sft_kwargs(4, 1, unsplit.train, "fp32", "cpu"), "tiny 4x1", "x", "python -m ...")
+    path.write_text(text, encoding="utf-8")
+    proc = run_python("-c", reads, str(path), cwd=tmp_path, env={CUDA: USERS})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        proc.stdout.splitlines()[-1]
+        == "garbage_collection_threshold:0.6,max_split_size_mb:512,expandable_segments:False"
+    )

@@ -3,7 +3,9 @@ request no cached block fits gets a segment of its own from the device, and a bl
 from, so micro-batches of varying shapes leave segments behind that a later, larger block cannot use: the reserved
 peak then depends on the order of the shapes (on the chats grid, padded to the longest or to buckets, 1.3-5.8 GiB
 over one shape of as many tokens). `expandable`: `expandable_segments:True`, one segment per stream that grows by
-mapping pages, which a larger block extends rather than leaving the smaller ones behind.
+mapping pages, which a larger block extends rather than leaving the smaller ones behind. `unsplit`: the cached
+allocator with `max_split_size_mb:512`, so a block over 512 MiB is never cut from a larger one and, freed, goes back
+whole: the fp32 logits a loss builds leave no segment half-used, which under a cap is what a process ran out of.
 
 The job sets it either way (the config, not the environment, says which ran), in PYTORCH_CUDA_ALLOC_CONF before its
 first allocation, the environment's other allocator settings kept (PYTORCH_CUDA_ALLOC_CONF's, else
@@ -24,35 +26,50 @@ ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")  # the first wins
 # unused in most runs of grid-small and none in others (bench/results/record-h100-1206); under a 20 GiB cap the same
 # config fit in 1 of 3 processes, and with `expandable` in 3 of 3 at 1.32-1.39x the step (cap-h100-1206).
 SLACK_BYTES = 4.0  # one fp32 copy, a token and vocabulary entry
+# `unsplit` at that config: 3 of 3 processes fit in each compile mode, 0.08-0.53 GiB reserved over allocated, at
+# 0.1006-0.1069 s a step (bench/results/cap-h100-1206-split).
+UNSPLIT_MB = 512
 
 
 class Allocator(StrEnum):
     CACHED = "cached"
     EXPANDABLE = "expandable"
+    UNSPLIT = "unsplit"
 
 
-def allocator_settings(environ: Mapping[str, str], expandable: bool) -> str:
-    """The allocator's settings `environ` gives, with expandable segments on or off and its other settings kept."""
+def allocator_settings(environ: Mapping[str, str], expandable: bool, max_split_mb: int | None = None) -> str:
+    """The allocator's settings `environ` gives, with expandable segments on or off (and, given, the size over which
+    a block is never split) and its other settings kept."""
     given = next((environ[name] for name in ALLOC_CONF if environ.get(name)), "")
+    ours = {"expandable_segments"} | ({"max_split_size_mb"} if max_split_mb is not None else set())
     parts = (part.strip() for part in given.split(","))
-    kept = [part for part in parts if part and part.partition(":")[0].strip() != "expandable_segments"]
-    return ",".join([*kept, f"expandable_segments:{expandable}"])
+    kept = [part for part in parts if part and part.partition(":")[0].strip() not in ours]
+    split = [f"max_split_size_mb:{max_split_mb}"] if max_split_mb is not None else []
+    return ",".join([*kept, *split, f"expandable_segments:{expandable}"])
+
+
+def _split(allocator: str) -> int | None:
+    return UNSPLIT_MB if allocator == Allocator.UNSPLIT else None
 
 
 class AllocatorKnob(Knob):
     key = "train.allocator"
     default = Allocator.CACHED
-    help = "the CUDA allocator: cached (a segment per size), expandable (one segment that grows: expandable_segments)"
+    help = (
+        "the CUDA allocator: cached (a segment per size), expandable (one segment that grows: expandable_segments), "
+        "unsplit (cached, blocks over 512 MiB never split: max_split_size_mb)"
+    )
     short = "alloc"
 
     def refuses(self, s: Setting) -> str | None:
-        if s.train.allocator == Allocator.EXPANDABLE and not s.cuda:
-            return "expandable sets the CUDA allocator's segments; accepted on the CPU: cached"
+        if s.train.allocator != Allocator.CACHED and not s.cuda:
+            return f"{s.train.allocator} sets up the CUDA allocator, which the CPU has not; accepted on the CPU: cached"
         return None
 
     def unmodelled(self, value: str, setting: Mapping[str, Any]) -> str | None:
-        """Expandable segments change what the allocator keeps of the micro-batches before the longest."""
-        return str(value) if value == Allocator.EXPANDABLE else None
+        """Expandable segments and unsplit blocks change what the allocator keeps of the micro-batches before the
+        longest."""
+        return str(value) if value != Allocator.CACHED else None
 
     def slack_in(self, value: str, setting: Mapping[str, Any]) -> Slack | None:
         """`cached` beside a loss that builds the logits: one fp32 copy of them, there or not by the order of its
@@ -64,25 +81,30 @@ class AllocatorKnob(Knob):
             SLACK_BYTES,
             f"one fp32 copy of its micro-batch's logits, which the cached allocator can keep unused beside "
             f"{LOSS.key}={loss.value}",
-            f"{self.key}=expandable keeps none (at 1.3x the step on an H100: BENCHMARKS.md)",
+            f"{self.key}=unsplit keeps none (at the cached step on an H100: BENCHMARKS.md)",
         )
 
     def process(self, train: Any, environ: dict) -> None:
         """Before the job touches the device: the allocator reads its settings once, at its first allocation."""
-        environ[ALLOC_CONF[0]] = allocator_settings(environ, train.allocator == Allocator.EXPANDABLE)
+        expandable = train.allocator == Allocator.EXPANDABLE
+        environ[ALLOC_CONF[0]] = allocator_settings(environ, expandable, _split(train.allocator))
 
     def helpers(self, train: Any) -> list[str]:
-        expandable = train.allocator == Allocator.EXPANDABLE
-        return [self.source("ALLOC_CONF", "allocator_settings")] if expandable else []
+        return [self.source("ALLOC_CONF", "allocator_settings")] if train.allocator != Allocator.CACHED else []
 
     def process_lines(self, train: Any) -> list[str]:
-        """The default's script leaves the allocator to the environment; expandable's sets it first thing."""
-        if train.allocator != Allocator.EXPANDABLE:
-            return []
-        return [
-            "    # the CUDA allocator's expandable segments, before anything touches the device",
-            "    os.environ[ALLOC_CONF[0]] = allocator_settings(os.environ, expandable=True)",
-        ]
+        """The default's script leaves the allocator to the environment; the others set it first thing."""
+        if train.allocator == Allocator.EXPANDABLE:
+            return [
+                "    # the CUDA allocator's expandable segments, before anything touches the device",
+                "    os.environ[ALLOC_CONF[0]] = allocator_settings(os.environ, expandable=True)",
+            ]
+        if train.allocator == Allocator.UNSPLIT:
+            return [
+                f"    # the CUDA allocator: blocks over {UNSPLIT_MB} MiB never split, before anything touches the device",
+                f"    os.environ[ALLOC_CONF[0]] = allocator_settings(os.environ, expandable=False, max_split_mb={UNSPLIT_MB})",
+            ]
+        return []
 
 
 KNOB = AllocatorKnob()

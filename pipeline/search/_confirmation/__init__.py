@@ -158,11 +158,10 @@ def choose(
     settings: RoundSettings,
     estimates: Mapping[str, float] | None = None,
 ) -> list[TrialRecord]:
-    """The finalists in priority order (best, baseline, the best of every other world size, closest challengers);
-    empty when there is nothing to compare or the round is off. The best of each world size is there so that what
-    more devices give (or what one device gives up) is a paired comparison too. `estimates` (step seconds by label,
-    the knob model's) rank and select where they hold a config, its search median where not: a challenger is close
-    by either."""
+    """The finalists in priority order (best, baseline, the best of each other world size, the fastest measured,
+    closest challengers); empty when there is nothing to compare or the round is off. The best of each world size is
+    there so that what more devices give is a paired comparison too. `estimates` (step seconds by label, the knob
+    model's) rank and select where they hold a config, its search median where not: a challenger is close by either."""
     if not eligible or settings.mode == "never":
         return []
     estimates = estimates or {}
@@ -185,8 +184,9 @@ def choose(
         for r in ranked[1:]
         if settings.mode == "always" or r.median <= best.median * bar or estimate(r) <= estimate(best) * bar
     ]
+    fastest = [r for r in close if r.median < best.median and r.median == min(e.median for e in eligible)]
     taken, extra = {r.label for r in chosen}, []
-    for r in others + close:
+    for r in others + fastest + close:
         if r.label not in taken:
             taken.add(r.label)
             extra.append(r)
