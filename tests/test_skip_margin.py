@@ -52,3 +52,27 @@ def test_a_config_over_the_cap_only_by_what_a_process_may_keep_unused_is_measure
     assert trials.skipped(23.41 * GIB, cap, 0.1)  # 17% over: skipped on the prediction alone
     assert not trials.skipped(23.41 * GIB, cap, 0.1, slack)  # 18.77 GiB without the slack: measured
     assert trials.skipped(27.5 * GIB, cap, 0.1, slack)  # still over without it (the model's loss at 8x1): skipped
+
+
+def test_the_study_takes_a_configs_slack_off_its_prediction_on_a_gpu_only(tmp_path, monkeypatch, compose):
+    """The slack a study takes off (`StudyContext.slack_bytes`): one fp32 copy of the longest micro-batch's logits
+    (its tokens times the vocabulary times 4 bytes) beside a loss that builds them under the cached allocator; none
+    beside TRL's loss, or on the CPU, which has no caching allocator."""
+    from types import SimpleNamespace
+
+    from pipeline.config.validate import validate
+    from pipeline.search import _opening
+    from pipeline.search._opening import StudyContext
+
+    monkeypatch.chdir(tmp_path)
+    cfg = compose(
+        "mem_cap=1GiB", "batch.effective=4", "++optimize.space={batch.split:[2x2,4x1],train.loss:[trl,compiled]}"
+    )
+    ctx = StudyContext.open(cfg, [], validate(cfg).cap_bytes)
+    by = {(c.params["batch.split"], c.params["train.loss"]): c for c in ctx.valid}
+    assert all(ctx.slack_bytes(c) == 0.0 for c in ctx.valid)  # the CPU
+    monkeypatch.setattr(_opening, "setting_of", lambda *a: SimpleNamespace(cuda=True))
+    tokens = 4 * cfg.train.max_length  # 4x1: four rows of max_length, the data's one length
+    assert ctx.slack_bytes(by[("4x1", "compiled")]) == tokens * cfg.model.vocab_size * 4.0
+    assert ctx.slack_bytes(by[("2x2", "compiled")]) == tokens / 2 * cfg.model.vocab_size * 4.0
+    assert ctx.slack_bytes(by[("4x1", "trl")]) == 0.0
