@@ -90,8 +90,9 @@ collect() {
   (cd "$dir" && tar czf "$out/accept.tgz" --ignore-failed-read ./*.log ./near-*/*.json ./*/optuna.db queue.out 2>/dev/null)
 }
 queue_follow collect 10 || exit $?
-for f in "$dir"/*.log; do
+for s in $stages; do
+  f=$dir/$s.log
   [ -e "$f" ] || continue
-  echo "== $(basename "$f"): $(grep -c '^\[job\].*: ok' "$f") jobs ok"
-  grep -E '^best feasible|x the baseline|faster than the baseline|^\| |^\[near\]|^memory predictor|^error|over answer|^answer' "$f" | tail -14
+  echo "== $s: $(grep -c '^\[job\].*: ok' "$f") jobs ok, $(grep -c '^\[round' "$f") side-by-side runs"
+  grep -E '^best feasible|x the baseline|faster than the baseline|^\| |^\[near\]|^memory predictor|^error|over|^the answer' "$f" | tail -14
 done

@@ -5,7 +5,8 @@ rotated rounds, so a study's answer and the configs around it are compared as th
     python -m bench.job_json --out FILE OVERRIDES...
 
 FILE gets `step_times_s` (every step, the warm-up included: the side by side drops its own), `losses`,
-`peak_reserved_bytes`, `status` and the `command`; the exit code is 0 where the job ended ok, 1 otherwise.
+`peak_reserved_bytes`, `status` and the `command`; the exit code is 0 where the job ended ok, 1 otherwise, 2 for
+a config the command line refuses (its one line on stderr).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 from pipeline.config.compose import compose_job
+from pipeline.config.errors import ConfigError
 from pipeline.config.validate import validate
 from pipeline.jobs import runner, task
 from pipeline.records import Status
@@ -27,8 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
     overrides = [*args.overrides, "train.progress_bar=false"]
+    try:
+        job = validate(compose_job("config", overrides))  # checked as the command line checks it
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     runner.warm_up("forkserver")
-    outcome = task.run(validate(compose_job("config", overrides)))  # checked as the command line checks it
+    outcome = task.run(job)
     memory = outcome.result.memory
     record = {
         "status": str(outcome.status),

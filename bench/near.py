@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 import sys
 from pathlib import Path
 
@@ -27,19 +28,47 @@ def answer_overrides(log: str) -> list[str]:
     """The overrides of the answer's command in a study's console log (the first train command after `best feasible`)."""
     after = log.split("\nbest feasible", 1)
     if len(after) < 2:
-        raise SystemExit("no `best feasible` line in the study's log: the study has no answer to compare")
+        raise SystemExit("error: no `best feasible` line in the study's log: the study has no answer to compare")
     line = next((ln.strip() for ln in after[1].splitlines() if ln.strip().startswith(TRAIN)), None)
     if line is None:
-        raise SystemExit("no `python -m pipeline.train` line under `best feasible` in the study's log")
+        raise SystemExit("error: no `python -m pipeline.train` line under `best feasible` in the study's log")
     return shlex.split(line)[3:]
 
 
 def grid_overrides(grid: dict, top: int) -> list[tuple[dict, list[str]]]:
     """The `top` fastest configs of a grid that fit its cap: (their knob values, their overrides)."""
-    setting = shlex.split(grid["setting"].split(" optimize.space=", 1)[0])
-    fitting = [c for c in grid["configs"] if c.get("step_s") and (c.get("peak_gib") or 0) <= grid["cap_gib"]]
+    try:
+        setting = shlex.split(grid["setting"].split(" optimize.space=", 1)[0])
+        fitting = [c for c in grid["configs"] if c.get("step_s") and (c.get("peak_gib") or 0) <= grid["cap_gib"]]
+    except (KeyError, TypeError, AttributeError) as err:
+        raise SystemExit(
+            f"error: the grid is not bench.grid_export's JSON (setting, cap_gib, configs): {err!r}"
+        ) from None
+    if not fitting:
+        raise SystemExit(f"error: no config of the grid fits its cap of {grid['cap_gib']} GiB: no neighbour to compare")
     best = sorted(fitting, key=lambda c: c["step_s"])[:top]
     return [(c, setting + [f"{k}={_value(v)}" for k, v in c["params"].items()]) for c in best]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SystemExit(f"error: {path}: {err.strerror}") from None
+
+
+def verdict(runs: dict[str, list[dict | None]]) -> str:
+    """The answer against the fastest neighbour of the rounds, paired: within 5% of it, or not, or not told apart."""
+    grids = [n for n in runs if n != "answer" and any(r and r["figure"] for r in runs[n])]
+    if not grids or not any(r and r["figure"] for r in runs["answer"]):
+        return "no pair of the answer and a neighbour ran: nothing to say"
+    fastest = min(grids, key=lambda n: statistics.median(r["figure"] for r in runs[n] if r and r["figure"]))
+    ratio = side_by_side.paired(runs["answer"], runs[fastest])
+    if ratio is None:
+        return f"the answer and {fastest} never ran in one round: nothing to say"
+    mean, low, high = ratio
+    said = "within 5%" if high <= 1.05 else "not within 5%" if low > 1.05 else "not told apart from 5%"
+    return f"the answer over the fastest neighbour ({fastest}): time {mean:.3f}x [{low:.3f}, {high:.3f}]: {said}"
 
 
 def _value(v) -> str:
@@ -69,10 +98,15 @@ def main(argv: list[str] | None = None) -> None:
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
     common = argv[split + 1 :]
-    sides = {"answer": merged(answer_overrides(args.log.read_text(encoding="utf-8")), common)}
-    for i, (config, overrides) in enumerate(
-        grid_overrides(json.loads(args.grid.read_text(encoding="utf-8")), args.top)
-    ):
+    steps = next((int(o.split("=", 1)[1]) for o in common if o.startswith("train.steps=")), None)
+    if steps is not None and args.warmup >= steps:
+        raise SystemExit(f"error: --warmup {args.warmup} leaves no steady step of train.steps={steps}")
+    try:
+        grid = json.loads(_read(args.grid))
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"error: {args.grid}: not JSON ({err})") from None
+    sides = {"answer": merged(answer_overrides(_read(args.log)), common)}
+    for i, (config, overrides) in enumerate(grid_overrides(grid, args.top)):
         sides[f"grid{i + 1}"] = merged(overrides, common)
         print(
             f"[near] grid{i + 1}: {config['step_s']:.4f} s, {config['peak_gib']:.2f} GiB in the grid: {config['params']}"
@@ -82,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     job = [sys.executable, "-m", "bench.job_json"]
     scripts = [f"{name}={shlex.join(job + overrides)}" for name, overrides in sides.items()]
     side_by_side.main([*scripts, "--rounds", str(args.rounds), "--warmup", str(args.warmup), "--out", str(args.out)])
+    print(verdict(side_by_side.recorded(args.out, args.warmup)))
 
 
 if __name__ == "__main__":

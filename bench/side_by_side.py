@@ -118,11 +118,12 @@ def summary(runs: dict[str, list[dict | None]], names: list[str]) -> str:
             continue
         ratio = paired(runs[name], runs[reference]) if name != reference else None
         said = "-" if ratio is None else _said(ratio, _rounds(runs[name], runs[reference]))
-        peak = max((r.get("peak_reserved_bytes") or 0) for r in runs[name] if r) / GIB
+        peaks = [r["peak_reserved_bytes"] for r in runs[name] if r and r.get("peak_reserved_bytes")]
+        peak = f"{max(peaks) / GIB:.2f}" if peaks else "-"  # none on the CPU
         first = lambda rs: next((r.get("losses") or [] for r in rs if r), [])  # noqa: E731
         dev = deviation(first(runs[name]), first(runs[reference]))
         lines.append(
-            f"| {name} | {statistics.median(figures):.4f} | {said} | {peak:.2f} | {'-' if dev is None else f'{dev:.1e}'} |"
+            f"| {name} | {statistics.median(figures):.4f} | {said} | {peak} | {'-' if dev is None else f'{dev:.1e}'} |"
         )
     for i, name in enumerate(names[1:], 1):
         for other in names[i + 1 :]:

@@ -17,30 +17,34 @@ from tests.helpers.configs import composed
 
 FAST = ["train.steps=2", "measure.warmup_steps=1", "train.progress_bar=false"]
 USERS = "max_split_size_mb:256,garbage_collection_threshold:0.6"
+KEPT = "garbage_collection_threshold:0.6"  # of USERS, what the knob does not set
 CUDA, GENERIC = "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"
 
 
-def test_the_environments_settings_are_kept_and_its_own_expandable_segments_replaced():
+def test_the_environments_settings_are_kept_and_the_two_the_knob_sets_replaced():
     assert allocator_settings({}, True) == "expandable_segments:True"
-    assert allocator_settings({CUDA: USERS}, False) == f"{USERS},expandable_segments:False"
+    assert allocator_settings({CUDA: USERS}, False) == f"{KEPT},expandable_segments:False"
     assert allocator_settings({CUDA: " expandable_segments:False , max_split_size_mb:256"}, True) == (
-        "max_split_size_mb:256,expandable_segments:True"
+        "expandable_segments:True"
     )
+    assert allocator_settings({CUDA: USERS}, False, 512) == f"{KEPT},max_split_size_mb:512,expandable_segments:False"
     # torch reads PYTORCH_CUDA_ALLOC_CONF where both are set, else the generic name
-    assert allocator_settings({GENERIC: USERS}, True) == f"{USERS},expandable_segments:True"
-    assert (
-        allocator_settings({GENERIC: "max_split_size_mb:64", CUDA: USERS}, True) == f"{USERS},expandable_segments:True"
+    assert allocator_settings({GENERIC: USERS}, True) == f"{KEPT},expandable_segments:True"
+    assert allocator_settings({GENERIC: "roundup_power2_divisions:4", CUDA: USERS}, True) == (
+        f"{KEPT},expandable_segments:True"
     )
 
 
 def test_the_job_sets_what_the_config_says_whatever_the_environment_said():
-    for value, on in (("cached", False), ("expandable", True)):
-        environ = {GENERIC: "expandable_segments:True,max_split_size_mb:64"}
+    given = "expandable_segments:True,max_split_size_mb:64,garbage_collection_threshold:0.6"
+    for value, said in (
+        ("cached", "expandable_segments:False"),  # the environment's split size would run unsplit's way: dropped
+        ("expandable", "expandable_segments:True"),
+        ("unsplit", "max_split_size_mb:512,expandable_segments:False"),
+    ):
+        environ = {GENERIC: given}
         knobs.prepare_process(composed(f"train.allocator={value}").train, environ)
-        assert environ[CUDA] == f"max_split_size_mb:64,expandable_segments:{on}", value
-    environ = {GENERIC: "expandable_segments:True,max_split_size_mb:64,garbage_collection_threshold:0.6"}
-    knobs.prepare_process(composed("train.allocator=unsplit").train, environ)  # its own split size replaces theirs
-    assert environ[CUDA] == "garbage_collection_threshold:0.6,max_split_size_mb:512,expandable_segments:False"
+        assert environ[CUDA] == f"garbage_collection_threshold:0.6,{said}", value
 
 
 @pytest.mark.parametrize("value", ["expandable", "unsplit"])
@@ -48,7 +52,7 @@ def test_a_cuda_allocator_setting_is_refused_on_the_cpu_in_one_line_and_nothing_
     proc = run_cli(f"train.allocator={value}", *FAST, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip() == (
-        f"error: train.allocator: {value} sets up the CUDA allocator, which the CPU has not; accepted on the CPU: cached"
+        f"error: train.allocator: {value} sets up the CUDA allocator, which the CPU does not have; accepted on the CPU: cached"
     )
     assert not (tmp_path / "mlruns").exists()
 
@@ -61,7 +65,7 @@ def test_a_job_records_the_settings_it_gave_its_allocator(tmp_path):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("batch-split")
     (job,) = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get("kind") != "sweep"]
-    assert job.data.params["version.cuda_alloc_conf"] == f"{USERS},expandable_segments:False"
+    assert job.data.params["version.cuda_alloc_conf"] == f"{KEPT},expandable_segments:False"
     assert "version.cuda_expandable_segments" not in job.data.params  # no CUDA allocator on the CPU
 
 
@@ -81,7 +85,7 @@ def test_the_scripts_allocator_is_set_before_torchrun_picks_the_device(tmp_path)
     reads += "runpy.run_path(sys.argv[0], run_name='__main__'); print(os.environ['PYTORCH_CUDA_ALLOC_CONF'])"
     proc = run_python("-c", reads, str(path), cwd=tmp_path, env={CUDA: USERS})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[-1] == f"{USERS},expandable_segments:True"
+    assert proc.stdout.splitlines()[-1] == f"{KEPT},expandable_segments:True"
     unsplit = typed(composed(*FAST, "train.allocator=unsplit"))
     text = script_text(unsplit, sft_kwargs(4, 1, unsplit.train, "fp32", "cpu"), "tiny 4x1", "x", "python -m ...")
     path.write_text(text, encoding="utf-8")

@@ -7,8 +7,9 @@ mapping pages, which a larger block extends rather than leaving the smaller ones
 allocator with `max_split_size_mb:512`, so a block over 512 MiB is never cut from a larger one and, freed, goes back
 whole: the fp32 logits a loss builds leave no segment half-used, which under a cap is what a process ran out of.
 
-The job sets it either way (the config, not the environment, says which ran), in PYTORCH_CUDA_ALLOC_CONF before its
-first allocation, the environment's other allocator settings kept (PYTORCH_CUDA_ALLOC_CONF's, else
+The job sets both settings either way (the config, not the environment, says which ran: `expandable_segments`, and
+`max_split_size_mb` for unsplit only), in PYTORCH_CUDA_ALLOC_CONF before its first allocation, the environment's other
+allocator settings kept (PYTORCH_CUDA_ALLOC_CONF's, else
 PYTORCH_ALLOC_CONF's: torch reads the first where both are set)."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ SLACK_BYTES = 4.0  # one fp32 copy, a token and vocabulary entry
 # `unsplit` at that config: 3 of 3 processes fit in each compile mode, 0.08-0.53 GiB reserved over allocated, at
 # 0.1006-0.1069 s a step (bench/results/cap-h100-1206-split).
 UNSPLIT_MB = 512
+OWN = ("expandable_segments", "max_split_size_mb")  # the settings the knob sets; the environment's others are kept
 
 
 class Allocator(StrEnum):
@@ -38,12 +40,12 @@ class Allocator(StrEnum):
 
 
 def allocator_settings(environ: Mapping[str, str], expandable: bool, max_split_mb: int | None = None) -> str:
-    """The allocator's settings `environ` gives, with expandable segments on or off (and, given, the size over which
-    a block is never split) and its other settings kept."""
+    """The allocator's settings `environ` gives, with the two this knob sets in their place: expandable segments on
+    or off, and the size over which a block is never split (given), else none (the environment's is dropped: the
+    config, not the environment, says which ran); its other settings kept."""
     given = next((environ[name] for name in ALLOC_CONF if environ.get(name)), "")
-    ours = {"expandable_segments"} | ({"max_split_size_mb"} if max_split_mb is not None else set())
     parts = (part.strip() for part in given.split(","))
-    kept = [part for part in parts if part and part.partition(":")[0].strip() not in ours]
+    kept = [part for part in parts if part and part.partition(":")[0].strip() not in OWN]
     split = [f"max_split_size_mb:{max_split_mb}"] if max_split_mb is not None else []
     return ",".join([*kept, *split, f"expandable_segments:{expandable}"])
 
@@ -63,7 +65,7 @@ class AllocatorKnob(Knob):
 
     def refuses(self, s: Setting) -> str | None:
         if s.train.allocator != Allocator.CACHED and not s.cuda:
-            return f"{s.train.allocator} sets up the CUDA allocator, which the CPU has not; accepted on the CPU: cached"
+            return f"{s.train.allocator} sets up the CUDA allocator, which the CPU does not have; accepted on the CPU: cached"
         return None
 
     def unmodelled(self, value: str, setting: Mapping[str, Any]) -> str | None:
@@ -81,7 +83,7 @@ class AllocatorKnob(Knob):
             SLACK_BYTES,
             f"one fp32 copy of its micro-batch's logits, which the cached allocator can keep unused beside "
             f"{LOSS.key}={loss.value}",
-            f"{self.key}=unsplit keeps none (at the cached step on an H100: BENCHMARKS.md)",
+            f"{self.key}=unsplit keeps none (no slower than cached under CUDA graphs on an H100: BENCHMARKS.md)",
         )
 
     def process(self, train: Any, environ: dict) -> None:
@@ -90,7 +92,7 @@ class AllocatorKnob(Knob):
         environ[ALLOC_CONF[0]] = allocator_settings(environ, expandable, _split(train.allocator))
 
     def helpers(self, train: Any) -> list[str]:
-        return [self.source("ALLOC_CONF", "allocator_settings")] if train.allocator != Allocator.CACHED else []
+        return [self.source("ALLOC_CONF", "OWN", "allocator_settings")] if train.allocator != Allocator.CACHED else []
 
     def process_lines(self, train: Any) -> list[str]:
         """The default's script leaves the allocator to the environment; the others set it first thing."""
