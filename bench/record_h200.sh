@@ -20,6 +20,8 @@
 #   cap-small     grid-small's compiled-loss configs whose allocated and reserved peaks straddle 20 GiB, run under a
 #                 20 GiB cap, both allocators, 3 rotated rounds: whether a capped run needs the reserved peak or only
 #                 the allocated one, and what expandable segments cost beside CUDA graphs (12 jobs)
+#   cap-unsplit   cap-split through the config: train.allocator=unsplit (the value as a user sets it), both compile
+#                 modes, 3 rounds (6 jobs); each run records the settings the knob gave (version.cuda_alloc_conf)
 #   cap-split     cap-small's cached allocator with max_split_size_mb:512 (blocks over it never split: a segment freed
 #                 whole goes back under the cap), both compile modes, 3 rounds: whether the runs that failed asking for
 #                 one fp32 copy of the logits beside 4.66 GiB reserved unused then fit, and at what speed (6 jobs)
@@ -52,7 +54,7 @@ if [ "${REHEARSAL:-0}" = 1 ]; then
     batch.split=8x1)
   small_space='{batch.split:[4x2,8x1],train.loss:[trl,model,compiled]}'
   alloc_space='{batch.split:[4x2],train.padding:[longest,padding_free],train.allocator:[cached,expandable]}'
-  allocators=cached modes=default  # expandable segments and CUDA graphs are the GPU's
+  allocators=cached modes=default unsplit=cached  # expandable, unsplit and CUDA graphs are the GPU's
   grid_steps=(train.steps=6 measure.warmup_steps=2) records=160 cold=2 warm=2 pinned=1 profiled=1 cores=0 whole=8GiB causes=1
 else
   seed=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1 train.adapter_dtype=compute train.dtype=bf16
@@ -70,7 +72,7 @@ else
     train.dtype=bf16
     train.adapter_dtype=compute train.gradient_checkpointing=false)
   small_space='{batch.split:[4x2,8x1],train.torch_compile:[off,regional],train.compile_mode:[default,reduce-overhead],train.loss:[trl,model,compiled,liger],train.liger_kernel:[false,true]}'
-  allocators=cached,expandable modes=default,reduce-overhead
+  allocators=cached,expandable modes=default,reduce-overhead unsplit=unsplit
   grid_steps=(train.steps=12 measure.warmup_steps=4) records=2000 cold=3 warm=5 pinned=2 profiled=3 cores=4-7 whole=130GiB causes=4
   if [ ! -d /tmp/site ]; then
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -135,6 +137,10 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
       PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512 "$py" -m pipeline.train -m "${small_model[@]}" mem_cap=20GiB \
         "${grid_steps[@]}" train.loss=compiled train.torch_compile=regional train.compile_mode=$modes \
         train.allocator=cached repeats=3 paths.root="$dir/cap-split" ;;
+    cap-unsplit)
+      "$py" -m pipeline.train -m "${small_model[@]}" mem_cap=20GiB "${grid_steps[@]}" train.loss=compiled \
+        train.torch_compile=regional train.compile_mode=$modes train.allocator=$unsplit repeats=3 \
+        paths.root="$dir/cap-unsplit" ;;
     grid-alloc)
       [ -e "$dir/chats.jsonl" ] || "$py" -m bench.chats "$dir/chats.jsonl" --records $records --shortest 30 --longest 1000
       grid grid-alloc 20 "$alloc_space" "${chats_model[@]}" data=jsonl data.path="$dir/chats.jsonl" \
