@@ -72,6 +72,8 @@ def test_the_study_takes_a_configs_slack_off_its_prediction_on_a_gpu_only(tmp_pa
     by = {(c.params["batch.split"], c.params["train.loss"]): c for c in ctx.valid}
     assert all(ctx.slack_bytes(c) == 0.0 for c in ctx.valid)  # the CPU
     monkeypatch.setattr(_opening, "setting_of", lambda *a: SimpleNamespace(cuda=True))
+    ctx = StudyContext.open(cfg, [], validate(cfg).cap_bytes)  # the same study, on a machine with a CUDA device
+    by = {(c.params["batch.split"], c.params["train.loss"]): c for c in ctx.valid}
     tokens = 4 * cfg.train.max_length  # 4x1: four rows of max_length, the data's one length
     assert ctx.slack_bytes(by[("4x1", "compiled")]) == tokens * cfg.model.vocab_size * 4.0
     assert ctx.slack_bytes(by[("2x2", "compiled")]) == tokens / 2 * cfg.model.vocab_size * 4.0

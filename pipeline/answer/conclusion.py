@@ -12,7 +12,7 @@ from pipeline.answer.slack import AnswerSlack
 from pipeline.answer.study import StudyAnswer, StudyFacts, decide
 from pipeline.config.choices import ConfirmMode
 from pipeline.config.schema import typed
-from pipeline.records import GIB, RunState, Status
+from pipeline.records import RunState, Status
 from pipeline.render import runs_table
 from pipeline.render.rows import Criteria
 from pipeline.search import (
@@ -85,7 +85,7 @@ def answer_slack(ctx: StudyContext, best: TrialRecord | None) -> AnswerSlack | N
     micro-batch of it; None on the CPU, which has no caching allocator."""
     candidate = ctx.candidate(best.config_id) if best is not None else None
     found = ctx.slack(candidate) if candidate is not None else None
-    return None if found is None else AnswerSlack(found, ctx.slack_bytes(candidate) / GIB)
+    return None if found is None else AnswerSlack.of(found[0], found[1], ctx.predictor.shape.vocab)
 
 
 CLAIM_METRICS = ("speedup_vs_baseline", "speedup_low", "speedup_high")

@@ -22,7 +22,7 @@ class AnswerSlack:
 
     @classmethod
     def of(cls, slack: Slack | None, tokens: int, vocab: int) -> AnswerSlack | None:
-        return None if slack is None else cls(slack, tokens * vocab * slack.logit_bytes / GIB)
+        return None if slack is None else cls(slack, slack.bytes_on(tokens, vocab) / GIB)
 
 
 def slack_line(best: TrialRecord, cap_bytes: int | None, found: AnswerSlack | None) -> str | None:

@@ -43,3 +43,7 @@ class Slack:
     logit_bytes: float
     why: str
     instead: str
+
+    def bytes_on(self, tokens: int, vocab: int) -> float:
+        """What it keeps on a micro-batch of `tokens` over a vocabulary of `vocab` entries."""
+        return tokens * vocab * self.logit_bytes

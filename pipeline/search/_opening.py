@@ -183,18 +183,24 @@ class StudyContext:
         batch = self.batches.longest(candidate.config) if self.batches else None
         return knobs_of(candidate.config, self.space_keys, self.placement_dtype, batch)
 
-    def slack(self, candidate: Candidate) -> Slack | None:
-        """What a process of the candidate may keep reserved and unused over its peak (`pipeline.knobs.slack`); None
-        on the CPU, which has no caching allocator."""
-        if not setting_of(self.cfg.train, self.cfg.model, self.cfg.gpu, 1).cuda:
+    @cached_property
+    def cuda(self) -> bool:
+        return setting_of(self.cfg.train, self.cfg.model, self.cfg.gpu, 1).cuda
+
+    def slack(self, candidate: Candidate) -> tuple[Slack, int] | None:
+        """What a process of the candidate may keep reserved and unused over its peak (`pipeline.knobs.slack`), and
+        the tokens of the run's longest micro-batch of it, which it is kept on; None on the CPU, which has no caching
+        allocator."""
+        if not self.cuda:
             return None
         knobs = self.knobs(candidate)
-        return speed_knobs.slack((*knobs.other, *knobs.held))
+        found = speed_knobs.slack((*knobs.other, *knobs.held))
+        return None if found is None else (found, knobs.work[0])
 
     def slack_bytes(self, candidate: Candidate) -> float:
-        """The candidate's slack on the run's longest micro-batch of it (its tokens times the vocabulary), in bytes."""
+        """The candidate's slack in bytes (0 where it has none)."""
         found = self.slack(candidate)
-        return 0.0 if found is None else self.knobs(candidate).work[0] * self.predictor.shape.vocab * found.logit_bytes
+        return 0.0 if found is None else found[0].bytes_on(found[1], self.predictor.shape.vocab)
 
     @cached_property
     def by_id(self) -> dict[str, Candidate]:

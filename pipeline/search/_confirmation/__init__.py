@@ -184,7 +184,8 @@ def choose(
         for r in ranked[1:]
         if settings.mode == "always" or r.median <= best.median * bar or estimate(r) <= estimate(best) * bar
     ]
-    fastest = [r for r in close if r.median < best.median and r.median == min(e.median for e in eligible)]
+    measured = min(r.median for r in eligible)  # the fastest measured, where the estimates rank another first
+    fastest = [r for r in close if r.median == measured < best.median]
     taken, extra = {r.label for r in chosen}, []
     for r in others + fastest + close:
         if r.label not in taken:
