@@ -80,8 +80,7 @@ stage() {
 
 case "${1:-follow}" in
   queue)
-    cd "$dir/repo" && export PYTHONPATH="$dir/repo:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-    queue_run
+    queue_enter && queue_run
     exit 0 ;;
   start)
     queue_start accept_h200.sh || exit $? ;;

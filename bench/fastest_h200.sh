@@ -31,7 +31,7 @@ else
 fi
 case "${1:-follow}" in
   queue)  # the studies, one after the other, from the copy in DIR
-    cd "$dir/repo" && export PYTHONPATH="$dir/repo:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
+    queue_enter || exit 2
     for s in ${SEEDS:-1 2 3}; do
       start=$(date +%s)
       "$py" -m pipeline.optimize "${setting[@]}" optimize=fastest optimize.seed="$s" optimize.study_name="fastest-seed$s" \

@@ -154,8 +154,7 @@ card() {  # the card the grids are timed on, as one line
 
 case "${1:-follow}" in
   queue)
-    cd "$dir/repo" && export PYTHONPATH="$dir/repo:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
-    queue_run
+    queue_enter && queue_run
     exit 0 ;;
   start)
     here=$(card) && mkdir -p "$dir" && echo "$here" > "$dir/card.txt"

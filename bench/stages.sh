@@ -2,8 +2,8 @@
 # and the stack's versions, `stage` runs one command with a share of the call's time. Source it after setting NAME
 # (the log's prefix and file), RES (the results folder), and, for a budget across stages, START (epoch seconds) and
 # BUDGET (seconds; unset: shares alone). `queue_start` and `queue_follow` run a script's queue in a session that
-# outlives a device call and collect it over later calls, and `queue_run` runs its stages there; they read `dir` (the
-# queue's folder), `wait_s` and `stages`.
+# outlives a device call and collect it over later calls, `queue_enter` moves into its copy of the repository, and
+# `queue_run` runs its stages there; they read `dir` (the queue's folder), `wait_s` and `stages`.
 say() { echo "[$NAME] $*" | tee -a "$RES/$NAME.log"; }
 
 machine() {  # machine [COMMAND...]: GPUs, versions (and what COMMAND prints) into $RES/versions.txt, and said
@@ -35,6 +35,10 @@ queue_start() {  # queue_start SCRIPT: once per $dir, a copy of the repository t
       || { echo "queue: the repository could not be copied to $dir/repo" >&2; return 2; }
     setsid bash "$dir/repo/bench/$1" queue < /dev/null > "$dir/queue.out" 2>&1 &
   fi
+}
+
+queue_enter() {  # queue_enter: the queue's session goes into the repository's copy in DIR, its code first on the path
+  cd "$dir/repo" && export PYTHONPATH="$dir/repo:${PYTHONPATH:-}" PYTHONUNBUFFERED=1
 }
 
 queue_run() {  # queue_run: each of $stages through the script's `stage`, its output to $dir/NAME.log, said in queue.log
