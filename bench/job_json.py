@@ -5,7 +5,8 @@ rotated rounds, so a study's answer and the configs around it are compared as th
     python -m bench.job_json --out FILE OVERRIDES...
 
 FILE gets `step_times_s` (every step, the warm-up included: the side by side drops its own), `losses`,
-`peak_reserved_bytes`, `status` and the `command`; the exit code is 0 where the job ended ok, 1 otherwise, 2 for
+`peak_reserved_bytes`, `host` (the CPUs and memory nodes its training thread ran on, the host's load), `status`
+and the `command`; the exit code is 0 where the job ended ok, 1 otherwise, 2 for
 a config the command line refuses (its one line on stderr).
 """
 
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         "step_times_s": [s.step_time_s for s in outcome.result.steps],
         "losses": [s.loss for s in outcome.result.steps],
         "peak_reserved_bytes": memory.peak_reserved_bytes if memory else None,
+        "host": outcome.result.host,  # where its training thread ran: the process spread's candidate cause
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record), encoding="utf-8")

@@ -657,3 +657,17 @@ def test_a_finalists_compilation_counts_as_cached_only_where_its_trial_ran_here_
     assert warm_cache(here, str(tmp_path))
     assert not warm_cache(there, str(tmp_path))  # measured by a worker on another machine
     assert not warm_cache(dataclasses.replace(here, owner=None), str(tmp_path))
+
+
+def test_the_round_holds_the_cap_for_the_finalists_that_fit_and_never_for_the_baseline():
+    """The chats study on an H100: the baseline fit in its trial (uncapped, 19.02 of 20 GiB) and ran out of memory
+    at step 9 of its round run under the cap (3.28 GiB reserved and unused), so the round had nothing to pair and the
+    study claimed nothing. The baseline runs as in its trial, uncapped; a finalist that fit holds the cap."""
+    from pipeline.search._confirmation.jobs import capped
+    from pipeline.search._trials import Role
+
+    finalist = TrialRecord(3, TrialState.COMPLETE, feasible=True)
+    baseline = dataclasses.replace(finalist, role=Role.BASELINE)
+    assert capped(finalist)
+    assert not capped(baseline)  # it fit in its trial: still uncapped
+    assert not capped(dataclasses.replace(baseline, feasible=False))  # over the cap: measured for its speed

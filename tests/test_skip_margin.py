@@ -54,12 +54,17 @@ def test_a_config_over_the_cap_only_by_what_a_process_may_keep_unused_is_measure
     assert trials.skipped(27.5 * GIB, cap, 0.1, slack)  # still over without it (the model's loss at 8x1): skipped
 
 
-def test_the_study_takes_a_configs_slack_off_its_prediction_on_a_gpu_only(tmp_path, monkeypatch, compose):
+def test_the_study_takes_a_configs_slack_off_its_prediction_under_cuda_graphs_on_a_gpu_only(
+    tmp_path, monkeypatch, compose
+):
     """The slack a study takes off (`StudyContext.slack_bytes`): one fp32 copy of the longest micro-batch's logits
-    (its tokens times the vocabulary times 4 bytes) beside a loss that builds them under the cached allocator; none
-    beside TRL's loss, or on the CPU, which has no caching allocator."""
+    (its tokens times the vocabulary times 4 bytes) beside a loss that builds them under the cached allocator, where
+    processes kept none under a cap: under CUDA graphs (3 of 3 fit). Without them it is still what a process may keep
+    (the answer's line names it), but 2 of 3 capped processes, and the chats study's Liger kernels beside the compiled
+    loss, ran out of memory asking for it, so it is not taken off. None beside TRL's loss, or on the CPU."""
     from types import SimpleNamespace
 
+    from pipeline import knobs
     from pipeline.config.validate import validate
     from pipeline.search import _opening
     from pipeline.search._opening import StudyContext
@@ -69,12 +74,23 @@ def test_the_study_takes_a_configs_slack_off_its_prediction_on_a_gpu_only(tmp_pa
         "mem_cap=1GiB", "batch.effective=4", "++optimize.space={batch.split:[2x2,4x1],train.loss:[trl,compiled]}"
     )
     ctx = StudyContext.open(cfg, [], validate(cfg).cap_bytes)
-    by = {(c.params["batch.split"], c.params["train.loss"]): c for c in ctx.valid}
-    assert all(ctx.slack_bytes(c) == 0.0 for c in ctx.valid)  # the CPU
+    assert all(ctx.slack(c) is None and ctx.slack_bytes(c) == 0.0 for c in ctx.valid)  # the CPU
     monkeypatch.setattr(_opening, "setting_of", lambda *a: SimpleNamespace(cuda=True))
     ctx = StudyContext.open(cfg, [], validate(cfg).cap_bytes)  # the same study, on a machine with a CUDA device
     by = {(c.params["batch.split"], c.params["train.loss"]): c for c in ctx.valid}
-    tokens = 4 * cfg.train.max_length  # 4x1: four rows of max_length, the data's one length
-    assert ctx.slack_bytes(by[("4x1", "compiled")]) == tokens * cfg.model.vocab_size * 4.0
-    assert ctx.slack_bytes(by[("2x2", "compiled")]) == tokens / 2 * cfg.model.vocab_size * 4.0
-    assert ctx.slack_bytes(by[("4x1", "trl")]) == 0.0
+    tokens, vocab = 4 * cfg.train.max_length, cfg.model.vocab_size  # 4x1: four rows of max_length
+    assert ctx.slack(by[("4x1", "compiled")])[1] == tokens and ctx.slack(by[("2x2", "compiled")])[1] == tokens / 2
+    assert ctx.slack_bytes(by[("4x1", "compiled")]) == 0.0  # eager layers: not taken off
+    assert ctx.slack(by[("4x1", "trl")]) is None and ctx.slack_bytes(by[("4x1", "trl")]) == 0.0
+    graphed = [
+        ("train.loss", "compiled"),
+        ("train.torch_compile", "regional"),
+        ("train.compile_mode", "reduce-overhead"),
+    ]
+    assert knobs.slack(graphed).capped_fit and knobs.slack(graphed).bytes_on(tokens, vocab) == tokens * vocab * 4.0
+    assert not knobs.slack(graphed[:2]).capped_fit  # compiled layers without CUDA graphs
+    assert not knobs.slack([("train.loss", "compiled"), ("train.liger_kernel", True)]).capped_fit  # the chats' trial 11
+    slack = knobs.slack
+    monkeypatch.setattr(_opening.speed_knobs, "slack", lambda values: slack([*values, *graphed[1:]]))
+    assert ctx.slack_bytes(by[("4x1", "compiled")]) == tokens * vocab * 4.0  # the same config under CUDA graphs
+    assert ctx.slack_bytes(by[("2x2", "compiled")]) == tokens / 2 * vocab * 4.0

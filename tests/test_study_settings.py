@@ -327,6 +327,8 @@ def test_a_knob_that_fails_at_run_time_is_decided_once_and_kept_out_of_the_predi
     errors = re.search(r"memory predictor error: .* over (\d+) trials", proc.stdout)
     assert errors and int(errors[1]) == len(labelled) - len(failed)
     assert "failed as jobs (each decided once, not run again): tiny " in proc.stdout
+    assert len(re.findall(r"^\[job\] trial \d+: .*: failed: .*; its output in \S+job.log$", proc.stdout, re.M)) == 2
+    assert "Traceback" not in proc.stdout + proc.stderr  # the trial's line names its log; the console stays short
     _claim(proc.stdout)
 
 

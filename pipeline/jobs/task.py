@@ -132,7 +132,7 @@ def run(
         run_id = runs.start_job(tracker, spec, kind, parent, cfg.repeat, run_tags, label)
         watch = stall.JobWatch(label, spec.config.train.steps, stall_s=cfg.launcher.stall_s)
         try:
-            outcome = _run_job(tracker, run_id, spec, cfg, watch)
+            outcome = _run_job(tracker, run_id, spec, cfg, watch, kind)
         except KeyboardInterrupt as stop:
             runs.end_interrupted(tracker, run_id)
             raise JobInterrupted(watch.seconds) from stop
@@ -142,7 +142,9 @@ def run(
         return outcome
 
 
-def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: Config, watch: stall.JobWatch) -> JobOutcome:
+def _run_job(
+    tracker: Tracker, run_id: str, spec: JobSpec, cfg: Config, watch: stall.JobWatch, kind: RunKind
+) -> JobOutcome:
     error, env = preflight.check_hub(spec.config)
     if error:
         return _finish(tracker, run_id, spec, JobResult(status=Status.FAILED, error=error), cfg)
@@ -167,7 +169,7 @@ def _run_job(tracker: Tracker, run_id: str, spec: JobSpec, cfg: Config, watch: s
         finally:
             watch.stop()
         result = stall.mark(result, cfg.measure.warmup_steps, cfg.launcher.stall_s)
-        if not shown:
+        if not shown and kind is RunKind.JOB:  # a study's job line names its log instead
             _explain(result, log, cfg.launcher.kind, watch.label)
         files = {"": [log] if log.exists() else [], "profile": profile_files(workdir)}
         if result.status is not Status.OK:
@@ -184,7 +186,9 @@ TOLD = {-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT}
 
 def _explain(result: JobResult, log: Path, kind: str, label: str) -> None:
     """A failed job's own words on the console, as its process used to print them there: its traceback, or, for a
-    job that died without a result (a crash, an abort), the last lines of its log. A torchrun job's line names the
+    job that died without a result (a crash, an abort), the last lines of its log. Only for `pipeline.train`'s jobs:
+    a study's trial that fails is one of its outcomes, and its line names the log (an Inductor error of one trial was
+    150 lines of a study's console). A torchrun job's line names the
     rank that failed first and why (rank 0's traceback is often the other's consequence; each rank's output is on
     its run, under ranks/)."""
     if result.status is not Status.FAILED or kind == LauncherKind.TORCHRUN:

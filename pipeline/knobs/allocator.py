@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Any
 
 from pipeline.knobs.base import Knob, Setting, Slack
+from pipeline.knobs.compile_mode import graphs_of_compiled_layers
 from pipeline.knobs.loss import KNOB as LOSS
 from pipeline.knobs.loss import LOGIT_BYTES, Loss
 
@@ -75,7 +76,9 @@ class AllocatorKnob(Knob):
 
     def slack_in(self, value: str, setting: Mapping[str, Any]) -> Slack | None:
         """`cached` beside a loss that builds the logits: one fp32 copy of them, there or not by the order of its
-        blocks."""
+        blocks. Under a 20 GiB cap, processes under CUDA graphs kept none (3 of 3 fit, grid-small's compiled loss);
+        without them 2 of 3 ran out of memory asking for it, and so did the chats study's Liger kernels beside the
+        compiled loss at step 1 (BENCHMARKS.md): only the first counts as fitting (`capped_fit`)."""
         loss = Loss(LOSS.canonical(setting.get(LOSS.key, LOSS.default)))
         if value != Allocator.CACHED or not LOGIT_BYTES[loss]:
             return None
@@ -84,6 +87,7 @@ class AllocatorKnob(Knob):
             f"one fp32 copy of its micro-batch's logits, which the cached allocator can keep unused beside "
             f"{LOSS.key}={loss.value}",
             f"{self.key}=unsplit keeps none (no slower than cached under CUDA graphs on an H100: BENCHMARKS.md)",
+            capped_fit=graphs_of_compiled_layers(setting),
         )
 
     def process(self, train: Any, environ: dict) -> None:

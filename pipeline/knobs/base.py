@@ -115,6 +115,7 @@ class Knob:
     role: KnobRole | None = None  # what another module finds it by, where one must (`KnobRole`)
     card: tuple[int, str] | None = None  # its place and words on a result card's setting line; None: not there
     term_text: tuple[str, str] | None = None  # its memory term in words, and beside what (the docs' table of terms)
+    screen: int = 50  # its place in the model sampler's screening, lower first (`search._screening.screen_order`)
 
     @property
     def section(self) -> str:

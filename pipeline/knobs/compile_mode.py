@@ -39,6 +39,7 @@ class CompileModeKnob(Knob):
     help = "CUDA graphs: reduce-overhead, max-autotune"
     short = "mode"
     searched = (CompileMode.DEFAULT, CompileMode.REDUCE_OVERHEAD)  # max-autotune tunes for minutes per shape
+    screen = 10  # with compiled layers (`torch_compile`'s comment)
     term_text = ("CUDA graphs keep a copy of each layer's input: b h a token and layer", "compiled layers only")
 
     def memory_in(self, value: str, setting: Mapping[str, Any]) -> Memory:

@@ -51,6 +51,8 @@ class PaddingKnob(Knob):
     default = Padding.LONGEST
     help = "longest: to the batch's longest; buckets: rounded up to a quarter of max_length; max_length: one shape"
     searched = (Padding.LONGEST, Padding.MAX_LENGTH, Padding.PADDING_FREE, Padding.BUCKETS)  # packing: other sequences
+    screen = 5  # first of the knobs: where lengths vary, a padding with few shapes is what compiled layers need (a
+    # compiled config padded to the longest recompiles for each new length: 68-72 s of its first steps on the chats)
     role = KnobRole.LAYOUT
     card = (1, "padding {}")
 

@@ -68,6 +68,8 @@ class TorchCompileKnob(Knob):
     aliases = COMPILE_ALIASES
     short = "compile"
     searched = (Compile.OFF, Compile.REGIONAL)  # whole compiles for minutes per config, to regional's speed
+    screen = 10  # compiled layers early (after the padding): the best of every recorded grid has them, and a knob
+    # that pays only beside them (a compiled loss) or differs beside them (flex attention) is screened beside them
     role = KnobRole.COMPILE
     term_text = (
         "compiled layers keep what their products and attention need, b (4h + 3q + 3k + 3i) a token and layer "

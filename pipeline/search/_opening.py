@@ -198,9 +198,12 @@ class StudyContext:
         return None if found is None else (found, knobs.work[0])
 
     def slack_bytes(self, candidate: Candidate) -> float:
-        """The candidate's slack in bytes (0 where it has none)."""
+        """The slack in bytes a prediction of the candidate may be over the cap by and still be measured: its slack
+        where its processes were seen to keep none under a cap (`Slack.capped_fit`), else 0."""
         found = self.slack(candidate)
-        return 0.0 if found is None else found[0].bytes_on(found[1], self.predictor.shape.vocab)
+        if found is None or not found[0].capped_fit:
+            return 0.0
+        return found[0].bytes_on(found[1], self.predictor.shape.vocab)
 
     @cached_property
     def by_id(self) -> dict[str, Candidate]:

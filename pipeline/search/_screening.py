@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline import knobs
 from pipeline.config.schema import OptimizeConfig
 from pipeline.summaries import Interval
 
@@ -22,6 +23,15 @@ def key(params: Params) -> tuple:
     return tuple(sorted(params.items()))
 
 
+def screen_order(names: Sequence[str]) -> list[str]:
+    """The keys in the order the screening moves them: the split first, then the knobs by `Knob.screen` (the padding,
+    then compiled layers and their mode, then the rest), the space's order among equals. On variable-length chats
+    the space's order screened flex attention first; it won eagerly, and compiled layers were tried only beside it,
+    where they lost, so the answer ran 3.4x slower than the grid's best (BENCHMARKS.md)."""
+    found = knobs.by_key()
+    return sorted(names, key=lambda name: found[name].screen if name in found else 0)
+
+
 def next_screen(
     centre: Params,
     anchor: Params,
@@ -30,8 +40,8 @@ def next_screen(
     fits: Callable[[Params], bool] = lambda p: True,
     estimate: Callable[[Params], float] = lambda p: 0.0,
 ) -> Params | None:
-    """The screening design's next point: the centre; then, for the first value (in the space's order) that no taken
-    config holds, the untried point nearest the anchor with that value that fits (fewest keys changed; among equals,
+    """The screening design's next point: the centre; then, for the first value (keys in `screen_order`, values in
+    the space's order) that no taken config holds, the untried point nearest the anchor with that value that fits (fewest keys changed; among equals,
     the one `estimate` says is fastest, then the first in the space's order: a loss whose 8x1 point is over the cap
     is screened beside CUDA graphs at 8x1, which the measured configs say is fast, not at a 4x2 a probe measured slow);
     None once every value was held or none of a value's points fits."""
@@ -39,7 +49,7 @@ def next_screen(
     if key(centre) not in done and fits(centre):
         return centre
     held = {(name, p[name]) for p in taken for name in p}
-    for name in centre:
+    for name in screen_order(list(centre)):
         for value in dict.fromkeys(p[name] for p in points):
             if (name, value) in held:
                 continue

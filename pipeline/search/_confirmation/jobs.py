@@ -12,7 +12,7 @@ from pipeline.search import _knob_estimates as knob_estimates
 from pipeline.search import _workers as workers
 from pipeline.search._decided import Decided
 from pipeline.search._opening import StudyContext
-from pipeline.search._trials import TrialRecord
+from pipeline.search._trials import Role, TrialRecord
 from pipeline.tracking import figures, runs
 
 
@@ -48,12 +48,11 @@ class FinalRound:
             ctx.study.set_user_attr(confirmation.ATTR, record.to_attr())
 
     def _run(self, record: TrialRecord, number: int, warmup: int, steps: int) -> tuple[float | None, float]:
-        """One confirmation run of a finalist: `steps` steady steps after `warmup`, in a fresh process; uncapped
-        for a baseline that did not fit (it is measured for its speed, not judged against the cap). Its figure is
-        the trimmed mean of its steady steps (`confirmation.plan` says why)."""
+        """One confirmation run of a finalist: `steps` steady steps after `warmup`, in a fresh process, under the
+        cap where `capped` says. Its figure is the trimmed mean of its steady steps (`confirmation.plan` says why)."""
         ctx = self.ctx
         job = ctx.candidate(record.config_id).job.with_length(warmup, steps)  # its identity, so its runs pool
-        spec = task.job_spec(job, name=record.label, uncapped=not record.feasible)
+        spec = task.job_spec(job, name=record.label, uncapped=not capped(record))
         outcome = task.run(
             job,
             spec=spec,
@@ -66,6 +65,13 @@ class FinalRound:
         ok = outcome.status is Status.OK and summary.step_time
         figure = figures.ranked(summary.step_time.trimmed) if ok else None  # as its run logs it
         return figure, summary.wall_s
+
+
+def capped(record: TrialRecord) -> bool:
+    """Whether a finalist's round run holds the cap on the device: a candidate that fit, yes; the baseline never,
+    as in its trial (it is measured for its speed, not judged against the cap: on the chats, a baseline that fit in
+    its trial ran out of memory capped in the round, and the study could claim nothing)."""
+    return bool(record.feasible) and record.role is not Role.BASELINE
 
 
 def warm_cache(record: TrialRecord, root: str) -> bool:
