@@ -395,7 +395,7 @@ def chats_truth(p: dict) -> float:
 
 def test_the_screening_moves_the_padding_and_compiled_layers_before_the_other_knobs():
     """The space's order moved flex attention first; it won eagerly and became the anchor, compiled layers were tried
-    only beside it, lost, and the study answered 3.4x slower than the grid's best. Padding, then compiled layers and
+    only beside it, lost, and the study answered 2.6-2.9x slower than the grid's three fastest. Padding, then compiled layers and
     their mode, are screened first (`Knob.screen`), so flex attention is screened beside what won there."""
     valid = [
         p

@@ -194,7 +194,7 @@ class StudyContext:
         if not self.cuda:
             return None
         knobs = self.knobs(candidate)
-        found = speed_knobs.slack((*knobs.other, *knobs.held))
+        found = speed_knobs.slack(knobs.values.items())  # the formula's own keys too: the compile choice
         return None if found is None else (found, knobs.work[0])
 
     def slack_bytes(self, candidate: Candidate) -> float:

@@ -32,7 +32,8 @@ def estimate(calibration: Calibration, candidate: Candidate) -> float:
 
 def fits(ctx: StudyContext, candidate: Candidate, margin: float | None = None) -> bool:
     """Whether the predictor puts the candidate's peak under the cap, within the study's skip margin (the predictor's
-    error so far, `trials.skip_margin`, where not given) and what a process of it may keep unused (`trials.skipped`)."""
+    error so far, `trials.skip_margin`, where not given) and what a process of it may keep unused where processes
+    were seen to keep none under a cap (`StudyContext.slack_bytes`, `trials.skipped`)."""
     margin = trials.skip_margin(ctx.study, ctx.cfg.optimize.skip_margin) if margin is None else margin
     predicted = ctx.predictor.predict(ctx.knobs(candidate))
     return not trials.skipped(predicted, ctx.cap, margin, ctx.slack_bytes(candidate))

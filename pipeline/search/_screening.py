@@ -13,6 +13,8 @@ from typing import Any
 
 from pipeline import knobs
 from pipeline.config.schema import OptimizeConfig
+from pipeline.knobs.base import Knob
+from pipeline.search._space import SPLIT_KEY, WORLD_KEY
 from pipeline.summaries import Interval
 
 Params = dict[str, Any]
@@ -24,12 +26,16 @@ def key(params: Params) -> tuple:
 
 
 def screen_order(names: Sequence[str]) -> list[str]:
-    """The keys in the order the screening moves them: the split first, then the knobs by `Knob.screen` (the padding,
-    then compiled layers and their mode, then the rest), the space's order among equals. On variable-length chats
-    the space's order screened flex attention first; it won eagerly, and compiled layers were tried only beside it,
-    where they lost, so the answer ran 3.4x slower than the grid's best (BENCHMARKS.md)."""
+    """The keys in the order the screening moves them: the split and the world size first, then the knobs by
+    `Knob.screen` (the padding, then compiled layers and their mode, then the rest, with any other key the space
+    names), the space's order among equals. On variable-length chats the space's order screened flex attention
+    first; it won eagerly, and compiled layers were tried only beside it, where they lost, so the answer ran 2.6-2.9x
+    slower than the chats grid's three fastest (BENCHMARKS.md)."""
     found = knobs.by_key()
-    return sorted(names, key=lambda name: found[name].screen if name in found else 0)
+    first = (SPLIT_KEY, WORLD_KEY)
+    return sorted(
+        names, key=lambda name: found[name].screen if name in found else (0 if name in first else Knob.screen)
+    )
 
 
 def next_screen(
@@ -41,7 +47,8 @@ def next_screen(
     estimate: Callable[[Params], float] = lambda p: 0.0,
 ) -> Params | None:
     """The screening design's next point: the centre; then, for the first value (keys in `screen_order`, values in
-    the space's order) that no taken config holds, the untried point nearest the anchor with that value that fits (fewest keys changed; among equals,
+    the space's order) that no taken config holds, the untried point nearest the anchor with that value that fits
+    (fewest keys changed; among equals,
     the one `estimate` says is fastest, then the first in the space's order: a loss whose 8x1 point is over the cap
     is screened beside CUDA graphs at 8x1, which the measured configs say is fast, not at a 4x2 a probe measured slow);
     None once every value was held or none of a value's points fits."""

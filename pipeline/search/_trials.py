@@ -198,10 +198,10 @@ def skip_margin(study: optuna.Study, configured: float) -> float:
 
 def skipped(predicted: float, cap: float, margin: float, slack: float = 0.0) -> bool:
     """Whether a config predicted at `predicted` bytes is over the cap by more than `margin` (a share of the cap) once
-    `slack` is taken off: what a process of it may keep reserved and unused (`pipeline.knobs.slack`), which the
-    allocator gives back under a cap before it fails, so a peak recorded with it says little of the fit. Such a config
-    is measured: its run under the cap is the authority (on grid-small, the compiled loss under CUDA graphs, predicted
-    23.4 GiB from peaks with the slack, ran at 19.0 GiB under a 20 GiB cap in every process)."""
+    `slack` is taken off: what a process of it may keep reserved and unused where processes of it were seen to keep
+    none under a cap (`StudyContext.slack_bytes`: under CUDA graphs), so a peak recorded with it says little of the
+    fit. Such a config is measured: its run under the cap is the authority (on grid-small, the compiled loss under
+    CUDA graphs, predicted 23.4 GiB from peaks with the slack, ran at 19.0 GiB under a 20 GiB cap in every process)."""
     return predicted - slack > cap * (1 + margin)
 
 
