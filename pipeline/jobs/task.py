@@ -187,10 +187,9 @@ TOLD = {-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT}
 def _explain(result: JobResult, log: Path, kind: str, label: str) -> None:
     """A failed job's own words on the console, as its process used to print them there: its traceback, or, for a
     job that died without a result (a crash, an abort), the last lines of its log. Only for `pipeline.train`'s jobs:
-    a study's trial that fails is one of its outcomes, and its line names the log (an Inductor error of one trial was
-    150 lines of a study's console). A torchrun job's line names the
-    rank that failed first and why (rank 0's traceback is often the other's consequence; each rank's output is on
-    its run, under ranks/)."""
+    a study's trial, probe or round run that fails is one of its outcomes, and its line names the log (an Inductor
+    error of one trial was 150 lines of a study's console). A torchrun job's line names the rank that failed first
+    and why (rank 0's traceback is often the other's consequence; each rank's output is on its run, under ranks/)."""
     if result.status is not Status.FAILED or kind == LauncherKind.TORCHRUN:
         return
     if result.traceback:

@@ -2,7 +2,8 @@
 `KNOB`, and the registry is what the folder holds, in the order of the modules' names. Adding a knob is adding its
 module (and its default to its group's YAML): the schema, validation, `--help`, identity, the job's builders, the
 exported script, the search (its memory formula, probes, prior and screening order), the result card and the docs
-read it from here, asking each knob, or the knob of a role (`role`) where they need one in particular; none spells a knob's key.
+read it from here, asking each knob, or the knob of a role (`role`) where they need one in particular; none spells a
+knob's key.
 
 The registry is read on first use, not at import: a module put on the folder's path (`__path__`) before then is a
 knob like any other.
