@@ -26,16 +26,26 @@ class Machine:
     def speed(self) -> float:
         return 1 + self.drift * math.sin(2 * math.pi * self.clock_s / self.period_s + self.phase)
 
-    def job(self, true_step_s: float, steps: int, warmup: int, stop=None, fixed_s: float | None = None) -> Run:
+    def job(
+        self,
+        true_step_s: float,
+        steps: int,
+        warmup: int,
+        stop=None,
+        fixed_s: float | None = None,
+        step_cv: float | None = None,
+    ) -> Run:
         """One process of `steps` steps: its steady steps (after `warmup`) and its device time. `stop(step, times)`
         may end it early, as the study's pruning does. `fixed_s`: this job's start-up, where it is not the
-        machine's (a compiling config's)."""
+        machine's (a compiling config's); `step_cv`: its step-to-step noise, where it is not the machine's (as a
+        recorded grid measured it for the config)."""
+        cv = self.step_cv if step_cv is None else step_cv
         offset = 1 + self.rng.uniform(-self.offset, self.offset)
         start = self.clock_s
         self.clock_s += self.fixed_s if fixed_s is None else fixed_s
         times: list[float] = []
         for number in range(1, steps + 1):
-            step = true_step_s * offset * self.speed() * math.exp(self.rng.gauss(0.0, self.step_cv))
+            step = true_step_s * offset * self.speed() * math.exp(self.rng.gauss(0.0, cv))
             self.clock_s += step
             times.append(step)
             if stop is not None and stop(number, times):

@@ -1,7 +1,7 @@
 """Replay a study's search against a recorded grid: the study's sampler, its pruning, its skip by prediction and its
 confirmation round, each job's figures drawn from the grid on a simulated machine (every process an offset of up to
-+-15%, the machine drifting +-15% over minutes, 15% step noise), so that samplers can be compared over a thousand
-studies at no device time.
++-15%, the machine drifting +-15% over minutes, each step's noise as the grid measured it for the config, else 15%),
+so that samplers can be compared over a thousand studies at no device time.
 
     python -m bench.replay bench/results/grid-h200-seed.json --samplers model tpe random --replays 1000
 
@@ -10,8 +10,9 @@ study spent against the grid's (every config measured once), and how many config
 
 A grid (JSON) holds the space, the baseline (the command line's config), the cap, the trial length, and one record per
 config: its params, status (ok, oom, failed), step seconds, peak GiB and fixed seconds (spawn, setup, compilation),
-and of those its compilation's where it was recorded. A config's later processes (the confirmation round's) find its
-compilation in the study's cache and compile CACHED_COMPILE_S of it at most.
+of those its compilation's, and its steps' spread in its process (`step_sd`), where they were recorded. A config's later processes (the confirmation round's) find its
+compilation in the study's cache and compile CACHED_COMPILE_S of it at most; a trial whose layers an earlier trial
+compiled (it changes only the loss or the optimizer) compiles SHARED_COMPILE_S of its recorded compilation at most.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ PROBE_STEPS = 4
 # what a later process of a compiled config compiles, the rest read from the cache: at most 4.6 s (3.0-4.6 s in 22
 # processes on an H200, two settings, against 16.6-20.3 s in 8 with an empty cache; BENCHMARKS.md)
 CACHED_COMPILE_S = 4.6
+# what a trial compiles where an earlier trial of its study compiled the same layers, and it changes only keys that
+# leave them as they are (the loss and the optimizer, outside the layers): at most 9.5 s (3.1-9.5 s in 20 such trials
+# of 4 studies on an H100 and an H200, three settings, against 14.8-31.0 s for the first; BENCHMARKS.md)
+SHARED_COMPILE_S = 9.5
+OUTSIDE_THE_LAYERS = ("train.loss", "train.optimizer")
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class GridConfig:
     fixed_s: float
     runs: int = 1  # processes that measured it (its step_s: their geometric mean)
     compile_s: float | None = None  # of fixed_s, its compilation (None: not recorded, read as what is over the least)
+    step_sd: float | None = None  # its steady steps' spread in its process (sd of their logs; None: not recorded)
 
     @property
     def label(self) -> str:
@@ -91,6 +98,12 @@ class Grid:
         """A later process's start-up: its compilation read back from the cache but CACHED_COMPILE_S of it."""
         compiled = self.compile_s(config)
         return config.fixed_s - compiled + min(compiled, CACHED_COMPILE_S)
+
+    def shared_fixed_s(self, config: GridConfig) -> float:
+        """A trial's start-up where an earlier trial compiled its layers: SHARED_COMPILE_S of its compilation at most
+        (the grid's figure is its own recording's, in the order the grid ran)."""
+        compiled = self.compile_s(config)
+        return config.fixed_s - compiled + min(compiled, SHARED_COMPILE_S)
 
     def find(self, params: dict[str, Any]) -> GridConfig | None:
         return self._by_key.get(sampler.key(params))
@@ -205,7 +218,9 @@ def replay(
         study.sampler.bind(view)
     base = grid.find(grid.baseline)
     # the probes: the smallest and largest micro-batch of the baseline's knobs, short and uncapped
-    spent = sum(box.job(base.step_s, PROBE_STEPS, 1, fixed_s=base.fixed_s).seconds for _ in range(2))
+    spent = sum(
+        box.job(base.step_s, PROBE_STEPS, 1, fixed_s=base.fixed_s, step_cv=base.step_sd).seconds for _ in range(2)
+    )
     order = _prior_order(grid, view, box, grid.baseline)
     view.centre_params = order[0].params
     study.enqueue_trial(grid.baseline, user_attrs={trials.ROLE: Role.BASELINE})
@@ -213,6 +228,7 @@ def replay(
         for config in [c for c in order if c is not base][: math.ceil(trials_budget / 2)]:
             study.enqueue_trial(config.params, skip_if_exists=True)
     decided: set[tuple] = set()
+    layers: set[tuple] = set()  # the compiled layers of the configs measured so far (`_layers`)
     best: float | None = None
     asked = 0
     while len(decided) < min(trials_budget, len(grid.configs)) and asked < 20 * trials_budget:
@@ -236,18 +252,26 @@ def replay(
             trial.set_user_attr(trials.STATUS, Status.SKIPPED)
             study.tell(trial, state=TrialState.PRUNED)
             continue
-        spent += _measure(study, trial, config, grid, box, None if baseline else best)
+        fixed_s = grid.shared_fixed_s(config) if _layers(config) in layers else config.fixed_s
+        layers.add(_layers(config))
+        spent += _measure(study, trial, config, grid, box, None if baseline else best, fixed_s)
         record = trials.TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
         if record.status is Status.OK and record.feasible:
             best = record.median if best is None else min(best, record.median)
     return _confirm(study, grid, box, spent, len(decided))
 
 
-def _measure(study, trial, config: GridConfig, grid: Grid, box: Machine, best: float | None) -> float:
-    """One trial's job: over the cap (or out of memory) at its first step, pruned when slow, else in full."""
+def _layers(config: GridConfig) -> tuple:
+    """What a config's compiled layers depend on: its keys but those outside the layers."""
+    return tuple(sorted((k, v) for k, v in config.params.items() if k not in OUTSIDE_THE_LAYERS))
+
+
+def _measure(study, trial, config: GridConfig, grid: Grid, box: Machine, best: float | None, fixed_s: float) -> float:
+    """One trial's job (`fixed_s` its start-up): over the cap (or out of memory) at its first step, pruned when slow,
+    else in full."""
     warmup = grid.warmup
     if config.status != "ok" or config.peak_gib > grid.cap_gib:
-        run = box.job(config.step_s or 1.0, 1, 1, fixed_s=config.fixed_s)
+        run = box.job(config.step_s or 1.0, 1, 1, fixed_s=fixed_s, step_cv=config.step_sd)
         status = Status.FAILED if config.status == "failed" else Status.OVER_CAP
         trials.write(trial, {trials.STATUS: status, trials.PEAK: config.peak_gib, trials.FEASIBLE: False})
         trials.write(trial, {trials.GPU_SECONDS: run.seconds})
@@ -258,7 +282,7 @@ def _measure(study, trial, config: GridConfig, grid: Grid, box: Machine, best: f
     def stop(step, times):
         return threshold is not None and step == PRUNE_STEPS + 1 and statistics.median(times[1:]) > threshold
 
-    run = box.job(config.step_s, grid.steps, warmup, stop, fixed_s=config.fixed_s)
+    run = box.job(config.step_s, grid.steps, warmup, stop, fixed_s=fixed_s, step_cv=config.step_sd)
     full = len(run.steady) == grid.steps - warmup
     trials.write(
         trial,
@@ -290,7 +314,7 @@ def _confirm(study, grid: Grid, box: Machine, spent: float, decided: int) -> Out
 
     def run(record, number, warm, steps):
         config = by_label[record.label]
-        job = box.job(config.step_s, warm + steps, warm, fixed_s=grid.rerun_fixed_s(config))
+        job = box.job(config.step_s, warm + steps, warm, fixed_s=grid.rerun_fixed_s(config), step_cv=config.step_sd)
         return (statistics.fmean(job.steady) if job.steady else None), job.seconds
 
     chosen = confirmation.choose(eligible, base, settings, knob_estimates.estimates(records, base))
