@@ -8,6 +8,7 @@
 #               batch 8, 20 GiB cap, one epoch must fit)
 #   near-chats  its answer beside the 3 fastest fitting configs of the chats grid, 3 rotated rounds
 #   seed3       `optimize=fastest optimize.seed=3` on the seed's setting (bench/fastest_h200.sh's study)
+# ROUNDS (default 3): the rounds of the near stages.
 # The grids were timed on an H100 (their card.txt): on another card the neighbours are still the grid's configs, but
 # their recorded speeds are not this card's (the rounds measure them again).
 #
@@ -40,7 +41,7 @@ else
   chats=(model=qwen3-0.6b gpu=auto mem_cap=20GiB train.max_length=1024 batch.effective=8 batch.split=8x1 data=jsonl
     optimize.fit_over=epoch)
   seed=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1)
-  steps=(train.steps=12 measure.warmup_steps=4) seed_steps=(train.steps=16 measure.warmup_steps=4) near_steps=(train.steps=16 measure.warmup_steps=6) rounds=3 warmup=6
+  steps=(train.steps=12 measure.warmup_steps=4) seed_steps=(train.steps=16 measure.warmup_steps=4) near_steps=(train.steps=16 measure.warmup_steps=6) rounds=${ROUNDS:-3} warmup=6
   small_grid=$dir/repo/bench/results/record-h100-1206/grid-small.json
   chats_grid=$dir/repo/bench/results/record-h100-1205b/grid-chats.json records=2000
   if [ ! -d /tmp/site ]; then
