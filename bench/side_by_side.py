@@ -65,9 +65,12 @@ def deviation(losses: list[float], reference: list[float]) -> float | None:
 
 
 def figured(record: dict, warmup: int) -> dict:
-    """A run's record with its figure: the trimmed mean of its steps after `warmup` (None where it has none)."""
+    """A run's record with its figure: the trimmed mean of its steps after `warmup`; None where it has none, or where
+    the run did not finish (its `status` other than ok: the steps of a run that ran out of memory at step 10 are not
+    its speed)."""
     steady = record.get("step_times_s", [])[warmup:]
-    return {**record, "figure": trimmed_mean(steady) if steady else None}
+    finished = record.get("status", "ok") == "ok"
+    return {**record, "figure": trimmed_mean(steady) if steady and finished else None}
 
 
 def recorded(folder: Path, warmup: int) -> dict[str, list[dict | None]]:

@@ -77,3 +77,15 @@ def test_the_verdict_pairs_the_answer_with_the_fastest_neighbour(tmp_path, answe
     assert verdict == f"the answer over the fastest neighbour (grid1): time {said}"
     table = side_by_side.summary(side_by_side.recorded(tmp_path, 1), ["answer", "grid1"]).splitlines()
     assert table[3].startswith("| grid1 | 0.1000 |") and table[3].endswith("| - | 0.0e+00 |")  # no peak: '-'
+
+
+def test_an_answer_that_ran_out_of_memory_in_every_round_is_paired_with_nothing(tmp_path):
+    """The chats' answer on an H100 ran out of memory at step 10 of 16 in each of 3 rounds; its 9 steps are not its
+    speed (the verdict read them as 1.99x the fastest neighbour)."""
+    for number in range(3):
+        _write(tmp_path, "grid1", number, 0.1)
+        record = {"status": "oom", "step_times_s": [9.0, *[0.2] * 8], "losses": [2.0], "peak_reserved_bytes": None}
+        (tmp_path / f"answer-{number}.json").write_text(json.dumps(record), encoding="utf-8")
+    runs = side_by_side.recorded(tmp_path, warmup=1)
+    assert near.verdict(runs) == "the answer finished in no round (oom, oom, oom): nothing to pair"
+    assert "| answer | failed |" in side_by_side.summary(runs, ["answer", "grid1"])
