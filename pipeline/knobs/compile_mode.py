@@ -39,7 +39,9 @@ class CompileModeKnob(Knob):
     help = "CUDA graphs: reduce-overhead, max-autotune"
     short = "mode"
     searched = (CompileMode.DEFAULT, CompileMode.REDUCE_OVERHEAD)  # max-autotune tunes for minutes per shape
-    screen = 10  # with compiled layers (`torch_compile`'s comment)
+    screen = 11  # right after compiled layers (`torch_compile`'s comment), so they are screened in the default mode
+    # first, one key moved: on the chats, CUDA graphs screened first moved both keys, recorded graphs for each new
+    # bucket's shape, were pruned, and held compiled layers' value, so the default mode was never tried
     term_text = ("CUDA graphs keep a copy of each layer's input: b h a token and layer", "compiled layers only")
 
     def memory_in(self, value: str, setting: Mapping[str, Any]) -> Memory:
