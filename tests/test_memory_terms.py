@@ -45,9 +45,23 @@ def test_liger_kernels_save_on_eager_layers_only():
     graphs = {"adapter_dtype": "compute", "compile_mode": "reduce-overhead", "loss": "trl"}
     predictor.measured.append((seed(liger_kernel="False", **graphs), 8.266 * GIB))
     assert predictor.predict(seed(liger_kernel="True", **graphs)) / GIB == pytest.approx(8.428, rel=0.02)
-    compute = {"adapter_dtype": "compute"}  # the formula's own count: Liger's share alone
-    assert memory_term(seed(liger_kernel="True", compile="off", **compute)).activations == 0.70
-    assert memory_term(seed(liger_kernel="True", **compute)).activations == 1.0
+    compute = {"adapter_dtype": "compute"}  # the formula's own count: Liger's term alone
+    assert memory_term(seed(liger_kernel="True", compile="off", **compute)).unkept == (1.8, 1.8)
+    assert memory_term(seed(liger_kernel="True", **compute)).unkept == (0.0, 0.0)
+
+
+@pytest.mark.parametrize(("shape", "kept"), [(QWEN3_1_7B, 0.70), (QWEN3_0_6B, 0.76)])
+def test_liger_kernels_save_the_norms_and_swiglu_intermediates_whatever_the_models_shape(shape, kept):
+    """What eager layers keep with Liger's kernels, against without: 0.70 on the Qwen3-1.7B shape, as its studies
+    measured (9.11 against 10.68 GiB at 4x1), and 0.76 on Qwen3-0.6B's, whose norms and MLP are a smaller part of a
+    layer. A fixed share of 0.70 there read the chats' peak with Liger 7.5-7.6% low in three H100 studies (15.52 and
+    15.57 GiB measured, 14.34 and 14.40 predicted; with this term 15.29 and 15.33: BENCHMARKS.md)."""
+    compute = {"adapter_dtype": "compute"}
+
+    def layers(liger: str) -> float:
+        return activation_token_bytes(shape, seed(liger_kernel=liger, compile="off", **compute)) - 8  # loss buffers
+
+    assert layers("True") / layers("False") == pytest.approx(kept, abs=0.003)
 
 
 def test_a_loss_the_command_line_holds_keeps_its_logits_beside_liger_kernels():

@@ -17,8 +17,10 @@ class Memory:
     token and vocabulary entry (what a loss keeps of the logits); `scores` counts the attention scores each head of
     each layer keeps (attention without a fused kernel keeps its probabilities: memory that grows with the squared
     length of a row); `inputs` counts the copies of each layer's input a token keeps beside the activations, in the
-    compute dtype (CUDA graphs' static input buffers). The logits and the inputs are measured figures: a line carried
-    between settings adds them as they are, where it scales the activations. The default term changes nothing."""
+    compute dtype (CUDA graphs' static input buffers); `unkept` counts the elements of hidden size and of intermediate
+    size an eager layer does not keep per token (fused kernels that recompute an element-wise intermediate), taken off
+    eager's count before the shares apply. The logits and the inputs are measured figures: a line carried between
+    settings adds them as they are, where it scales the activations. The default term changes nothing."""
 
     activations: float = 1.0
     checkpointed: bool = False
@@ -28,11 +30,14 @@ class Memory:
     logit_bytes: float = 0.0
     scores: float = 0.0
     inputs: float = 0.0
+    unkept: tuple[float, float] = (0.0, 0.0)  # (of hidden size, of intermediate size) a token and eager layer
 
     def __add__(self, other: Memory) -> Memory:
         """Two terms together: shares multiply, flags join, the rest adds up."""
-        a, b = dataclasses.astuple(self), dataclasses.astuple(other)
-        return Memory(a[0] * b[0], a[1] or b[1], a[2] or b[2], *(x + y for x, y in zip(a[3:], b[3:], strict=True)))
+        a, b = dataclasses.astuple(self)[:-1], dataclasses.astuple(other)[:-1]
+        unkept = tuple(x + y for x, y in zip(self.unkept, other.unkept, strict=True))
+        added = (x + y for x, y in zip(a[3:], b[3:], strict=True))
+        return Memory(a[0] * b[0], a[1] or b[1], a[2] or b[2], *added, unkept=unkept)
 
 
 @dataclass(frozen=True)

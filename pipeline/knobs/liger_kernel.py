@@ -8,13 +8,16 @@ from typing import Any
 
 from pipeline.knobs.base import Compile, Knob, Memory, Setting, installed
 
-# What eager layers keep with Liger's kernels, as a share of the formula's activations (its RMSNorm and SwiGLU keep
-# less for the backward than eager's): 0.82 MB a token less at 4x1 on the Qwen3-1.7B shape, 512 tokens, of the
-# formula's 2.98 with PEFT's adapters (9.11 against 10.68 GiB: bench/results/fastest-h200, 2026-12-03) and 2.42 with
-# the adapters in bf16 (8.04 against 9.60: fastest-h200-fixed/optuna.db, seed 2). Compiled layers replace those kernels
-# with Inductor's and keep what they keep without Liger: 8.43 against 8.27 GiB with regional compilation and CUDA
-# graphs (fastest-h200-fixed, seeds 1 and 3). The loss is `train.loss`'s either way (`loss.LOGIT_BYTES`).
-LIGER_ACTIVATIONS = 0.70
+# What eager layers do not keep with Liger's kernels, a token and layer: its RMSNorm keeps no normalized output (two
+# norms a layer: 2h) and its SwiGLU neither the gate's activation nor the product (2i), 0.9 of that as measured. On the
+# Qwen3-1.7B shape, 512 tokens, 4x1, eager layers kept 0.82 MB a token less with them (9.11 against 10.68 GiB with
+# PEFT's adapters: bench/results/fastest-h200, 2026-12-03; 8.04 against 9.60 with the adapters in bf16:
+# fastest-h200-fixed/optuna.db, seed 2), 0.30 of eager's b (6h + 4q + 4k + 4i), which is 0.9 (2h + 2i) there. A fixed
+# share (0.70) of eager's count read the Qwen3-0.6B's chats 7.5-7.6% under the measured peak in three studies on an
+# H100 (accept-h100-1206b, c, d), whose h and i are a smaller part of eager's count. Compiled layers replace those
+# kernels with Inductor's and keep what they keep without Liger: 8.43 against 8.27 GiB with regional compilation and
+# CUDA graphs (fastest-h200-fixed, seeds 1 and 3). The loss is `train.loss`'s either way (`loss.LOGIT_BYTES`).
+LIGER_UNKEPT = (1.8, 1.8)  # (of hidden size, of intermediate size)
 
 
 class LigerKernelKnob(Knob):
@@ -23,11 +26,14 @@ class LigerKernelKnob(Knob):
     help = "Liger's fused kernels (needs the liger-kernel package and a GPU)"
     short = "liger"
     searched = (False, True)
-    term_text = ("0.70 of the layers' activations", "eager layers only (compiled layers keep the same with it)")
+    term_text = (
+        "eager layers keep 1.8 h + 1.8 i fewer elements a token (the norms' outputs, SwiGLU's intermediates)",
+        "eager layers only (compiled layers keep the same with it)",
+    )
 
     def memory_in(self, value: bool, setting: Mapping[str, Any]) -> Memory:
         eager = Compile.of(str(setting.get("train.torch_compile", "off"))) is Compile.OFF
-        return Memory(activations=LIGER_ACTIVATIONS) if value and eager else Memory()
+        return Memory(unkept=LIGER_UNKEPT) if value and eager else Memory()
 
     def refuses(self, s: Setting) -> str | None:
         if not s.train.liger_kernel:

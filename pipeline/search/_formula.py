@@ -17,8 +17,9 @@ its rows' squared lengths, a padding-free row being one):
 - loss buffers / token: 8 bytes (TRL's fused LM head computes log-probabilities in tiles and never holds the full
                        logits; the tile's workspace is a constant, left to the offset)
 - the speed knobs:     each knob's memory term (`pipeline.knobs`), beside the job's other knobs (searched or held by
-                       the command line): a share of the activations (compiled layers, Liger's kernels, adapters in the
-                       compute dtype), the logits a loss keeps (per token and vocabulary entry), CUDA graphs' copies
+                       the command line): a share of the activations (compiled layers, adapters in the compute dtype),
+                       the elements of hidden and intermediate size eager layers do not keep (Liger's kernels), the
+                       logits a loss keeps (per token and vocabulary entry), CUDA graphs' copies
                        of each layer's input; a knob without a term changes nothing.
 The probes fix the sum's two free numbers (`search._predictor`): `scale` multiplies the activations, `offset` is what
 the formula does not see (CUDA context and allocator slack; on CPU the interpreter); the logits and the graphs' copies
@@ -131,13 +132,17 @@ def activation_token_bytes(shape: Shape, knobs: Knobs) -> float:
     scales."""
     b = element_bytes(knobs.dtype)
     h, i, q, k = shape.hidden, shape.intermediate, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    eager = b * (6 * h + 4 * q + 4 * k + 4 * i)
     term = memory_term(knobs)
-    if term.checkpointed:  # the checkpointing knob's own count, its recomputed layer eager with the shares eager has
-        layer = memory_term(replace(knobs, compile=Compile.OFF.value)).activations * eager
+
+    def eager(t: Memory) -> float:  # b x (6h + 4q + 4k + 4i), less what the term's kernels do not keep
+        return b * (6 * h + 4 * q + 4 * k + 4 * i - t.unkept[0] * h - t.unkept[1] * i)
+
+    if term.checkpointed:  # the checkpointing knob's own count, its recomputed layer eager with the terms eager has
+        off = memory_term(replace(knobs, compile=Compile.OFF.value))
+        layer = off.activations * eager(off)
         kept = role(KnobRole.CHECKPOINTING).kept_bytes(shape.layers, b, h, layer)
     else:  # compiled layers: the compile knob's
-        layer = role(KnobRole.COMPILE).layer_bytes(b, h, q, k, i) if term.fused else eager
+        layer = role(KnobRole.COMPILE).layer_bytes(b, h, q, k, i) if term.fused else eager(term)
         kept = term.activations * shape.layers * layer
     return kept + LOSS_BYTES_PER_TOKEN + term.token_bytes
 
