@@ -252,8 +252,9 @@ def replay(
             trial.set_user_attr(trials.STATUS, Status.SKIPPED)
             study.tell(trial, state=TrialState.PRUNED)
             continue
-        fixed_s = grid.shared_fixed_s(config) if _layers(config) in layers else config.fixed_s
-        layers.add(_layers(config))
+        compiled = _layers(config)
+        fixed_s = grid.shared_fixed_s(config) if compiled is not None and compiled in layers else config.fixed_s
+        layers.add(compiled)
         spent += _measure(study, trial, config, grid, box, None if baseline else best, fixed_s)
         record = trials.TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])
         if record.status is Status.OK and record.feasible:
@@ -261,8 +262,11 @@ def replay(
     return _confirm(study, grid, box, spent, len(decided))
 
 
-def _layers(config: GridConfig) -> tuple:
-    """What a config's compiled layers depend on: its keys but those outside the layers."""
+def _layers(config: GridConfig) -> tuple | None:
+    """What a config's compiled layers depend on: its keys but those outside the layers; None where its layers run
+    eagerly (an eager config's compilation, a compiled loss's, shares nothing with another's)."""
+    if config.params.get("train.torch_compile", "off") == "off":
+        return None
     return tuple(sorted((k, v) for k, v in config.params.items() if k not in OUTSIDE_THE_LAYERS))
 
 

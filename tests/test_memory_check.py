@@ -39,7 +39,9 @@ RELEASED_PAST = {
 # TRL's loss (7-8%); read as allocated peaks, the grid is 2.5% mean, 7.8% max (BENCHMARKS.md, "grid-small completed").
 # Liger's term by the model's shape (its norms' and SwiGLU's elements, not a share of the layer) took the chats
 # studies' Liger trials from 7.5-7.6% under to 1.5%, and moved these lines, carried across the logits' slack: mean
-# 7.4% to 9.3%, the two 4x2 compiled losses to 46% and 37% (BENCHMARKS.md, "Liger's memory by the model's shape").
+# 7.4% to 9.3%; the 4x2 compiled loss without Liger 46% (new here), with it 34% to 37%; the 4x2 model's loss with
+# Liger 25% to 27%; the 8x1 compiled loss with Liger 23% to 25%, without it 1% to 24% (new here); the 8x1 model's loss
+# with Liger 15% to 17% (BENCHMARKS.md, "Liger's memory by the model's shape").
 SMALL_PAST = {
     "split=4x2 torch_compile=off compile_mode=default loss=compiled liger_kernel=False": 0.46,
     "split=4x2 torch_compile=off compile_mode=default loss=compiled liger_kernel=True": 0.37,

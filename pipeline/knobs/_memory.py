@@ -33,11 +33,19 @@ class Memory:
     unkept: tuple[float, float] = (0.0, 0.0)  # (of hidden size, of intermediate size) a token and eager layer
 
     def __add__(self, other: Memory) -> Memory:
-        """Two terms together: shares multiply, flags join, the rest adds up."""
-        a, b = dataclasses.astuple(self)[:-1], dataclasses.astuple(other)[:-1]
-        unkept = tuple(x + y for x, y in zip(self.unkept, other.unkept, strict=True))
-        added = (x + y for x, y in zip(a[3:], b[3:], strict=True))
-        return Memory(a[0] * b[0], a[1] or b[1], a[2] or b[2], *added, unkept=unkept)
+        """Two terms together: shares multiply, flags join, the rest adds up (`unkept` element by element)."""
+        joined = {}
+        for f in dataclasses.fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if f.name == "activations":
+                joined[f.name] = a * b
+            elif isinstance(a, bool):
+                joined[f.name] = a or b
+            elif isinstance(a, tuple):
+                joined[f.name] = tuple(x + y for x, y in zip(a, b, strict=True))
+            else:
+                joined[f.name] = a + b
+        return Memory(**joined)
 
 
 @dataclass(frozen=True)
