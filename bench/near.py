@@ -59,11 +59,12 @@ def _read(path: Path) -> str:
 
 def verdict(runs: dict[str, list[dict | None]]) -> str:
     """The answer against the fastest neighbour of the rounds, paired: within 5% of it, or not, or not told apart."""
-    grids = [n for n in runs if n != "answer" and any(r and r["figure"] for r in runs[n])]
+    ran = {n for n, found in runs.items() if any(r and r["figure"] for r in found)}
+    grids = [n for n in runs if n != "answer" and n in ran]
     failed = [r["status"] for r in runs["answer"] if r and r.get("status", "ok") != "ok"]
-    if not any(r and r["figure"] for r in runs["answer"]) and failed:
+    if "answer" not in ran and failed:
         return f"the answer finished in no round ({', '.join(failed)}): nothing to pair"
-    if not grids or not any(r and r["figure"] for r in runs["answer"]):
+    if not grids or "answer" not in ran:
         return "no pair of the answer and a neighbour ran: nothing to say"
     fastest = min(grids, key=lambda n: statistics.median(r["figure"] for r in runs[n] if r and r["figure"]))
     ratio = side_by_side.paired(runs["answer"], runs[fastest])

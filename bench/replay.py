@@ -10,8 +10,9 @@ study spent against the grid's (every config measured once), and how many config
 
 A grid (JSON) holds the space, the baseline (the command line's config), the cap, the trial length, and one record per
 config: its params, status (ok, oom, failed), step seconds, peak GiB and fixed seconds (spawn, setup, compilation),
-of those its compilation's, and its steps' spread in its process (`step_sd`), where they were recorded. A config's later processes (the confirmation round's) find its
-compilation in the study's cache and compile CACHED_COMPILE_S of it at most; a trial whose layers an earlier trial
+of those its compilation's, and its steps' spread in its process (`step_sd`), where they were recorded. A config's
+later processes (the confirmation round's) find its compilation in the study's cache and compile CACHED_COMPILE_S of
+it at most; a trial whose layers an earlier trial
 compiled (it changes only the loss or the optimizer) compiles SHARED_COMPILE_S of its recorded compilation at most.
 """
 
@@ -94,16 +95,12 @@ class Grid:
             return config.compile_s
         return max(0.0, config.fixed_s - min(c.fixed_s for c in self.configs))
 
-    def rerun_fixed_s(self, config: GridConfig) -> float:
-        """A later process's start-up: its compilation read back from the cache but CACHED_COMPILE_S of it."""
+    def rerun_fixed_s(self, config: GridConfig, compiles_s: float = CACHED_COMPILE_S) -> float:
+        """A later process's start-up: its compilation read back from the cache but `compiles_s` of it (a config's
+        own later process: CACHED_COMPILE_S; a trial whose layers an earlier trial compiled: SHARED_COMPILE_S; the
+        grid's figure is its own recording's, in the order the grid ran)."""
         compiled = self.compile_s(config)
-        return config.fixed_s - compiled + min(compiled, CACHED_COMPILE_S)
-
-    def shared_fixed_s(self, config: GridConfig) -> float:
-        """A trial's start-up where an earlier trial compiled its layers: SHARED_COMPILE_S of its compilation at most
-        (the grid's figure is its own recording's, in the order the grid ran)."""
-        compiled = self.compile_s(config)
-        return config.fixed_s - compiled + min(compiled, SHARED_COMPILE_S)
+        return config.fixed_s - compiled + min(compiled, compiles_s)
 
     def find(self, params: dict[str, Any]) -> GridConfig | None:
         return self._by_key.get(sampler.key(params))
@@ -253,7 +250,11 @@ def replay(
             study.tell(trial, state=TrialState.PRUNED)
             continue
         compiled = _layers(config)
-        fixed_s = grid.shared_fixed_s(config) if compiled is not None and compiled in layers else config.fixed_s
+        fixed_s = (
+            grid.rerun_fixed_s(config, SHARED_COMPILE_S)
+            if compiled is not None and compiled in layers
+            else config.fixed_s
+        )
         layers.add(compiled)
         spent += _measure(study, trial, config, grid, box, None if baseline else best, fixed_s)
         record = trials.TrialRecord.of(study.get_trials(deepcopy=False)[trial.number])

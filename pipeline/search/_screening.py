@@ -48,10 +48,9 @@ def next_screen(
 ) -> Params | None:
     """The screening design's next point: the centre; then, for the first value (keys in `screen_order`, values in
     the space's order) that no taken config holds, the untried point nearest the anchor with that value that fits
-    (fewest keys changed; among equals,
-    the one `estimate` says is fastest, then the first in the space's order: a loss whose 8x1 point is over the cap
-    is screened beside CUDA graphs at 8x1, which the measured configs say is fast, not at a 4x2 a probe measured slow);
-    None once every value was held or none of a value's points fits."""
+    (fewest keys changed; among equals, the one `estimate` says is fastest, then the first in the space's order: a
+    loss whose 8x1 point is over the cap is screened beside CUDA graphs at 8x1, which the measured configs say is
+    fast, not at a 4x2 a probe measured slow); None once every value was held or none of a value's points fits."""
     done = {key(p) for p in taken}
     if key(centre) not in done and fits(centre):
         return centre
