@@ -12,8 +12,8 @@ A grid (JSON) holds the space, the baseline (the command line's config), the cap
 config: its params, status (ok, oom, failed), step seconds, peak GiB and fixed seconds (spawn, setup, compilation),
 of those its compilation's, and its steps' spread in its process (`step_sd`), where they were recorded. A config's
 later processes (the confirmation round's) find its compilation in the study's cache and compile CACHED_COMPILE_S of
-it at most; a trial whose layers an earlier trial
-compiled (it changes only the loss or the optimizer) compiles SHARED_COMPILE_S of its recorded compilation at most.
+it at most; a trial whose layers an earlier trial compiled (it changes only the loss or the optimizer) compiles
+SHARED_COMPILE_S of its recorded compilation at most, and the first of such a group the most any of it compiled.
 """
 
 from __future__ import annotations
@@ -101,6 +101,15 @@ class Grid:
         grid's figure is its own recording's, in the order the grid ran)."""
         compiled = self.compile_s(config)
         return config.fixed_s - compiled + min(compiled, compiles_s)
+
+    def first_fixed_s(self, config: GridConfig) -> float:
+        """A study's first process of compiled layers: the most any config of the same layers compiled in the grid
+        (the grid ran them one after another over one cache, so all but its first of a group read the layers back)."""
+        group = _layers(config)
+        if group is None:
+            return config.fixed_s
+        most = max(self.compile_s(c) for c in self.configs if _layers(c) == group)
+        return config.fixed_s - self.compile_s(config) + most
 
     def find(self, params: dict[str, Any]) -> GridConfig | None:
         return self._by_key.get(sampler.key(params))
@@ -253,7 +262,7 @@ def replay(
         fixed_s = (
             grid.rerun_fixed_s(config, SHARED_COMPILE_S)
             if compiled is not None and compiled in layers
-            else config.fixed_s
+            else grid.first_fixed_s(config)
         )
         layers.add(compiled)
         spent += _measure(study, trial, config, grid, box, None if baseline else best, fixed_s)

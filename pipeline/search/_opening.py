@@ -161,6 +161,7 @@ class StudyContext:
     device: str | None = None
     extra: dict[str, Candidate] = field(default_factory=dict)  # configs measured beside the space (its baseline)
     batches: RunBatches | None = None  # the run the answer must fit, and each config's longest micro-batch of it
+    _knobs: dict[tuple[str, str | None], Knobs] = field(default_factory=dict, repr=False)  # `knobs`, once a config
 
     @classmethod
     def open(cls, cfg: DictConfig, command: list[str], cap: int) -> StudyContext:
@@ -179,9 +180,13 @@ class StudyContext:
         return made
 
     def knobs(self, candidate: Candidate) -> Knobs:
-        """The candidate's memory knobs, on the run's longest micro-batch of it."""
-        batch = self.batches.longest(candidate.config) if self.batches else None
-        return knobs_of(candidate.config, self.space_keys, self.placement_dtype, batch)
+        """The candidate's memory knobs, on the run's longest micro-batch of it (built once a config and placement
+        dtype: every fit check and prediction asks)."""
+        key = (candidate.config_id, self.placement_dtype)
+        if key not in self._knobs:
+            batch = self.batches.longest(candidate.config) if self.batches else None
+            self._knobs[key] = knobs_of(candidate.config, self.space_keys, self.placement_dtype, batch)
+        return self._knobs[key]
 
     @cached_property
     def cuda(self) -> bool:
