@@ -28,7 +28,17 @@ def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> Jo
     memory = result.memory
     memory_gib = {}
     if memory is not None:
-        for key in ("peak", "peak_reserved", "peak_allocated", "peak_rss", "model_load", "nvml_process", "cap"):
+        keys = (
+            "peak",
+            "peak_reserved",
+            "peak_allocated",
+            "peak_rss",
+            "model_load",
+            "nvml_process",
+            "cap",
+            "last_longest",
+        )
+        for key in keys:
             value = getattr(memory, f"{key}_bytes")
             if value is not None:
                 memory_gib[key] = value / GIB
