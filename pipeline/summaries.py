@@ -65,11 +65,6 @@ class JobSummary:
         return self.memory_gib.get("peak")
 
     @property
-    def last_longest_gib(self) -> float | None:
-        """The run's longest micro-batch's peak trained again after the last step (`measure.first_batch`)."""
-        return self.memory_gib.get("last_longest")
-
-    @property
     def wall_s(self) -> float:
         """The job's device time: from its fork to its end (0 for a job that never started)."""
         return self.seconds.get("wall", 0.0)

@@ -99,9 +99,6 @@ def test_the_answer_fits_every_step_of_the_run_and_the_predictor_works_per_token
     longest = RunOrder(job.config, epoch=True).longest(sft, 1)
     assert (LONG_AT,) in longest.rows, longest
     assert int(line.group(2).replace(",", "")) == longest.tokens == answer.longest.tokens
-    # and trained again after the trial's last step (`measure.longest_last`): its peak said beside the first's
-    again = re.search(r"tokens; step [\d,]+ of [^)]+\), ([\d.]+) GiB again after its last step", out)
-    assert again and abs(answer.last_longest_gib - float(again.group(1))) <= 0.005, out[-3000:]
 
     # the memory predictor, per token: every config, every padding, within 6% of its measured peak
     errors = {label: r.predictor_error for label, r in records.items() if r.predictor_error is not None}

@@ -112,16 +112,14 @@ def claim_of(decided: Decided, best: TrialRecord, setting: StudyFacts) -> Claim:
 
 def fit_line(best: TrialRecord, setting: StudyFacts) -> str:
     """What the answer's fit was judged on: `fits: peak 18.98 GiB of 20.00 GiB on the run's longest micro-batch
-    (8,112 tokens; step 500 of one pass over 2,000 records), 19.31 GiB again after its last step` (the second: the
-    allocator's segments as the trial's other shapes left them, `measure.first_batch`)."""
+    (8,112 tokens; step 500 of one pass over 2,000 records)`."""
     head = f"fits: peak {best.peak_gib:.2f} GiB of {setting.cap_bytes / GIB:.2f} GiB"
     longest, run = best.longest, setting.run or "the run"
     if not longest:
         return head
     if not longest.first:
         return f"{head}; every micro-batch of {run} alike ({longest.tokens:,} tokens)"
-    again = f", {best.last_longest_gib:.2f} GiB again after its last step" if best.last_longest_gib else ""
-    return f"{head} on the run's longest micro-batch ({longest.tokens:,} tokens; step {longest.step:,} of {run}){again}"
+    return f"{head} on the run's longest micro-batch ({longest.tokens:,} tokens; step {longest.step:,} of {run})"
 
 
 def _best_lines(

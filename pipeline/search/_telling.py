@@ -138,7 +138,6 @@ class TrialTeller:
                 trials.GPU_SECONDS: _shown(summary.wall_s, 0),
                 trials.COMPILE_S: _shown(result.compile_s, 1),
                 trials.PEAK: _shown(summary.peak_gib, 3),
-                trials.LAST_LONGEST: _shown(summary.last_longest_gib, 3),
                 trials.MEDIAN: _shown(summary.median, 4),
                 trials.CI: _interval(summary.step_time.ci) if summary.step_time else None,
                 trials.TOKENS: _shown(summary.per_second(summary.tokens_per_step), 0),

@@ -29,7 +29,6 @@ WARMUP_LEFT_OUT = "warmup_left_out"  # the warm-up's step numbers not in warmup_
 WORLD_SIZE = "world_size"  # the ranks (devices) of the trial's job
 BUSY, PROFILE = "gpu_busy", "profile"  # NVML's busy share of its steady steps; its profile's figures per step
 LONGEST = "longest_batch"  # the run's micro-batch its fit is judged on: tokens, real tokens, step, trained first
-LAST_LONGEST = "last_longest_gib"  # that micro-batch's peak trained again after the last step (`measure.first_batch`)
 ANSWER = "answer_trial"  # the study's user attribute: the trial it answered with
 REPEAT_OF = "repeat_of"  # a proposal of a decided config: that trial's number
 VALUE_NOTE = "value_note"  # what a COMPLETE trial's value is, where it is not a measured fit
@@ -115,7 +114,6 @@ class TrialRecord:
     owner: str | None = None  # host:pid:start of the worker that claimed it
     world_size: int = 1  # the ranks of its job, a device each
     longest: Longest | None = None  # what its fit is judged on (`search._telling`)
-    last_longest_gib: float | None = None  # that micro-batch's peak again after its last step, segments kept
     gpu_busy: float | None = None
     profile: Profile = Profile()  # host_ms, device_ms, launches_per_step (measure.profile)
 
@@ -164,7 +162,6 @@ class TrialRecord:
             owner=a.get(OWNER),
             world_size=int(a.get(WORLD_SIZE, 1)),
             longest=Longest.from_attr(a.get(LONGEST)),
-            last_longest_gib=a.get(LAST_LONGEST),
             gpu_busy=a.get(BUSY),
             profile=Profile.from_attr(a.get(PROFILE)),
         )
