@@ -7,8 +7,6 @@
 #           processes (`bench.side_by_side` over `bench.job_json`: each step's reserved and allocated peaks)
 #   epoch   one pass over the 2,000 records (250 steps) under the cap, cached and expandable once each: the run the
 #           study's fit claims (`optimize.fit_over=epoch`)
-#   probe   the answer as a study's trial measures it (its baseline, `optimize.fit_over=epoch`, 12 steps, the run's
-#           longest at step one and again after the last: `measure.longest_last`), cached and expandable
 # Each run's JSON (status, step times, running peaks, the error of one that failed) and each stage's log come back
 # in OUT as one tarball.
 #
@@ -21,7 +19,7 @@ out=${OUT:-bench-out}
 dir=${DIR:-/root/fragment}
 py=${PYTHON:-python3}
 wait_s=${WAIT_S:-560}
-stages=${STAGES:-short probe epoch}
+stages=${STAGES:-short epoch}
 mkdir -p "$out" "$dir"
 source "$(dirname "$0")/stages.sh"
 
@@ -54,13 +52,6 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
       local sides=()
       for a in "${allocators[@]}"; do sides+=("$a=$(job "$a" 16)"); done
       "$py" -m bench.side_by_side --rounds $rounds --warmup 6 --out "$dir/short" "${sides[@]}" ;;
-    probe)
-      for a in "${whole[@]}"; do
-        "$py" -m pipeline.optimize "${answer[@]}" data.path="$dir/chats.jsonl" paths.root="$dir/probe-$a" \
-          train.allocator=$a optimize.fit_over=epoch train.steps=12 measure.warmup_steps=4 optimize.trials=1 \
-          optimize.confirm=never
-        echo "$a: exit $?"
-      done ;;
     epoch)
       mkdir -p "$dir/epoch"
       for a in "${whole[@]}"; do
@@ -79,7 +70,7 @@ case "${1:-follow}" in
     queue_start fragment_h200.sh || exit $? ;;
 esac
 collect() {  # the logs and every run's JSON so far, as one tarball in OUT
-  (cd "$dir" && tar czf "$out/fragment.tgz" --ignore-failed-read ./*.log ./short ./epoch ./probe-*/mlflow.db queue.out 2>/dev/null)
+  (cd "$dir" && tar czf "$out/fragment.tgz" --ignore-failed-read ./*.log ./short ./epoch queue.out 2>/dev/null)
 }
 queue_follow collect 10 || exit $?
 for f in "$dir"/*.log; do

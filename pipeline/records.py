@@ -209,8 +209,6 @@ class JobMemory:
     peak_rss_bytes: int | None = None
     nvml_process_bytes: int | None = None
     rank_peak_bytes: tuple[int, ...] = ()  # each rank's, judged against the cap on its own device (a torchrun job)
-    last_longest_bytes: int | None = None  # the run's longest micro-batch trained again after the last step, the
-    # allocator's segments as the run's other shapes left them (`measure.first_batch`): reserved + context on CUDA
 
 
 @dataclass(frozen=True)

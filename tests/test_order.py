@@ -9,7 +9,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from bench.chats import record, write_chats
 from pipeline.builders.order import Batching, RunOrder, micro_batches
@@ -17,7 +16,7 @@ from pipeline.builders.sft_args import sft_kwargs
 from pipeline.config.validate import validate
 from pipeline.jobs.child import Job
 from pipeline.jobs.task import job_spec
-from pipeline.measure import first_batch, memory
+from pipeline.measure import memory
 from pipeline.records import Status
 from tests.helpers.configs import composed
 
@@ -169,49 +168,3 @@ def test_length_buckets_bound_the_shapes_and_change_nothing_learned(tmp_path):
     pairs = zip(bucketed.result.steps, longest.result.steps, strict=True)
     assert max(abs(a.loss - b.loss) / abs(b.loss) for a, b in pairs) <= 1e-5
     assert [s.tokens for s in bucketed.result.steps] == [s.tokens for s in longest.result.steps]  # real tokens alike
-
-
-def test_the_longest_micro_batch_trains_again_after_the_last_step_and_its_peak_is_kept_apart(tmp_path):
-    """`measure.longest_last`: the run's longest micro-batch trains at step one and once more after the last step,
-    whose peak the job keeps apart (`last_longest_bytes`) while its steps are the run's own; switched off, once."""
-    path = tmp_path / "late.jsonl"
-    write_chats(path, records=200, shortest=30, longest=120, seed=0, long_at=180, long_tokens=1000)
-    overrides = [f"data.path={path}", "batch.effective=8", "batch.split=8x1", "train.steps=3", "train.max_length=1024"]
-    job = validate(composed(*QUIET, *overrides))
-    longest = RunOrder(job.config, epoch=True).longest(sft_kwargs(8, 1, job.config.train, "fp32", "cpu"), 1)
-    twice = _run(tmp_path / "twice", Shapes, *overrides, first=longest)
-    once = _run(tmp_path / "once", Shapes, *overrides, "measure.longest_last=false", first=longest)
-    assert len(once.shapes) == 4, once.shapes  # step one's own, the longest beside it, steps two and three
-    assert twice.shapes == [*once.shapes, once.shapes[1]], (twice.shapes, once.shapes)
-    assert [s.loss for s in twice.result.steps] == [s.loss for s in once.result.steps]
-    assert once.result.memory.last_longest_bytes is None
-    assert twice.result.memory.last_longest_bytes >= twice.result.steps[0].peak_bytes // 2
-
-
-def test_a_job_whose_longest_micro_batch_no_longer_fits_after_its_steps_is_out_of_memory(tmp_path, monkeypatch):
-    """Out of memory when the longest trains again (the cached allocator's segments cut by the other shapes, as a
-    capped GPU run met it at step 10): the job's status is oom, its line says where, its steps are kept."""
-    path = tmp_path / "late.jsonl"
-    write_chats(path, records=200, shortest=30, longest=120, seed=0, long_at=180, long_tokens=1000)
-    overrides = [f"data.path={path}", "batch.effective=8", "batch.split=8x1", "train.steps=3", "train.max_length=1024"]
-    job = validate(composed(*QUIET, *overrides))
-    longest = RunOrder(job.config, epoch=True).longest(sft_kwargs(8, 1, job.config.train, "fp32", "cpu"), 1)
-    trained = first_batch.FirstBatch._train
-    calls = []
-
-    def second_fails(self) -> None:
-        calls.append(1)
-        if len(calls) == 2:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB.")
-        trained(self)
-
-    monkeypatch.setattr(first_batch.FirstBatch, "_train", second_fails)
-    spec = job_spec(job)
-    (tmp_path / "job").mkdir()
-    result = Job(dataclasses.replace(spec, first_batch=longest), tmp_path / "job").run()
-    assert result.status is Status.OOM
-    assert result.error == (
-        f"out of memory at step 3: on the run's longest micro-batch ({longest.tokens:,} tokens) trained again after "
-        "step 3, the allocator's segments as the other shapes left them: CUDA out of memory. Tried to allocate 64.00 MiB."
-    )
-    assert len(result.steps) == 3

@@ -160,8 +160,6 @@ class MeasureConfig:
     profile: bool = False  # a torch.profiler trace of a few steady steps, with a summary, on the job's MLflow run
     profile_steps: int = 3  # steps the profiler records after the warm-up (they leave the statistics)
     cpu_threads: int | None = 1  # torch's threads in a job on the CPU (null: torch's own, one a core)
-    longest_last: bool = True  # where micro-batches vary: the run's longest again after the last step, the cached
-    # allocator's segments as the other shapes left them (`measure.first_batch`): a job that cannot is out of memory
 
 
 @dataclass

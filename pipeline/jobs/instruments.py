@@ -64,7 +64,7 @@ def instruments(
     meter = StepMeter(cuda, str(workdir / STEPS_FILE) if writer else None, spec.stop, context_bytes, clock)
     found = Instruments(meter, HostWatch(measure.warmup_steps), clock)
     if spec.first_batch is not None:
-        found.first = FirstBatch(spec.first_batch, records, meter, cfg.train.max_length, measure.longest_last)
+        found.first = FirstBatch(spec.first_batch, records, meter, cfg.train.max_length)
     if cuda and nvml is not None:
         found.busy = BusyWindow(nvml, after=measure.warmup_steps)
     if measure.profile and writer:

@@ -88,8 +88,6 @@ class StepMeter(TrainerCallback):
         self._aside = False  # a forward that is not the step's work (`aside`)
         self.first_batch_tokens = 0  # the run's longest micro-batch, trained in this step beside its own
         self.released_bytes = 0  # the allocator's cached segments returned before it
-        self.steps_peaks: tuple[int, int | None] | None = None  # reserved and allocated peaks before the longest again
-        self.last_longest_bytes: int | None = None  # the longest micro-batch's peak trained again after the last step
 
     # ---- hooks on the model -------------------------------------------------------------------------------------
     def _reset_step(self) -> None:

@@ -11,19 +11,12 @@ allocator returns itself under a cap before it fails. Kept, they sat in the peak
 grid's peaks were 0.5-5.2 GiB over one shape's line where step one's own micro-batches were shorter than the longest
 (`bench.step_one`), a figure of the order the shapes came in, not of what the run needs.
 The meter leaves its forward out of the step's work and marks the step (no steady step).
-
-After the last step it is trained once more (`measure.longest_last`), the segments as the run's other shapes left
-them: where they are cut so that its blocks no longer fit under the cap, the job is out of memory, as a run that
-meets its longest micro-batch late would be (on the chats, an answer 0.93 GiB under a 20 GiB cap ran out of memory
-at step 10 of three 16-step runs with 1.80 GiB reserved and unused). Its peak is kept apart
-(`JobMemory.last_longest_bytes`); the job's peaks stay its steps'.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 
@@ -58,14 +51,13 @@ def examples(trainer: Any, records: Dataset, batch: MicroBatch, max_length: int)
 
 class FirstBatch(TrainerCallback):
     """Trains `batch` (its records in `records`, in the order of its rows) at the end of step one, before the meter
-    reads the step's peak: put it before the meter among the callbacks; and, `again`, after the run's last step."""
+    reads the step's peak: put it before the meter among the callbacks."""
 
-    def __init__(self, batch: MicroBatch, records: Dataset, meter: StepMeter, max_length: int, again: bool) -> None:
+    def __init__(self, batch: MicroBatch, records: Dataset, meter: StepMeter, max_length: int) -> None:
         self.batch = batch
         self.records = records
         self.meter = meter
         self.max_length = max_length
-        self.again = again
         self.trainer: Any = None
         self.done = False
 
@@ -76,40 +68,13 @@ class FirstBatch(TrainerCallback):
         if self.done or self.trainer is None:
             return
         self.done = True
-        with self.meter.aside():
-            self.meter.released_bytes = memory.release_cached()
-            self._train()
-        self.meter.first_batch_tokens = self.batch.tokens
-
-    def on_train_end(self, args, state, control, **kwargs):
-        """Once more after a run that trained all its steps, the segments kept; its peak on its own (the peak counters
-        reset after the steps' are kept)."""
-        if not (self.again and self.done and self.trainer is not None and state.global_step >= state.max_steps):
-            return
-        cuda = self.meter.cuda
-        if cuda:
-            self.meter.steps_peaks = (torch.cuda.max_memory_reserved(), torch.cuda.max_memory_allocated())
-            torch.cuda.reset_peak_memory_stats()
-        try:
-            with self.meter.aside():
-                self._train()
-        except torch.OutOfMemoryError as err:
-            raise torch.OutOfMemoryError(
-                f"on the run's longest micro-batch ({self.batch.tokens:,} tokens) trained again after step "
-                f"{state.global_step}, the allocator's segments as the other shapes left them: "
-                f"{str(err).splitlines()[0] if str(err) else ''}"
-            ) from err
-        if cuda:
-            torch.cuda.synchronize()
-            self.meter.last_longest_bytes = torch.cuda.max_memory_reserved() + self.meter.context_bytes
-        else:
-            self.meter.last_longest_bytes = memory.peak_rss_bytes()
-
-    def _train(self) -> None:
-        """One forward and backward of the batch through the Trainer's own step; its gradient dropped."""
         trainer = self.trainer
         rows = examples(trainer, self.records, self.batch, self.max_length)
         inputs = trainer.data_collator(rows)
+        items = items_in_batch(trainer, inputs)
         wrapped = trainer.model_wrapped
-        trainer.training_step(wrapped, inputs, items_in_batch(trainer, inputs))
+        with self.meter.aside():
+            self.meter.released_bytes = memory.release_cached()
+            trainer.training_step(wrapped, inputs, items)
         wrapped.zero_grad(set_to_none=True)
+        self.meter.first_batch_tokens = self.batch.tokens

@@ -142,25 +142,21 @@ def apply_cuda_cap(cap_bytes: int | None, device_memory: DeviceMemory) -> CapPla
 
 def job_memory(placement, cap_bytes, meter, context_bytes: int, model_load_bytes, device_memory) -> JobMemory:
     """A job's peaks; in a torchrun job also every rank's at the last step, and the largest as the peak (each rank is
-    judged against the cap on its own device, so the job fits when its largest rank does). The peaks are its steps'
-    where the run's longest micro-batch was trained again after them (`measure.first_batch`), whose own peak is kept
-    beside them: what it adds is of the order the shapes came in, which no prediction of a config can place."""
+    judged against the cap on its own device, so the job fits when its largest rank does)."""
     if placement is None:
         return JobMemory(peak_bytes=None, cap_bytes=cap_bytes)
     ranks = meter.rank_peaks if meter else ()
     if placement.device == "cuda":
-        before = meter.steps_peaks if meter else None
-        reserved, allocated = before or (torch.cuda.max_memory_reserved(), torch.cuda.max_memory_allocated())
+        reserved = torch.cuda.max_memory_reserved()
         return JobMemory(
             peak_bytes=max((reserved + context_bytes, *ranks)),
             cap_bytes=cap_bytes,
             model_load_bytes=model_load_bytes,
             context_bytes=context_bytes,
             peak_reserved_bytes=reserved,
-            peak_allocated_bytes=allocated,
+            peak_allocated_bytes=torch.cuda.max_memory_allocated(),
             nvml_process_bytes=device_memory.process_bytes() if device_memory else None,
             rank_peak_bytes=ranks,
-            last_longest_bytes=meter.last_longest_bytes if meter else None,
         )
     rss = peak_rss_bytes()
     return JobMemory(
@@ -169,5 +165,4 @@ def job_memory(placement, cap_bytes, meter, context_bytes: int, model_load_bytes
         model_load_bytes=model_load_bytes,
         peak_rss_bytes=rss,
         rank_peak_bytes=ranks,
-        last_longest_bytes=meter.last_longest_bytes if meter else None,
     )

@@ -28,17 +28,7 @@ def summarize_job(result: JobResult, warmup_steps: int, confidence: float) -> Jo
     memory = result.memory
     memory_gib = {}
     if memory is not None:
-        keys = (
-            "peak",
-            "peak_reserved",
-            "peak_allocated",
-            "peak_rss",
-            "model_load",
-            "nvml_process",
-            "cap",
-            "last_longest",
-        )
-        for key in keys:
+        for key in ("peak", "peak_reserved", "peak_allocated", "peak_rss", "model_load", "nvml_process", "cap"):
             value = getattr(memory, f"{key}_bytes")
             if value is not None:
                 memory_gib[key] = value / GIB
