@@ -85,7 +85,9 @@ def answer_slack(ctx: StudyContext, best: TrialRecord | None) -> AnswerSlack | N
     micro-batch of it; None on the CPU, which has no caching allocator."""
     candidate = ctx.candidate(best.config_id) if best is not None else None
     found = ctx.slack(candidate) if candidate is not None else None
-    return None if found is None else AnswerSlack.of(found[0], found[1], ctx.predictor.shape.vocab)
+    if found is None:
+        return None
+    return AnswerSlack.of(found[0], found[1], ctx.predictor.shape.vocab, best.peak_gib or 0.0)
 
 
 CLAIM_METRICS = ("speedup_vs_baseline", "speedup_low", "speedup_high")

@@ -15,14 +15,15 @@ from pipeline.search import TrialRecord
 
 @dataclass(frozen=True)
 class AnswerSlack:
-    """A knob's slack (`Slack`) on the answer's micro-batch: `gib`, its tokens times the vocabulary times the bytes."""
+    """A knob's slack (`Slack`) on the answer's micro-batch and peak: `gib`, its tokens times the vocabulary times the
+    bytes, or its share of the peak."""
 
     slack: Slack
     gib: float
 
     @classmethod
-    def of(cls, slack: Slack | None, tokens: int, vocab: int) -> AnswerSlack | None:
-        return None if slack is None else cls(slack, slack.bytes_on(tokens, vocab) / GIB)
+    def of(cls, slack: Slack | None, tokens: int, vocab: int, peak_gib: float = 0.0) -> AnswerSlack | None:
+        return None if slack is None else cls(slack, slack.bytes_on(tokens, vocab, peak_gib * GIB) / GIB)
 
 
 def slack_line(best: TrialRecord, cap_bytes: int | None, found: AnswerSlack | None) -> str | None:

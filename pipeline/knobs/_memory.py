@@ -51,14 +51,17 @@ class Memory:
 @dataclass(frozen=True)
 class Slack:
     """Memory a process may keep unused over another's peak of the same config: `logit_bytes` a token and vocabulary
-    entry, `why` in words, `instead` what keeps none (a knob's value, and its cost), and `capped_fit` whether its
-    processes were seen to keep none under a cap (a config over the cap by no more than it is then measured)."""
+    entry, or `peak_share` of that peak, `why` in words, `instead` what keeps none (a knob's value, and its cost), and
+    `capped_fit` whether its processes were seen to keep none under a cap (a config over the cap by no more than it is
+    then measured)."""
 
     logit_bytes: float
     why: str
     instead: str
     capped_fit: bool = False
+    peak_share: float = 0.0
 
-    def bytes_on(self, tokens: int, vocab: int) -> float:
-        """What it keeps on a micro-batch of `tokens` over a vocabulary of `vocab` entries."""
-        return tokens * vocab * self.logit_bytes
+    def bytes_on(self, tokens: int, vocab: int, peak: float = 0.0) -> float:
+        """What it keeps on a micro-batch of `tokens` over a vocabulary of `vocab` entries, beside a peak of `peak`
+        bytes."""
+        return tokens * vocab * self.logit_bytes + peak * self.peak_share
