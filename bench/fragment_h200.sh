@@ -7,6 +7,8 @@
 #           processes (`bench.side_by_side` over `bench.job_json`: each step's reserved and allocated peaks)
 #   epoch   one pass over the 2,000 records (250 steps) under the cap, cached and expandable once each: the run the
 #           study's fit claims (`optimize.fit_over=epoch`)
+#   pair    cached against expandable, paired: 9 steps (the first 4 left out), which both fit, 3 rotated rounds
+#           (not in the default stages; on a GPU only)
 # Each run's JSON (status, step times, running peaks, the error of one that failed) and each stage's log come back
 # in OUT as one tarball.
 #
@@ -52,6 +54,9 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
       local sides=()
       for a in "${allocators[@]}"; do sides+=("$a=$(job "$a" 16)"); done
       "$py" -m bench.side_by_side --rounds $rounds --warmup 6 --out "$dir/short" "${sides[@]}" ;;
+    pair)
+      "$py" -m bench.side_by_side --rounds 3 --warmup 4 --out "$dir/pair" "cached=$(job cached 9)" \
+        "expandable=$(job expandable 9)" ;;
     epoch)
       mkdir -p "$dir/epoch"
       for a in "${whole[@]}"; do
@@ -70,7 +75,7 @@ case "${1:-follow}" in
     queue_start fragment_h200.sh || exit $? ;;
 esac
 collect() {  # the logs and every run's JSON so far, as one tarball in OUT
-  (cd "$dir" && tar czf "$out/fragment.tgz" --ignore-failed-read ./*.log ./short ./epoch queue.out 2>/dev/null)
+  (cd "$dir" && tar czf "$out/fragment.tgz" --ignore-failed-read ./*.log ./short ./epoch ./pair queue.out 2>/dev/null)
 }
 queue_follow collect 10 || exit $?
 for f in "$dir"/*.log; do
