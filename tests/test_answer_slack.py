@@ -55,7 +55,7 @@ def test_the_cached_allocator_on_micro_batches_of_varying_shape_may_keep_a_tenth
     """The chats answer (bucketed, eager, TRL's loss) peaked at 19.07 GiB of a 20 GiB cap in its trial, where the run's
     longest micro-batch trains first on returned segments; a 16-step run met it after shorter ones and ran out of
     memory at step 10 with 1.80 GiB reserved and unused: its answer says so and names what keeps none."""
-    varying = [("train.padding", "buckets"), ("micro_batches_vary", True)]
+    varying = [("train.padding", "buckets"), (knobs.VARYING, True)]
     found = AnswerSlack.of(knobs.slack(varying), 8192, VOCAB, peak_gib=19.07)
     assert slack_line(answer(peak=19.07), 20 * 2**30, found) == (
         "its fit can change from process to process: 0.93 GiB left under the cap, less than what the cached "
@@ -65,6 +65,6 @@ def test_the_cached_allocator_on_micro_batches_of_varying_shape_may_keep_a_tenth
     )
     assert slack_line(answer(peak=17.5), 20 * 2**30, AnswerSlack.of(knobs.slack(varying), 8192, VOCAB, 17.5)) is None
     assert knobs.slack([*varying, ("train.allocator", "expandable")]) is None
-    assert knobs.slack([("train.padding", "buckets"), ("micro_batches_vary", False)]) is None  # one shape: nothing
+    assert knobs.slack([("train.padding", "buckets"), (knobs.VARYING, False)]) is None  # one shape: nothing
     # beside a loss that builds the logits, the copy of them is the larger slack, and the one said
     assert knobs.slack([*varying, ("train.loss", "compiled")]).logit_bytes == 4.0

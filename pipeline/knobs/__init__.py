@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, KnobRole, Memory, Slack
+from pipeline.knobs.base import VARYING, Knob, KnobRole, Memory, Slack  # noqa: F401 - VARYING: the study passes it
 
 
 @functools.cache

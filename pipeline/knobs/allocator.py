@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pipeline.knobs.base import Knob, Setting, Slack
+from pipeline.knobs.base import VARYING, Knob, Setting, Slack
 from pipeline.knobs.compile_mode import graphs_of_compiled_layers
 from pipeline.knobs.loss import KNOB as LOSS
 from pipeline.knobs.loss import LOGIT_BYTES, Loss
@@ -32,13 +32,11 @@ SLACK_BYTES = 4.0  # one fp32 copy, a token and vocabulary entry
 # 0.1006-0.1069 s a step (bench/results/cap-h100-1206-split).
 UNSPLIT_MB = 512
 OWN = ("expandable_segments", "max_split_size_mb")  # the settings the knob sets; the environment's others are kept
-# A fact of the run beside the knob values (`knobs.slack`): its micro-batches differ in shape, so a study's trial
-# trains the longest first, on segments returned to the device (`measure.first_batch`), where a run meets it after
-# shorter ones. The chats answer (bucketed, eager, 19.07 GiB of a 20 GiB cap in its trial) ran out of memory at step
+# Where the run's micro-batches differ in shape (`VARYING`), a study's trial trains the longest first, on segments
+# returned to the device (`measure.first_batch`), where a run meets it after shorter ones. The chats answer (bucketed, eager, 19.07 GiB of a 20 GiB cap in its trial) ran out of memory at step
 # 10 of four 16-step runs, cached and unsplit alike, with 1.80 GiB reserved and unused (9.4% of that peak), and fit
 # one pass over the records (the longest at step 3); expandable fit both runs, 18.42-18.44 GiB reserved
 # (bench/results/fragment-h100-1206).
-VARYING = "micro_batches_vary"
 FRAGMENT_SHARE = 0.1  # of the trial's peak
 
 

@@ -57,6 +57,10 @@ def source(path: Path, *names: str) -> str:
     return "\n\n\n".join(found[n] for n in names)
 
 
+# A fact of the run a study passes beside a config's knob values (`knobs.slack`): its micro-batches differ in shape.
+VARYING = "micro_batches_vary"
+
+
 class Compile(StrEnum):
     """What `train.torch_compile` compiles (its knob's choices, here because the other compile knobs and the loss
     read them too): nothing, each decoder layer on its own (regional), or the whole model."""

@@ -23,7 +23,6 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.identity import digest, identity_tree
 from pipeline.config.knobs import setting_of
 from pipeline.knobs import Slack
-from pipeline.knobs.allocator import VARYING
 from pipeline.measure.flops import Shape
 from pipeline.records import GIB
 from pipeline.search._calibration import ATTR as CALIBRATION
@@ -201,7 +200,8 @@ class StudyContext:
             return None
         knobs = self.knobs(candidate)
         varying = self.batches is not None and self.batches.first(candidate.config) is not None
-        found = speed_knobs.slack([*knobs.values.items(), (VARYING, varying)])  # the formula's keys: the compile choice
+        # the formula's own keys too (the compile choice), and whether the run's micro-batches vary in shape
+        found = speed_knobs.slack([*knobs.values.items(), (speed_knobs.VARYING, varying)])
         return None if found is None else (found, knobs.work[0])
 
     def slack_bytes(self, candidate: Candidate) -> float:
