@@ -7,15 +7,19 @@
 #           processes (`bench.side_by_side` over `bench.job_json`: each step's reserved and allocated peaks)
 #   epoch   one pass over the 2,000 records (250 steps) under the cap, cached and expandable once each: the run the
 #           study's fit claims (`optimize.fit_over=epoch`)
-#   pair    cached against expandable, paired: 9 steps (the first 4 left out), which both fit, 3 rotated rounds
-#           (not in the default stages; on a GPU only)
+#   pair    cached against expandable, paired: 9 steps (the first 4 left out), 3 rotated rounds (not in the default
+#           stages; on a GPU only). Both fit 9 steps because this order brings the largest shape at step 10: a speed
+#           comparison without it.
+# The records of 2026-12-06 (bench/results/fragment-h100-1206) also hold a stage `probe` (the answer as a study's
+# baseline trial, cached and expandable) of commit 3cfa1e7, whose feature was reverted.
 # Each run's JSON (status, step times, running peaks, the error of one that failed) and each stage's log come back
 # in OUT as one tarball.
 #
 # Here, once: bash bench/fetch_wheels.sh
 # There (carry [".whl"], timeout_s 600): bash bench/fragment_h200.sh start   # the first call
 #                                        bash bench/fragment_h200.sh         # later calls: follow and collect
-# Rehearsal on a CPU (the tiny model; every allocator but cached is refused there): REHEARSAL=1 bash bench/fragment_h200.sh start
+# Rehearsal on a CPU (the tiny model; every allocator but cached is refused there):
+#   REHEARSAL=1 bash bench/fragment_h200.sh start
 set -uo pipefail
 out=${OUT:-bench-out}
 dir=${DIR:-/root/fragment}

@@ -6,9 +6,10 @@ rotated rounds, so a study's answer and the configs around it are compared as th
 
 FILE gets `step_times_s` (every step, the warm-up included: the side by side drops its own), `losses`,
 `peak_reserved_bytes`, `peak_allocated_bytes`, each step's running peaks (`step_peaks_bytes`: the cap's figure,
-reserved and context; `step_peaks_allocated_bytes`), each step's `tokens`, the `error` of a job that failed, `host`
-(the CPUs and memory nodes its training thread ran on, the host's load), `status` and the `command`; the exit code is
-0 where the job ended ok, 1 otherwise, 2 for a config the command line refuses (its one line on stderr).
+reserved and context; `step_peaks_allocated_bytes`), each step's `tokens` and `padded_tokens`, the `error` of a job
+that failed, `host` (the CPUs and memory nodes its training thread ran on, the host's load), `status` and the
+`command`; the exit code is 0 where the job ended ok, 1 otherwise, 2 for a config the command line refuses (its one
+line on stderr).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         "step_peaks_bytes": [s.peak_bytes for s in outcome.result.steps],
         "step_peaks_allocated_bytes": [s.peak_allocated_bytes for s in outcome.result.steps],
         "tokens": [s.tokens for s in outcome.result.steps],
+        "padded_tokens": [s.padded_tokens for s in outcome.result.steps],
         "error": outcome.result.error,
         "host": outcome.result.host,  # where its training thread ran: the process spread's candidate cause
     }

@@ -13,7 +13,8 @@ config: its params, status (ok, oom, failed), step seconds, peak GiB and fixed s
 of those its compilation's, and its steps' spread in its process (`step_sd`), where they were recorded. A config's
 later processes (the confirmation round's) find its compilation in the study's cache and compile CACHED_COMPILE_S of
 it at most; a trial whose layers an earlier trial compiled (it changes only the loss or the optimizer) compiles
-SHARED_COMPILE_S of its recorded compilation at most, and the first of such a group the most any of it compiled.
+SHARED_COMPILE_S of its recorded compilation at most, and the first of such a group at least what the grid's first of
+it compiled.
 """
 
 from __future__ import annotations
@@ -103,13 +104,14 @@ class Grid:
         return config.fixed_s - compiled + min(compiled, compiles_s)
 
     def first_fixed_s(self, config: GridConfig) -> float:
-        """A study's first process of compiled layers: the most any config of the same layers compiled in the grid
-        (the grid ran them one after another over one cache, so all but its first of a group read the layers back)."""
+        """A study's first process of compiled layers: at least what the grid's first config of the same layers
+        compiled (the grid ran them in its order over one cache, so the later ones read the layers back; what they
+        compiled besides, a loss's own kernels, stays theirs). As recorded where both compilations were."""
         group = _layers(config)
-        if group is None:
+        first = next((c for c in self.configs if _layers(c) == group), None) if group is not None else None
+        if first is None or first.compile_s is None or config.compile_s is None:
             return config.fixed_s
-        most = max(self.compile_s(c) for c in self.configs if _layers(c) == group)
-        return config.fixed_s - self.compile_s(config) + most
+        return config.fixed_s - config.compile_s + max(config.compile_s, first.compile_s)
 
     def find(self, params: dict[str, Any]) -> GridConfig | None:
         return self._by_key.get(sampler.key(params))

@@ -53,18 +53,29 @@ def test_a_run_of_varying_lengths_is_judged_on_its_longest_micro_batch():
 
 def test_the_cached_allocator_on_micro_batches_of_varying_shape_may_keep_a_tenth_of_the_peak():
     """The chats answer (bucketed, eager, TRL's loss) peaked at 19.07 GiB of a 20 GiB cap in its trial, where the run's
-    longest micro-batch trains first on returned segments; a 16-step run met it after shorter ones and ran out of
-    memory at step 10 with 1.80 GiB reserved and unused: its answer says so and names what keeps none."""
+    longest micro-batch trains first on returned segments; 16-step runs met it after shorter ones and ran out of
+    memory at step 10 with 1.80 GiB reserved and unused, under cached and unsplit alike: its answer says so and names
+    what kept none."""
     varying = [("train.padding", "buckets"), (knobs.VARYING, True)]
     found = AnswerSlack.of(knobs.slack(varying), 8192, VOCAB, peak_gib=19.07)
     assert slack_line(answer(peak=19.07), 20 * 2**30, found) == (
-        "its fit can change from process to process: 0.93 GiB left under the cap, less than what the cached "
-        "allocator can keep unused where a run meets its longest micro-batch after shorter ones (10% of its trial's "
-        "peak) (1.91 GiB); train.allocator=expandable keeps none (no slower on the chats' answer over one pass: "
-        "BENCHMARKS.md)"
+        "its fit can change from process to process: 0.93 GiB left under the cap, less than what "
+        "train.allocator=cached can keep unused where a run meets its longest micro-batch after shorter ones, 10% of "
+        "its trial's peak (1.91 GiB); train.allocator=expandable keeps none (no slower on one unpaired pass of the "
+        "chats' eager answer; a compiled loss at one shape ran 1.3x slower: BENCHMARKS.md)"
     )
     assert slack_line(answer(peak=17.5), 20 * 2**30, AnswerSlack.of(knobs.slack(varying), 8192, VOCAB, 17.5)) is None
+    unsplit = knobs.slack([*varying, ("train.allocator", "unsplit")])
+    assert unsplit.peak_share == 0.1 and "train.allocator=unsplit can keep unused" in unsplit.why
     assert knobs.slack([*varying, ("train.allocator", "expandable")]) is None
     assert knobs.slack([("train.padding", "buckets"), (knobs.VARYING, False)]) is None  # one shape: nothing
-    # beside a loss that builds the logits, the copy of them is the larger slack, and the one said
-    assert knobs.slack([*varying, ("train.loss", "compiled")]).logit_bytes == 4.0
+
+
+def test_beside_a_loss_that_builds_the_logits_both_slacks_add_up_where_shapes_vary():
+    """4 x 512 tokens of the model's loss at 13.31 GiB: one fp32 copy of the logits (1.16 GiB) and a tenth of the peak
+    (1.33 GiB), 2.49 GiB together, and the line names what keeps both none."""
+    found = knobs.slack([("train.loss", "model"), (knobs.VARYING, True)])
+    sized = AnswerSlack.of(found, 4 * 512, VOCAB, peak_gib=13.31)
+    assert f"{sized.gib:.2f}" == "2.49" and found.logit_bytes == 4.0 and found.peak_share == 0.1
+    assert found.why.startswith("one fp32 copy of its micro-batch's logits") and ", and what " in found.why
+    assert found.instead.startswith("train.allocator=expandable keeps none")

@@ -82,7 +82,7 @@ def facts(ctx: StudyContext, best: TrialRecord | None, finished: bool) -> StudyF
 
 def answer_slack(ctx: StudyContext, best: TrialRecord | None) -> AnswerSlack | None:
     """What a process of the answer may keep unused over its trial's peak (`answer.slack`), on the run's longest
-    micro-batch of it; None on the CPU, which has no caching allocator."""
+    micro-batch of it and beside that peak; None on the CPU, which has no caching allocator."""
     candidate = ctx.candidate(best.config_id) if best is not None else None
     found = ctx.slack(candidate) if candidate is not None else None
     if found is None:

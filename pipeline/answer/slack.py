@@ -1,8 +1,10 @@
 """Whether the answer's fit can change from one process to the next: where a knob says a process of the answer may
 keep memory unused over the peak its trial measured (`pipeline.knobs.slack`: PyTorch's cached allocator beside a loss
 that builds the full logits keeps up to one fp32 copy of a micro-batch's logits, there or not by the order of its
-blocks; under a 20 GiB cap one such config fit in 1 of 3 processes: BENCHMARKS.md), and the answer's headroom under
-the cap is less than that, its answer says so, with what keeps none."""
+blocks; under a 20 GiB cap one such config fit in 1 of 3 processes; and, where the run's micro-batches vary in
+shape, a tenth of its trial's peak: a run that meets its longest micro-batch after shorter ones ran out of memory
+where the trial fit: BENCHMARKS.md), and the answer's headroom under the cap is less than that, its answer says so,
+with what keeps none."""
 
 from __future__ import annotations
 

@@ -33,10 +33,11 @@ SLACK_BYTES = 4.0  # one fp32 copy, a token and vocabulary entry
 UNSPLIT_MB = 512
 OWN = ("expandable_segments", "max_split_size_mb")  # the settings the knob sets; the environment's others are kept
 # Where the run's micro-batches differ in shape (`VARYING`), a study's trial trains the longest first, on segments
-# returned to the device (`measure.first_batch`), where a run meets it after shorter ones. The chats answer (bucketed, eager, 19.07 GiB of a 20 GiB cap in its trial) ran out of memory at step
-# 10 of four 16-step runs, cached and unsplit alike, with 1.80 GiB reserved and unused (9.4% of that peak), and fit
-# one pass over the records (the longest at step 3); expandable fit both runs, 18.42-18.44 GiB reserved
-# (bench/results/fragment-h100-1206).
+# returned to the device (`measure.first_batch`), where a run meets it after shorter ones. The chats answer (bucketed,
+# eager, 19.07 GiB of a 20 GiB cap in its trial, 18.48 reserved) ran out of memory at step 10 of four 16-step runs,
+# cached and unsplit alike, asking for 64 MiB beside 1.80 GiB reserved and unused (9.4% of that peak; the reserve it
+# needed was 0.97 GiB or more over the trial's), and fit one pass over the records at the cap's edge; expandable fit
+# every run, 18.42-18.44 GiB reserved (bench/results/fragment-h100-1206).
 FRAGMENT_SHARE = 0.1  # of the trial's peak
 
 
@@ -84,30 +85,36 @@ class AllocatorKnob(Knob):
         """`cached` beside a loss that builds the logits: one fp32 copy of them, there or not by the order of its
         blocks. Under a 20 GiB cap, processes under CUDA graphs kept none (3 of 3 fit, grid-small's compiled loss);
         without them 2 of 3 ran out of memory asking for it, and so did the chats study's Liger kernels beside the
-        compiled loss at step 1 (BENCHMARKS.md): only the first counts as fitting (`capped_fit`). Beside any other
-        loss, where the run's micro-batches vary in shape (`VARYING`): a share of the trial's peak."""
+        compiled loss at step 1 (BENCHMARKS.md): only the first counts as fitting (`capped_fit`). `cached` and
+        `unsplit` where the run's micro-batches vary in shape (`VARYING`): a share of the trial's peak besides."""
         loss = Loss(LOSS.canonical(setting.get(LOSS.key, LOSS.default)))
-        if value != Allocator.CACHED:
+        logits = value == Allocator.CACHED and LOGIT_BYTES[loss] > 0
+        varying = value != Allocator.EXPANDABLE and bool(setting.get(VARYING))
+        if not (logits or varying):
             return None
-        if not LOGIT_BYTES[loss]:
-            return self._varying() if setting.get(VARYING) else None
-        return Slack(
-            SLACK_BYTES,
-            f"one fp32 copy of its micro-batch's logits, which the cached allocator can keep unused beside "
-            f"{LOSS.key}={loss.value}",
-            f"{self.key}=unsplit keeps none (no slower than cached under CUDA graphs on an H100: BENCHMARKS.md)",
-            capped_fit=graphs_of_compiled_layers(setting),
+        why = []
+        if logits:
+            why.append(
+                f"one fp32 copy of its micro-batch's logits, which the cached allocator can keep unused beside "
+                f"{LOSS.key}={loss.value}"
+            )
+        if varying:
+            why.append(
+                f"what {self.key}={value} can keep unused where a run meets its longest micro-batch after shorter "
+                f"ones, {FRAGMENT_SHARE:.0%} of its trial's peak"
+            )
+        instead = (
+            f"{self.key}=expandable keeps none (no slower on one unpaired pass of the chats' eager answer; a compiled "
+            "loss at one shape ran 1.3x slower: BENCHMARKS.md)"
+            if varying
+            else f"{self.key}=unsplit keeps none (no slower than cached under CUDA graphs on an H100: BENCHMARKS.md)"
         )
-
-    def _varying(self) -> Slack:
-        """`cached` on micro-batches of varying shape: blocks cut for the shorter ones, which a later, longer one
-        cannot use."""
         return Slack(
-            0.0,
-            "what the cached allocator can keep unused where a run meets its longest micro-batch after shorter ones "
-            f"({FRAGMENT_SHARE:.0%} of its trial's peak)",
-            f"{self.key}=expandable keeps none (no slower on the chats' answer over one pass: BENCHMARKS.md)",
-            peak_share=FRAGMENT_SHARE,
+            SLACK_BYTES if logits else 0.0,
+            ", and ".join(why),
+            instead,
+            capped_fit=logits and graphs_of_compiled_layers(setting),
+            peak_share=FRAGMENT_SHARE if varying else 0.0,
         )
 
     def process(self, train: Any, environ: dict) -> None:

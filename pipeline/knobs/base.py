@@ -214,7 +214,8 @@ class Knob:
 
     def slack_in(self, value: Any, setting: Mapping[str, Any]) -> Slack | None:
         """What the job's process may keep reserved and unused over the peak another process of it measured, by the
-        order of its blocks (None: nothing): a fit that one run does not settle."""
+        order of its blocks (None: nothing): a fit that one run does not settle. `setting` may hold `VARYING`, true
+        where the run's micro-batches differ in shape (a study passes it)."""
         return None
 
     def unmodelled(self, value: Any, setting: Mapping[str, Any]) -> str | None:
