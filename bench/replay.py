@@ -105,8 +105,9 @@ class Grid:
 
     def first_fixed_s(self, config: GridConfig) -> float:
         """A study's first process of compiled layers: at least what the grid's first config of the same layers
-        compiled (the grid ran them in its order over one cache, so the later ones read the layers back; what they
-        compiled besides, a loss's own kernels, stays theirs). As recorded where both compilations were."""
+        compiled (the grid ran them in its order over one cache, so the later ones read the layers back; one that
+        compiled more, as on a resumed grid's fresh machine, keeps its own). As recorded where both compilations
+        were."""
         group = _layers(config)
         first = next((c for c in self.configs if _layers(c) == group), None) if group is not None else None
         if first is None or first.compile_s is None or config.compile_s is None:

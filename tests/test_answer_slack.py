@@ -73,9 +73,17 @@ def test_the_cached_allocator_on_micro_batches_of_varying_shape_may_keep_a_tenth
 
 def test_beside_a_loss_that_builds_the_logits_both_slacks_add_up_where_shapes_vary():
     """4 x 512 tokens of the model's loss at 13.31 GiB: one fp32 copy of the logits (1.16 GiB) and a tenth of the peak
-    (1.33 GiB), 2.49 GiB together, and the line names what keeps both none."""
+    (1.33 GiB), 2.49 GiB together, said as one figure; the line names what keeps neither. Under CUDA graphs only the
+    copy lets a config predicted over the cap be measured (`capped_fit`): the share is a run's draw, not a process's."""
     found = knobs.slack([("train.loss", "model"), (knobs.VARYING, True)])
     sized = AnswerSlack.of(found, 4 * 512, VOCAB, peak_gib=13.31)
-    assert f"{sized.gib:.2f}" == "2.49" and found.logit_bytes == 4.0 and found.peak_share == 0.1
-    assert found.why.startswith("one fp32 copy of its micro-batch's logits") and ", and what " in found.why
-    assert found.instead.startswith("train.allocator=expandable keeps none")
+    assert slack_line(answer(), CAP, sized) == (
+        "its fit can change from process to process: 0.69 GiB left under the cap, less than one fp32 copy of its "
+        "micro-batch's logits beside train.loss=model and 10% of its trial's peak where a run meets its longest "
+        "micro-batch after shorter ones, which train.allocator=cached can keep unused (2.49 GiB); "
+        "train.allocator=expandable keeps none (no slower on one unpaired pass of the chats' eager answer; a compiled "
+        "loss at one shape ran 1.3x slower: BENCHMARKS.md)"
+    )
+    graphs = [("train.torch_compile", "regional"), ("train.compile_mode", "reduce-overhead")]
+    assert knobs.slack([("train.loss", "model"), (knobs.VARYING, True), *graphs]).capped_fit
+    assert not knobs.slack([("train.padding", "buckets"), (knobs.VARYING, True), *graphs]).capped_fit

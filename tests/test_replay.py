@@ -140,8 +140,8 @@ def test_eager_layers_share_no_compilation_between_trials():
 
 def test_a_studys_first_trial_of_compiled_layers_compiles_them_in_full():
     """The grid compiled a group's layers once, in its first config (30 s), and read them back in the next (1.7 s): a
-    study that meets the second first compiles 30 s there; a later config that compiled more (a loss's kernels, 40 s)
-    keeps its own; an eager config, and a grid that recorded no compilation, keep their start-up."""
+    study that meets the second first compiles 30 s there; a later config that compiled more (a resumed grid's empty cache,
+    40 s) keeps its own; an eager config, and a grid that recorded no compilation, keep their start-up."""
     first = replay.GridConfig({"train.torch_compile": "regional", "train.loss": "trl"}, "ok", 0.1, 1.0, 32.0, 1, 30.0)
     later = replay.GridConfig({**first.params, "train.loss": "compiled"}, "ok", 0.1, 1.0, 3.7, 1, 1.7)
     eager = replay.GridConfig({"train.torch_compile": "off", "train.loss": "trl"}, "ok", 0.1, 1.0, 2.0, 1, 0.0)

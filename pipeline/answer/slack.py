@@ -18,7 +18,7 @@ from pipeline.search import TrialRecord
 @dataclass(frozen=True)
 class AnswerSlack:
     """A knob's slack (`Slack`) on the answer's micro-batch and peak: `gib`, its tokens times the vocabulary times the
-    bytes, or its share of the peak."""
+    bytes, and its share of the peak."""
 
     slack: Slack
     gib: float

@@ -51,9 +51,9 @@ class Memory:
 @dataclass(frozen=True)
 class Slack:
     """Memory a process may keep unused over another's peak of the same config: `logit_bytes` a token and vocabulary
-    entry, or `peak_share` of that peak, `why` in words, `instead` what keeps none (a knob's value, and its cost), and
-    `capped_fit` whether its processes were seen to keep none under a cap (a config over the cap by no more than it is
-    then measured)."""
+    entry, and `peak_share` of that peak, `why` in words, `instead` what keeps none (a knob's value, and its cost), and
+    `capped_fit` whether its processes were seen to keep none under a cap (a config over the cap by no more than its
+    logits' part is then measured)."""
 
     logit_bytes: float
     why: str

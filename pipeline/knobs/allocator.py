@@ -92,17 +92,15 @@ class AllocatorKnob(Knob):
         varying = value != Allocator.EXPANDABLE and bool(setting.get(VARYING))
         if not (logits or varying):
             return None
-        why = []
-        if logits:
-            why.append(
-                f"one fp32 copy of its micro-batch's logits, which the cached allocator can keep unused beside "
-                f"{LOSS.key}={loss.value}"
-            )
-        if varying:
-            why.append(
-                f"what {self.key}={value} can keep unused where a run meets its longest micro-batch after shorter "
-                f"ones, {FRAGMENT_SHARE:.0%} of its trial's peak"
-            )
+        share = f"{FRAGMENT_SHARE:.0%} of its trial's peak"
+        late = "where a run meets its longest micro-batch after shorter ones"
+        copy = "one fp32 copy of its micro-batch's logits"
+        if logits and varying:
+            why = f"{copy} beside {LOSS.key}={loss.value} and {share} {late}, which {self.key}={value} can keep unused"
+        elif logits:
+            why = f"{copy}, which the cached allocator can keep unused beside {LOSS.key}={loss.value}"
+        else:
+            why = f"what {self.key}={value} can keep unused {late}, {share}"
         instead = (
             f"{self.key}=expandable keeps none (no slower on one unpaired pass of the chats' eager answer; a compiled "
             "loss at one shape ran 1.3x slower: BENCHMARKS.md)"
@@ -111,7 +109,7 @@ class AllocatorKnob(Knob):
         )
         return Slack(
             SLACK_BYTES if logits else 0.0,
-            ", and ".join(why),
+            why,
             instead,
             capped_fit=logits and graphs_of_compiled_layers(setting),
             peak_share=FRAGMENT_SHARE if varying else 0.0,
