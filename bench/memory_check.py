@@ -37,13 +37,14 @@ from pipeline.records import GIB
 from pipeline.search._calibration import Calibration, formula_keys, knobs_of
 from pipeline.search._formula import Knobs
 from pipeline.search._predictor import Predictor
-from pipeline.search._trials import PEAK_MEASURED, TrialRecord
+from pipeline.search._trials import PEAK_MEASURED, Longest, TrialRecord
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COMPILE_KEY = speed_knobs.role(KnobRole.COMPILE).key  # the compile choice, as the stores name it
+PADDING_KEY = speed_knobs.role(KnobRole.LAYOUT).key  # the layout, as the stores name it
 WORST = 4  # the worst configs printed per study and way
 SEED = ("experiment=seed-t4", "batch.split=4x1")
-CHATS = (  # as bench/record_h200.sh records it
+SMALL_MODEL = (  # as bench/record_h200.sh records grid-chats and grid-small
     "model=qwen3-0.6b",
     "train.max_length=1024",
     "batch.effective=8",
@@ -51,7 +52,10 @@ CHATS = (  # as bench/record_h200.sh records it
     "train.dtype=bf16",
     "train.adapter_dtype=compute",
 )
-SMALL = (*CHATS, "data.length=1024")  # the same model and length on fixed-length rows
+CHATS = (*SMALL_MODEL, "data=jsonl")  # made-up chats of varying length
+SMALL = (*SMALL_MODEL, "data.length=1024")  # fixed-length rows
+# the chats acceptance studies' command line (bench/accept_h200.sh), its data's path aside
+CHATS_STUDY = (*SMALL_MODEL[:4], "gpu=auto", "mem_cap=20GiB", "data=jsonl", "optimize.fit_over=epoch")
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ STORES = (
     Store(RESULTS / "h200-2026-11-30" / "knobs-optuna.db", ("model=qwen3-1.7b", "train.max_length=512"), "whole"),
     Store(RESULTS / "grid-h200-seed.json", SEED),
     Store(RESULTS / "record-h100-1206" / "grid-small.json", SMALL),  # all 40 configs, on an H100
+    *(Store(RESULTS / f"accept-h100-1206{n}" / "chats" / "optuna.db", CHATS_STUDY) for n in "bcd"),  # on an H100
 )
 
 
@@ -119,33 +124,58 @@ def _tidy(knobs: Knobs, held: tuple = ()) -> Knobs:
     return dataclasses.replace(knobs, other=other, held=knobs.held or held)
 
 
-def _probes(calibration: dict, true_is: str, held: tuple) -> list[tuple[Knobs, float]]:
+def _probes(calibration: dict, true_is: str, held: tuple, varying: bool) -> list[tuple[Knobs, float]]:
     """The study's probes (the base config: what it holds unsearched is every trial's); a store from before the
-    compile choice joined the formula kept it among `other`."""
+    compile choice joined the formula kept it among `other`, one from before the mask joined it kept none
+    (`_masked`)."""
+    stored = [p.get("masked") for p in calibration["probes"]]
     found = []
-    for knobs, peak in Calibration.of(calibration).probes:
+    for (knobs, peak), masked in zip(Calibration.of(calibration).probes, stored, strict=True):
         kept = dict(knobs.other).get(COMPILE_KEY)
         if kept is not None:
             compiled = true_is if str(kept).lower() == "true" else Compile.of(kept).value
             knobs = dataclasses.replace(knobs, compile=compiled)
+        knobs = dataclasses.replace(knobs, masked=_masked(knobs, varying) if masked is None else masked)
         found.append((_tidy(knobs, held), peak))
     return found
 
 
-def knobs(base: DictConfig, params: dict, true_is: str, tokens: int | None = None) -> Knobs:
-    """A config's memory knobs as its study finds them: the base config with the searched values set."""
+def _masked(knobs: Knobs, varying: bool, real: int | None = None) -> bool:
+    """Whether a recorded micro-batch's attention took a mask (`records.MicroBatch.masked`), from what its store kept:
+    more tokens than its records' (`real`, where kept); else, on records of varying length, more than one row, or
+    padding to max_length or to buckets (a row then padded whatever its length)."""
+    if not varying:
+        return False
+    padding = dict(knobs.other + knobs.held).get(PADDING_KEY, "longest")
+    if padding == "padding_free":
+        return knobs.micro > 1
+    if real is not None and knobs.tokens is not None:
+        return knobs.tokens > real
+    return knobs.micro > 1 or padding in ("max_length", "buckets")
+
+
+def knobs(base: DictConfig, params: dict, true_is: str, longest: Longest | None = None) -> Knobs:
+    """A config's memory knobs as its study finds them: the base config with the searched values set; `longest`: the
+    micro-batch its trial kept (its mask inferred: `_masked`)."""
     cfg = OmegaConf.create(OmegaConf.to_container(base, resolve=False))
     for key, value in params.items():
         value = true_is if key == COMPILE_KEY and str(value).lower() == "true" else value
         OmegaConf.update(cfg, key, value, merge=False)
-    batch = _Batch(tokens) if tokens else None
-    return _tidy(knobs_of(cfg, list(params), cfg.train.dtype, batch))
+    batch = _Batch(longest.tokens) if longest else None
+    found = _tidy(knobs_of(cfg, list(params), cfg.train.dtype, batch))
+    return dataclasses.replace(found, masked=_masked(found, varies(base), longest.real if longest else None))
+
+
+def varies(base: DictConfig) -> bool:
+    """Whether a store's records vary in length: a JSON-lines file's (the chats) do, the synthetic rows do not."""
+    return base.data.kind == "jsonl"
 
 
 @dataclass(frozen=True)
 class _Batch:
     tokens: int
     squares: int | None = None
+    masked: bool = False  # set after, from what the store kept (`_masked`)
 
 
 def points(study: optuna.Study, base: DictConfig, true_is: str) -> list[Point]:
@@ -155,7 +185,7 @@ def points(study: optuna.Study, base: DictConfig, true_is: str) -> list[Point]:
         record = TrialRecord.of(trial)
         if record.status not in PEAK_MEASURED or not record.peak_gib or trial.datetime_start is None:
             continue
-        k = knobs(base, trial.params, true_is, record.longest.tokens if record.longest else None)
+        k = knobs(base, trial.params, true_is, record.longest)
         end = (trial.datetime_complete or trial.datetime_start).timestamp()
         found.append(Point(record.label, k, record.peak_gib * GIB, trial.datetime_start.timestamp(), end))
     return found
@@ -185,7 +215,7 @@ def check_study(study: optuna.Study, base: DictConfig, true_is: str) -> StudyChe
     found = points(study, base, true_is) if calibration else []
     if not found:
         return None
-    probes = _probes(calibration, true_is, found[0].knobs.held)
+    probes = _probes(calibration, true_is, found[0].knobs.held, varies(base))
     made = predictor(base, probes)
     return StudyCheck(study.study_name, errors(made, probes, found, True), errors(made, probes, found, False))
 

@@ -111,6 +111,14 @@ class MicroBatch:
     step: int  # the optimizer step of the run it comes in (1: the first)
     of_records: int
 
+    @property
+    def masked(self) -> bool:
+        """Whether its attention takes a mask: padding (more tokens computed than its records'), or records sharing
+        the one row the attention sees (padding-free, packing: each attends to its own). transformers' SDPA path
+        passes no mask for a micro-batch of whole rows, and then keeps the key and value heads as they are."""
+        one_row = self.squares == self.tokens**2
+        return self.tokens > self.real or (one_row and sum(len(row) for row in self.rows) > 1)
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MicroBatch:
         return cls(**{**data, "rows": tuple(tuple(int(i) for i in row) for row in data["rows"])})

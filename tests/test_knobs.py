@@ -66,27 +66,32 @@ def test_each_presets_knob_lines_are_what_the_registry_searches_but_what_the_fil
     assert {("all-knobs", "train.liger_kernel"), ("capture", "train.loss"), ("knobs", "train.padding")} <= set(checked)
 
 
+SDPA = Memory(repeated_kv=2.0)  # the default attention's term: its key and value heads repeated under a mask
+
+
 def test_a_knobs_memory_term_is_what_the_predictor_adds():
     compute = [("train.adapter_dtype", "compute")]  # the formula's own count: no adapters' share beside the others
     compiled = [*compute, ("train.torch_compile", "true"), ("train.gradient_checkpointing", "False")]
-    assert knobs.memory(compiled, "bf16") == Memory(fused=True)
-    assert knobs.memory([*compute, ("train.torch_compile", "whole")], "bf16") == Memory(1.02, fused=True)
-    assert knobs.memory([*compute, ("train.gradient_checkpointing", True), ("lora.r", 8)], "bf16") == Memory(
+    assert knobs.memory(compiled, "bf16") == SDPA + Memory(fused=True)
+    assert knobs.memory([*compute, ("train.torch_compile", "whole")], "bf16") == SDPA + Memory(1.02, fused=True)
+    assert knobs.memory([*compute, ("train.gradient_checkpointing", True), ("lora.r", 8)], "bf16") == SDPA + Memory(
         checkpointed=True
     )
     liger = [*compute, ("train.liger_kernel", "True"), ("train.loss", "trl")]
-    assert knobs.memory(liger, "bf16") == Memory(unkept=(1.8, 1.8))
-    assert knobs.memory([*compute, ("train.loss", "compiled")], "bf16") == Memory(logit_bytes=9.4)  # fp32 logits
-    assert knobs.memory([*compute, ("train.loss", "model")], "bf16") == Memory(logit_bytes=17.4)  # and log-softmax
+    assert knobs.memory(liger, "bf16") == SDPA + Memory(unkept=(1.8, 1.8))
+    assert knobs.memory([*compute, ("train.loss", "compiled")], "bf16") == SDPA + Memory(logit_bytes=9.4)  # fp32 logits
+    assert knobs.memory([*compute, ("train.loss", "model")], "bf16") == SDPA + Memory(
+        logit_bytes=17.4
+    )  # and log-softmax
 
 
 def test_peft_fp32_adapters_keep_their_casts_a_share_on_top_and_a_knob_not_given_is_at_its_default():
     fp32 = [("train.adapter_dtype", "fp32")]
-    assert knobs.memory(fp32, "bf16") == Memory(1.16)  # eager layers: PEFT's fp32 casts kept
-    assert knobs.memory([*fp32, ("train.torch_compile", "regional")], "bf16") == Memory(1.07, fused=True)
-    assert knobs.memory([("train.torch_compile", "regional")], "bf16") == Memory(1.07, fused=True)  # the default
-    assert knobs.memory(fp32, "fp32") == Memory()  # in fp32 both adapters are one
-    assert knobs.memory([("train.adapter_dtype", "compute")], "fp16") == Memory()
+    assert knobs.memory(fp32, "bf16") == SDPA + Memory(1.16)  # eager layers: PEFT's fp32 casts kept
+    assert knobs.memory([*fp32, ("train.torch_compile", "regional")], "bf16") == SDPA + Memory(1.07, fused=True)
+    assert knobs.memory([("train.torch_compile", "regional")], "bf16") == SDPA + Memory(1.07, fused=True)  # the default
+    assert knobs.memory(fp32, "fp32") == SDPA + Memory()  # in fp32 both adapters are one
+    assert knobs.memory([("train.adapter_dtype", "compute")], "fp16") == SDPA + Memory()
 
 
 def test_the_docs_table_of_memory_terms_has_a_row_for_each_knob_with_a_term():

@@ -10,11 +10,11 @@ from bench import memory_check
 # order: BENCHMARKS.md), which the release before the longest (measure.first_batch) now returns. The figures are
 # today's, kept from getting worse (up to 35%, mean 9.6%, before the layers' counts of bench.saved_bytes).
 CHATS_PAST = {
-    "qwen3-0.6b 8x1 padding=longest compile=regional mode=reduce-overhead loss=trl": 0.21,
-    "qwen3-0.6b 4x2 padding=buckets compile=regional mode=default loss=trl": 0.095,
+    "qwen3-0.6b 8x1 padding=longest compile=regional mode=reduce-overhead loss=trl": 0.22,
+    "qwen3-0.6b 4x2 padding=buckets compile=regional mode=default loss=trl": 0.1,
     "qwen3-0.6b 4x2 padding=longest compile=off mode=default loss=trl": 0.095,
     "qwen3-0.6b 4x2 padding=buckets compile=off mode=default loss=trl": 0.085,
-    "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=trl": 0.085,
+    "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=trl": 0.1,
     "qwen3-0.6b 4x2 padding=longest compile=off mode=default loss=compiled": 0.08,
     "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=compiled": 0.065,
 }
@@ -25,13 +25,18 @@ CHATS_PAST = {
 RELEASED_PAST = {
     "qwen3-0.6b 8x1 padding=max_length compile=regional mode=reduce-overhead loss=compiled": 0.23,
     "qwen3-0.6b 4x2 padding=padding_free compile=off mode=default loss=compiled": 0.23,
-    "qwen3-0.6b 4x2 padding=padding_free compile=regional mode=default loss=compiled": 0.19,
+    "qwen3-0.6b 4x2 padding=padding_free compile=regional mode=default loss=compiled": 0.195,
     "qwen3-0.6b 8x1 padding=padding_free compile=off mode=default loss=compiled": 0.15,
-    "qwen3-0.6b 8x1 padding=padding_free compile=regional mode=default loss=compiled": 0.145,
-    "qwen3-0.6b 4x2 padding=longest compile=off mode=default loss=compiled": 0.12,
-    "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=compiled": 0.11,
-    "qwen3-0.6b 8x1 padding=longest compile=off mode=default loss=compiled": 0.065,
+    "qwen3-0.6b 8x1 padding=padding_free compile=regional mode=default loss=compiled": 0.15,
+    "qwen3-0.6b 4x2 padding=longest compile=off mode=default loss=compiled": 0.13,
+    "qwen3-0.6b 4x2 padding=longest compile=regional mode=default loss=compiled": 0.12,
+    "qwen3-0.6b 8x1 padding=longest compile=off mode=default loss=compiled": 0.07,
+    "qwen3-0.6b 8x1 padding=longest compile=regional mode=default loss=compiled": 0.07,
 }
+# SDPA's key and value heads repeated under a mask (the attention knob's term, on masked micro-batches: padded ones,
+# not micro 1 of a record alone) moved both grids' lines, which carry their compiled losses' slack: the first grid's
+# mean 4.7% to 4.8%, its compiled layers at 4x2 beside TRL's loss 8.5% and 9.5% to 9.9% and 9.7%, its 8x1 CUDA graphs
+# 21% to 21.7%; the second's mean 4.1% to 4.4%, its compiled losses at 4x2 and 8x1 by up to a point (BENCHMARKS.md).
 # A grid nothing was tuned on (record-h100-1206, Qwen3-0.6B at 1,024 tokens, all 40 configs): what is past 6% is a
 # loss that builds the full logits (model, compiled) with the cached allocator, whose reserved peak sits 0-7 GiB over the
 # allocated one (up to one and a half fp32 copies of the logits) by the order of its blocks, a process's draw: the
@@ -76,15 +81,41 @@ def chats_check(name: str, configs: int, past: dict[str, float], mean_at_most: f
 
 
 def test_the_chats_grid_is_predicted_no_worse_than_today_leave_one_out():
-    chats_check("record-h200", 21, CHATS_PAST, 4.8)  # read with the grid's own adapters in the compute dtype
+    chats_check("record-h200", 21, CHATS_PAST, 4.85)  # read with the grid's own adapters in the compute dtype
 
 
 def test_the_chats_grid_with_the_release_before_the_longest_is_predicted_no_worse_than_today():
-    chats_check("record-h100-1205b", 38, RELEASED_PAST, 4.2)
+    chats_check("record-h100-1205b", 38, RELEASED_PAST, 4.45)
 
 
 def test_a_grid_nothing_was_tuned_on_is_predicted_no_worse_than_today():
     chats_check("record-h100-1206", 40, SMALL_PAST, 9.3)
+
+
+# The chats studies' trials past 2.5%, in study order and leave-one-out: losses that build the full logits (TRL's loss
+# keeps none) on a micro-batch of one record, or padding-free, under the cached allocator.
+STUDIES_PAST = {
+    "qwen3-0.6b 1x8 adapters=fp32 attn=sdpa mode=default dtype=bf16 ckpt=off liger=off loss=compiled "
+    "optim=adamw_torch optim_step=eager padding=longest compile=off": 0.12,
+    "qwen3-0.6b 8x1 adapters=fp32 attn=sdpa mode=default dtype=bf16 ckpt=off liger=off loss=model "
+    "optim=adamw_torch optim_step=eager padding=padding_free compile=off": 0.12,
+    "qwen3-0.6b 1x8 adapters=fp32 attn=sdpa mode=default dtype=bf16 ckpt=off liger=off loss=model "
+    "optim=adamw_torch optim_step=eager padding=buckets compile=off": 0.085,
+}
+
+
+def test_the_chats_studies_flex_attention_is_predicted_within_2_5_percent_beside_sdpa_under_a_mask():
+    """The three chats studies on an H100 (accept-h100-1206b, -c, -d), as each would have predicted its trials and
+    leave-one-out: flex attention's trials were 7.5-8.8% over (SDPA repeats the key and value heads under a mask, flex
+    attention does not); every trial is within 2.5% now but the logits-building losses of STUDIES_PAST."""
+    stores = [s for s in memory_check.STORES if s.overrides == memory_check.CHATS_STUDY]
+    checks = [c for store in stores for c in memory_check.check_store(store)]
+    assert len(checks) == 3
+    errors = [e for check in checks for e in (*check.in_order, *check.left_out)]
+    assert sum("attn=flex_attention" in e.label for e in errors) == 2 * 10  # ten trials, both ways
+    past = {e.label: abs(e.relative) for e in errors if abs(e.relative) > 0.025}
+    assert set(past) <= set(STUDIES_PAST), past
+    assert all(error <= STUDIES_PAST[label] for label, error in past.items()), past
 
 
 def test_the_seed_settings_studies_are_within_6_percent_in_study_order_and_leave_one_out():

@@ -19,7 +19,9 @@ class Memory:
     length of a row); `inputs` counts the copies of each layer's input a token keeps beside the activations, in the
     compute dtype (CUDA graphs' static input buffers); `unkept` counts the elements of hidden size and of intermediate
     size an eager layer does not keep per token (fused kernels that recompute an element-wise intermediate), taken off
-    eager's count before the shares apply. The logits and the inputs are measured figures: a line carried between
+    eager's count before the shares apply; `repeated_kv` counts the copies of the query heads' surplus over the key
+    and value heads (q - k elements) a token and layer keeps where the micro-batch's attention takes a mask (attention
+    that then repeats the key and value heads to every query head). The logits and the inputs are measured figures: a line carried between
     settings adds them as they are, where it scales the activations. The default term changes nothing."""
 
     activations: float = 1.0
@@ -31,6 +33,7 @@ class Memory:
     scores: float = 0.0
     inputs: float = 0.0
     unkept: tuple[float, float] = (0.0, 0.0)  # (of hidden size, of intermediate size) a token and eager layer
+    repeated_kv: float = 0.0
 
     def __add__(self, other: Memory) -> Memory:
         """Two terms together: shares multiply, flags join, the rest adds up (`unkept` element by element)."""

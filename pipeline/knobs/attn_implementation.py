@@ -26,6 +26,12 @@ class Attention(StrEnum):
 # entries x 4 bytes = 1.16 GiB: fastest-h200-fixed, fastest-h200-adaptive, record-h200-1205), where the two measure
 # alike beside TRL's loss (8.26, 8.27) and in eager layers (9.60 both). Why is not known; measured on that shape only.
 FLEX_GRAPHED_LOGIT_BYTES = -4.0
+# What SDPA keeps of a micro-batch whose attention takes a mask (padded, or records sharing a row): copies of
+# the key and value heads repeated to every query head (transformers' `repeat_kv`: its fused CUDA kernels take grouped
+# heads only without a mask), 2 (q - k) elements a token and layer over the grouped heads flex attention keeps. Flex
+# attention measured 1.16-1.38 GiB under SDPA's prediction on Qwen3-0.6B's padded chats (8x1, 8,192 tokens: 0.88 GiB
+# before the calibration's scale; accept-h100-1206b, -c, -d), and alike on the seed's rows, which take no mask.
+SDPA_MASKED_REPEATS = 2.0
 
 PACKAGES = {  # the implementations that need a package beyond torch and transformers
     Attention.FLASH_ATTENTION_2: "flash_attn",
@@ -41,9 +47,10 @@ class AttentionKnob(Knob):
     searched = tuple(a for a in Attention if a != Attention.EAGER)  # eager attention is sdpa unfused
     role = KnobRole.ATTENTION
     term_text = (
-        "`eager`: its scores, growing with a row's squared length; `flex_attention`: 4 bytes a token and vocabulary "
-        "entry less",
-        "flex: compiled layers with CUDA graphs beside a loss that keeps the logits",
+        "`eager`: its scores, growing with a row's squared length; `sdpa`: the key and value heads repeated to every "
+        "query head, 2 (q - k) elements a token and layer; `flex_attention`: 4 bytes a token and vocabulary entry less",
+        "sdpa: a micro-batch whose attention takes a mask (padded, or records sharing a row); flex: compiled layers "
+        "with CUDA graphs beside a loss that keeps the logits",
     )
 
     def dropped_in(self, lengths_vary: bool, cuda: bool) -> dict[Any, str]:
@@ -56,10 +63,14 @@ class AttentionKnob(Knob):
 
     def memory_in(self, value: Any, setting: Mapping[str, Any]) -> Memory:
         """Eager attention keeps its probabilities, a score per head and pair of positions of a row; the fused
-        kernels keep none; flex attention under CUDA graphs keeps one copy of the logits less
-        (`FLEX_GRAPHED_LOGIT_BYTES`)."""
+        kernels keep none; SDPA keeps the key and value heads repeated where a micro-batch's attention takes a mask
+        (`SDPA_MASKED_REPEATS`: the formula counts them on such a micro-batch, `Knobs.masked`); flex
+        attention under CUDA graphs keeps one copy of the logits less (`FLEX_GRAPHED_LOGIT_BYTES`). Eager attention
+        repeats the heads with a mask or without, inside the count its probes measure (it is not searched)."""
         if value == Attention.EAGER:
             return Memory(scores=1.0)
+        if value == Attention.SDPA:
+            return Memory(repeated_kv=SDPA_MASKED_REPEATS)
         flex = value == Attention.FLEX_ATTENTION and graphed_logits(setting)
         return Memory(logit_bytes=FLEX_GRAPHED_LOGIT_BYTES) if flex else Memory()
 

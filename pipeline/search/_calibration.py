@@ -64,6 +64,7 @@ def knobs_of(
         tokens,
         squares,
         held,
+        batch is not None and batch.masked,
     )
 
 
@@ -112,7 +113,8 @@ class Calibration:
     @classmethod
     def of(cls, attr: dict[str, Any]) -> Calibration:
         """A probe stored without a compile choice (a study from before it was a knob of the formula) is taken as
-        not compiled; one without the config's held knob values, as holding none (each knob then at its default)."""
+        not compiled; one without the config's held knob values, as holding none (each knob then at its default); one
+        without its mask, as taking none."""
         probes = [
             (
                 Knobs(
@@ -126,6 +128,7 @@ class Calibration:
                     p.get("tokens"),
                     p.get("squares"),
                     tuple(map(tuple, p.get("held", ()))),
+                    p.get("masked", False),
                 ),
                 p["peak"],
             )

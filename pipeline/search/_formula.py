@@ -6,7 +6,8 @@ its rows' squared lengths, a padding-free row being one):
 - frozen weights:      b x (embedding + every layer's projections + LM head when untied)
 - adapters:            16 x LoRA parameters (fp32 weights, fp32 gradients, two fp32 Adam moments)
 - activations / token: without checkpointing every layer keeps b x (6h + 4q + 4k + 4i) (q = n_heads d, k = n_kv_heads
-                       d), compiled layers b x (4h + 3q + 3k + 3i) (the compile knob's count), both with the adapters
+                       d), compiled layers b x (4h + 3q + 3k + 3i) (the compile knob's count), and b x 2(q - k) more
+                       where SDPA repeats the key and value heads under a mask (the attention knob's), all with the adapters
                        in the compute dtype (PEFT's fp32 adapters keep their casts too: the adapter knob's share),
                        as counted on the CPU (`bench.saved_bytes`);
                        with checkpointing each layer keeps its input (b x h) and one layer is recomputed in full (the
@@ -60,6 +61,7 @@ class Knobs:
     tokens: int | None = None  # T of the micro-batch measured or predicted; None: micro x max_length
     squares: int | None = None  # S; None: micro x max_length^2
     held: tuple[tuple[str, str], ...] = ()
+    masked: bool = False  # whether the micro-batch's attention takes a mask (`records.MicroBatch.masked`)
 
     @property
     def work(self) -> tuple[int, int]:
@@ -129,7 +131,18 @@ def static_bytes(shape: Shape, knobs: Knobs, lora_r: int, targets: list[str]) ->
 
 def activation_token_bytes(shape: Shape, knobs: Knobs) -> float:
     """What the layers keep per token (and the loss's buffers): the part of the growth per token the calibration
-    scales."""
+    scales. A micro-batch whose attention takes a mask keeps more (`masked_token_bytes`), which its token equivalents
+    hold: a setting's peak stays one line in them."""
+    return layer_token_bytes(shape, knobs, masked=False) + LOSS_BYTES_PER_TOKEN + memory_term(knobs).token_bytes
+
+
+def masked_token_bytes(shape: Shape, knobs: Knobs) -> float:
+    """What the layers keep more per token where the micro-batch's attention takes a mask (`Memory.repeated_kv`)."""
+    return layer_token_bytes(shape, knobs, masked=True) - layer_token_bytes(shape, knobs, masked=False)
+
+
+def layer_token_bytes(shape: Shape, knobs: Knobs, masked: bool) -> float:
+    """What every layer together keeps per token, on a micro-batch whose attention takes a mask or not."""
     b = element_bytes(knobs.dtype)
     h, i, q, k = shape.hidden, shape.intermediate, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     term = memory_term(knobs)
@@ -137,14 +150,17 @@ def activation_token_bytes(shape: Shape, knobs: Knobs) -> float:
     def eager(t: Memory) -> float:  # b x (6h + 4q + 4k + 4i), less what the term's kernels do not keep
         return b * (6 * h + 4 * q + 4 * k + 4 * i - t.unkept[0] * h - t.unkept[1] * i)
 
+    def repeated(t: Memory) -> float:  # the key and value heads repeated to the query heads (the attention knob's)
+        return b * t.repeated_kv * (q - k) if masked else 0.0
+
     if term.checkpointed:  # the checkpointing knob's own count, its recomputed layer eager with the terms eager has
         off = memory_term(replace(knobs, compile=Compile.OFF.value))
-        layer = off.activations * eager(off)
+        layer = off.activations * (eager(off) + repeated(off))
         kept = role(KnobRole.CHECKPOINTING).kept_bytes(shape.layers, b, h, layer)
     else:  # compiled layers: the compile knob's
         layer = role(KnobRole.COMPILE).layer_bytes(b, h, q, k, i) if term.fused else eager(term)
-        kept = term.activations * shape.layers * layer
-    return kept + LOSS_BYTES_PER_TOKEN + term.token_bytes
+        kept = term.activations * shape.layers * (layer + repeated(term))
+    return kept
 
 
 def held_token_bytes(shape: Shape, knobs: Knobs) -> float:
@@ -165,6 +181,8 @@ def square_bytes(shape: Shape, knobs: Knobs) -> float:
 
 
 def token_equivalents(shape: Shape, knobs: Knobs) -> float:
-    """The knobs' micro-batch as tokens of its formula: T, and S at its bytes over a token's."""
+    """The knobs' micro-batch as tokens of its formula: T, S at its bytes over a token's, and where its attention takes a
+    mask, what that keeps more of T at its bytes over a token's."""
     tokens, squares = knobs.work
-    return tokens + squares * square_bytes(shape, knobs) / per_token_bytes(shape, knobs)
+    masked = tokens * masked_token_bytes(shape, knobs) if knobs.masked else 0.0
+    return tokens + (squares * square_bytes(shape, knobs) + masked) / per_token_bytes(shape, knobs)
