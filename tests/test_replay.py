@@ -14,6 +14,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from bench import grid as recorded
 from bench import grid_export, replay
 from bench.machine import Machine
 
@@ -29,7 +30,7 @@ def test_the_model_sampler_finds_the_grids_fastest_in_nine_studies_of_ten_at_a_q
     its compilation from the study's cache, and so does a trial whose layers an earlier trial compiled (this grid
     recorded no compilation apart: a group's first trial is charged its own start-up)."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    grid = replay.Grid.load(GRID)
+    grid = recorded.Grid.load(GRID)
     found = replay.summary(grid, "model", replays=1000, trials_budget=10)
     assert found["found"] >= 0.90, found
     assert found["share_mean"] <= 0.25, found
@@ -43,7 +44,7 @@ def test_the_model_sampler_on_the_chats_grid_at_a_quarter_of_its_device_time_no_
     CUDA graphs, 8.3% slower), the two not told apart under the processes' offsets the replay draws (+-15%;
     BENCHMARKS.md). Kept from getting worse."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    grid = replay.Grid.load(CHATS)
+    grid = recorded.Grid.load(CHATS)
     found = replay.summary(grid, "model", replays=1000, trials_budget=8)
     assert found["found"] >= 0.82, found
     assert found["share_mean"] <= 0.25, found
@@ -57,7 +58,7 @@ def test_the_model_sampler_on_a_grid_nothing_was_tuned_on_at_a_quarter_of_its_de
     of a group of compiled layers was charged the grid's own start-up, which for all but the grid's first of the group
     read the layers back from the grid's cache. Kept from getting worse."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    grid = replay.Grid.load(SMALL)
+    grid = recorded.Grid.load(SMALL)
     found = replay.summary(grid, "model", replays=1000, trials_budget=6)
     assert found["found"] >= 0.88, found
     assert found["share_mean"] <= 0.25, found
@@ -67,7 +68,7 @@ def test_a_replayed_study_decides_its_budget_and_answers_from_the_grid():
     """One replay, read closely: the budget of configs decided, the answer a config of the grid that fits, the
     device time between the probes' and the grid's."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    grid = replay.Grid.load(GRID)
+    grid = recorded.Grid.load(GRID)
     outcome = replay.replay(grid, "model", seed=7, trials_budget=10)
     assert outcome.decided == 10
     assert outcome.answer is not None and grid.fits(outcome.answer)
@@ -75,7 +76,7 @@ def test_a_replayed_study_decides_its_budget_and_answers_from_the_grid():
     assert 0 < outcome.seconds < grid.seconds
 
 
-def _grid(tmp_path, second: dict) -> replay.Grid:
+def _grid(tmp_path, second: dict) -> recorded.Grid:
     """A grid of three configs: the baseline (eager), one with compiled layers, and `second`, which compiles 30 s as
     the other does, recorded each in a process of its own."""
     space = {
@@ -97,7 +98,7 @@ def _grid(tmp_path, second: dict) -> replay.Grid:
     path = tmp_path / f"grid-{len(tmp_path.name)}-{'-'.join(map(str, second.values()))}.json"
     raw = {"setting": "", "space": space, "baseline": configs[0]["params"], "cap_gib": 10.0, "steps": 12, "warmup": 4}
     path.write_text(json.dumps({**raw, "configs": configs}), encoding="utf-8")
-    return replay.Grid.load(path)
+    return recorded.Grid.load(path)
 
 
 def test_a_trial_whose_layers_an_earlier_trial_compiled_compiles_from_the_cache(tmp_path):
@@ -107,7 +108,7 @@ def test_a_trial_whose_layers_an_earlier_trial_compiled_compiles_from_the_cache(
     loss = replay.replay(_grid(tmp_path, {"train.loss": "model"}), "bruteforce", seed=3, trials_budget=3)
     layers = replay.replay(_grid(tmp_path, {"train.liger_kernel": True}), "bruteforce", seed=3, trials_budget=3)
     assert loss.decided == layers.decided == 3
-    saved = 30.0 - replay.SHARED_COMPILE_S
+    saved = 30.0 - recorded.SHARED_COMPILE_S
     assert saved - 3.0 < layers.seconds - loss.seconds < saved + 3.0, (layers.seconds, loss.seconds)
 
 
@@ -131,25 +132,25 @@ def test_a_recorded_steps_spread_is_not_moved_by_a_step_that_recompiles():
 def test_eager_layers_share_no_compilation_between_trials():
     """Two eager configs apart in the loss alone: the second's compilation (a compiled loss's) is its own, charged in
     full; two compiled ones apart in the loss share their layers'."""
-    eager = replay.GridConfig({"train.torch_compile": "off", "train.loss": "trl"}, "ok", 0.1, 1.0, 2.0)
-    compiled = replay.GridConfig({"train.torch_compile": "regional", "train.loss": "trl"}, "ok", 0.1, 1.0, 2.0)
-    assert replay._layers(eager) is None
-    other_loss = replay.GridConfig({**compiled.params, "train.loss": "compiled"}, "ok", 0.1, 1.0, 2.0)
-    assert replay._layers(compiled) == replay._layers(other_loss) is not None
+    eager = recorded.GridConfig({"train.torch_compile": "off", "train.loss": "trl"}, "ok", 0.1, 1.0, 2.0)
+    compiled = recorded.GridConfig({"train.torch_compile": "regional", "train.loss": "trl"}, "ok", 0.1, 1.0, 2.0)
+    assert recorded.layers(eager) is None
+    other_loss = recorded.GridConfig({**compiled.params, "train.loss": "compiled"}, "ok", 0.1, 1.0, 2.0)
+    assert recorded.layers(compiled) == recorded.layers(other_loss) is not None
 
 
 def test_a_studys_first_trial_of_compiled_layers_compiles_them_in_full():
     """The grid compiled a group's layers once, in its first config (30 s), and read them back in the next (1.7 s): a
     study that meets the second first compiles 30 s there; a later config that compiled more (a resumed grid's empty cache,
     40 s) keeps its own; an eager config, and a grid that recorded no compilation, keep their start-up."""
-    first = replay.GridConfig({"train.torch_compile": "regional", "train.loss": "trl"}, "ok", 0.1, 1.0, 32.0, 1, 30.0)
-    later = replay.GridConfig({**first.params, "train.loss": "compiled"}, "ok", 0.1, 1.0, 3.7, 1, 1.7)
-    eager = replay.GridConfig({"train.torch_compile": "off", "train.loss": "trl"}, "ok", 0.1, 1.0, 2.0, 1, 0.0)
-    own = replay.GridConfig({**first.params, "train.loss": "liger"}, "ok", 0.1, 1.0, 42.0, 1, 40.0)
-    grid = replay.Grid({}, first.params, 10.0, 12, 4, [first, later, eager, own])
+    first = recorded.GridConfig({"train.torch_compile": "regional", "train.loss": "trl"}, "ok", 0.1, 1.0, 32.0, 1, 30.0)
+    later = recorded.GridConfig({**first.params, "train.loss": "compiled"}, "ok", 0.1, 1.0, 3.7, 1, 1.7)
+    eager = recorded.GridConfig({"train.torch_compile": "off", "train.loss": "trl"}, "ok", 0.1, 1.0, 2.0, 1, 0.0)
+    own = recorded.GridConfig({**first.params, "train.loss": "liger"}, "ok", 0.1, 1.0, 42.0, 1, 40.0)
+    grid = recorded.Grid({}, first.params, 10.0, 12, 4, [first, later, eager, own])
     assert grid.first_fixed_s(later) == pytest.approx(32.0)
     assert grid.first_fixed_s(first) == pytest.approx(32.0)
     assert grid.first_fixed_s(own) == pytest.approx(42.0)
     assert grid.first_fixed_s(eager) == pytest.approx(2.0)
-    unrecorded = replay.GridConfig(later.params, "ok", 0.1, 1.0, 3.7)
-    assert replay.Grid({}, first.params, 10.0, 12, 4, [first, unrecorded]).first_fixed_s(unrecorded) == 3.7
+    unrecorded = recorded.GridConfig(later.params, "ok", 0.1, 1.0, 3.7)
+    assert recorded.Grid({}, first.params, 10.0, 12, 4, [first, unrecorded]).first_fixed_s(unrecorded) == 3.7
