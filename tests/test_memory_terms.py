@@ -252,3 +252,13 @@ def test_sdpa_keeps_the_key_and_value_heads_repeated_where_the_micro_batch_takes
 )
 def test_a_micro_batch_takes_a_mask_where_it_is_padded_or_its_records_share_a_row(rows, tokens, real, squares, masked):
     assert MicroBatch(rows, tokens, real, squares, 1, 10).masked is masked
+
+
+def test_sdpa_and_flex_attention_differ_in_memory_only_on_a_micro_batch_that_takes_a_mask():
+    """The nearest measured line prefers settings apart in keys whose change changes no memory: SDPA's term counts
+    only under a mask, so on whole rows SDPA and flex attention are apart in a key without a term."""
+    from pipeline.search._predictor import keys_apart
+
+    for masked, moved in ((False, 0), (True, 1)):
+        sdpa, flex = (chats_knobs(8, 8000, a, masked) for a in ("sdpa", "flex_attention"))
+        assert keys_apart(sdpa, flex) == (1, moved)

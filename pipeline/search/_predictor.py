@@ -11,8 +11,10 @@ their terms; the calibrated formula answers alone only where nothing of its form
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
+from pipeline.knobs import Memory
 from pipeline.measure.flops import Shape
 from pipeline.search._formula import (
     Knobs,
@@ -145,11 +147,15 @@ class Predictor:
 
 def keys_apart(knobs: Knobs, other: Knobs) -> tuple[int, int]:
     """How many knob values two settings differ in, and in how many of them the change (alone, beside the knobs' other
-    values) changes the memory term."""
+    values) changes the memory term on the knobs' micro-batch (a term for a mask counts only where it takes one)."""
     mine, theirs = knobs.values, other.values
     apart = [key for key in mine.keys() | theirs.keys() if mine.get(key) != theirs.get(key)]
-    base = memory_term(knobs)
+
+    def on_batch(term: Memory) -> Memory:
+        return term if knobs.masked else dataclasses.replace(term, repeated_kv=0.0)
+
+    base = on_batch(memory_term(knobs))
     swapped = (
         {**mine, key: theirs[key]} if key in theirs else {k: v for k, v in mine.items() if k != key} for key in apart
     )
-    return len(apart), sum(term_of(tuple(sorted(values.items())), knobs.dtype) != base for values in swapped)
+    return len(apart), sum(on_batch(term_of(tuple(sorted(v.items())), knobs.dtype)) != base for v in swapped)
