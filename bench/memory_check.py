@@ -142,13 +142,14 @@ def _probes(calibration: dict, true_is: str, held: tuple, varying: bool) -> list
 
 def _masked(knobs: Knobs, varying: bool, real: int | None = None) -> bool:
     """Whether a recorded micro-batch's attention took a mask (`records.MicroBatch.masked`), from what its store kept:
-    more tokens than its records' (`real`, where kept); else, on records of varying length, more than one row, or
-    padding to max_length or to buckets (a row then padded whatever its length)."""
-    if not varying:
-        return False
+    padding-free, more than one record; else more tokens than its records' (`real`, where kept); else, on records of
+    varying length, more than one row, or padding to max_length or to buckets (a row then padded whatever its
+    length)."""
     padding = dict(knobs.other + knobs.held).get(PADDING_KEY, "longest")
     if padding == "padding_free":
-        return knobs.micro > 1
+        return knobs.micro > 1  # its records share one row, of one length or not
+    if not varying:
+        return False
     if real is not None and knobs.tokens is not None:
         return knobs.tokens > real
     return knobs.micro > 1 or padding in ("max_length", "buckets")
