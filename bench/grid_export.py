@@ -1,5 +1,6 @@
-"""A recorded grid (the JSON `bench.grid` reads and `bench.replay` replays) from a study that measured every config of its space once: a
-bruteforce study with no pruning and no skipping (bench/grid_h200.sh), read back from its Optuna storage.
+"""A recorded grid (the JSON `bench.grid` reads and `bench.replay` replays) from a study that measured every config
+of its space once: a bruteforce study with no pruning and no skipping (bench/grid_h200.sh), read back from its Optuna
+storage.
 
     python -m bench.grid_export sqlite:///mlruns/optuna.db grid-seed --setting "..." > bench/results/grid.json
 """

@@ -55,7 +55,16 @@ SMALL_MODEL = (  # as bench/record_h200.sh records grid-chats and grid-small
 CHATS = (*SMALL_MODEL, "data=jsonl")  # made-up chats of varying length
 SMALL = (*SMALL_MODEL, "data.length=1024")  # fixed-length rows
 # the chats acceptance studies' command line (bench/accept_h200.sh), its data's path aside
-CHATS_STUDY = (*SMALL_MODEL[:4], "gpu=auto", "mem_cap=20GiB", "data=jsonl", "optimize.fit_over=epoch")
+CHATS_STUDY = (
+    "model=qwen3-0.6b",
+    "train.max_length=1024",
+    "batch.effective=8",
+    "batch.split=8x1",
+    "gpu=auto",
+    "mem_cap=20GiB",
+    "data=jsonl",
+    "optimize.fit_over=epoch",
+)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ class Memory:
     size an eager layer does not keep per token (fused kernels that recompute an element-wise intermediate), taken off
     eager's count before the shares apply; `repeated_kv` counts the copies of the query heads' surplus over the key
     and value heads (q - k elements) a token and layer keeps where the micro-batch's attention takes a mask (attention
-    that then repeats the key and value heads to every query head). The logits and the inputs are measured figures: a line carried between
-    settings adds them as they are, where it scales the activations. The default term changes nothing."""
+    that then repeats the key and value heads to every query head). The logits and the inputs are measured figures: a
+    line carried between settings adds them as they are, where it scales the activations. The default term changes
+    nothing."""
 
     activations: float = 1.0
     checkpointed: bool = False

@@ -7,9 +7,9 @@ its rows' squared lengths, a padding-free row being one):
 - adapters:            16 x LoRA parameters (fp32 weights, fp32 gradients, two fp32 Adam moments)
 - activations / token: without checkpointing every layer keeps b x (6h + 4q + 4k + 4i) (q = n_heads d, k = n_kv_heads
                        d), compiled layers b x (4h + 3q + 3k + 3i) (the compile knob's count), and b x 2(q - k) more
-                       where SDPA repeats the key and value heads under a mask (the attention knob's), all with the adapters
-                       in the compute dtype (PEFT's fp32 adapters keep their casts too: the adapter knob's share),
-                       as counted on the CPU (`bench.saved_bytes`);
+                       where SDPA repeats the key and value heads under a mask (the attention knob's), all with the
+                       adapters in the compute dtype (PEFT's fp32 adapters keep their casts too: the adapter knob's
+                       share), as counted on the CPU (`bench.saved_bytes`);
                        with checkpointing each layer keeps its input (b x h) and one layer is recomputed in full (the
                        checkpointing knob's count)
 - attention / S:       what attention without a fused kernel keeps of its scores (eager attention: the attention
@@ -181,8 +181,8 @@ def square_bytes(shape: Shape, knobs: Knobs) -> float:
 
 
 def token_equivalents(shape: Shape, knobs: Knobs) -> float:
-    """The knobs' micro-batch as tokens of its formula: T, S at its bytes over a token's, and where its attention takes a
-    mask, what that keeps more of T at its bytes over a token's."""
+    """The knobs' micro-batch as tokens of its formula: T, S at its bytes over a token's, and where its attention
+    takes a mask, what that keeps more of T at its bytes over a token's."""
     tokens, squares = knobs.work
     masked = tokens * masked_token_bytes(shape, knobs) if knobs.masked else 0.0
     return tokens + (squares * square_bytes(shape, knobs) + masked) / per_token_bytes(shape, knobs)
