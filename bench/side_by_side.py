@@ -1,6 +1,6 @@
 """Scripts side by side in rotated rounds of fresh processes: each round runs every script once, each in a process of
 its own, the order rotated from round to round; a run's figure is the 20%-trimmed mean of its step times after
-`--warmup`; each script's ratio to the reference (the first named) is the geometric mean over the rounds of the
+`--warmup` (of a pipeline job's, `bench.job_json`'s, those a study counts: none that compiled); each script's ratio to the reference (the first named) is the geometric mean over the rounds of the
 round's ratio, with a t-interval (neighbouring processes share the machine's drift, so it cancels in a pair).
 
     python -m bench.side_by_side --rounds 4 --warmup 5 --out DIR \\
@@ -65,10 +65,13 @@ def deviation(losses: list[float], reference: list[float]) -> float | None:
 
 
 def figured(record: dict, warmup: int) -> dict:
-    """A run's record with its figure: the trimmed mean of its steps after `warmup`; None where it has none, or where
-    the run did not finish (its `status` other than ok: the steps of a run that ran out of memory at step 10 are not
-    its speed)."""
-    steady = record.get("step_times_s", [])[warmup:]
+    """A run's record with its figure: the trimmed mean of its steps after `warmup`, less those its `steady` flags
+    leave out (a pipeline job's: a step that compiled, as a CUDA-graph config does at each new shape of varying
+    lengths, is no steady step in a study either); None where it has none, or where the run did not finish (its
+    `status` other than ok: the steps of a run that ran out of memory at step 10 are not its speed)."""
+    times = record.get("step_times_s", [])
+    flags = record.get("steady") or [True] * len(times)  # a plain script's record has no flags: every step counts
+    steady = [t for t, flag in zip(times[warmup:], flags[warmup:], strict=True) if flag]
     finished = record.get("status", "ok") == "ok"
     return {**record, "figure": trimmed_mean(steady) if steady and finished else None}
 

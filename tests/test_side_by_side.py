@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench import side_by_side
 
 DRIFT = [1.0, 3.0, 0.5]  # the machine's speed from round to round: a pair shares it, so it cancels
@@ -46,3 +48,15 @@ def test_rounds_are_rotated_so_each_script_runs_first_in_turn():
     orders = [side_by_side.rounds_order(["seed", "answer", "unsloth"], n) for n in range(3)]
     assert [o[0] for o in orders] == ["seed", "answer", "unsloth"]
     assert all(sorted(o) == ["answer", "seed", "unsloth"] for o in orders)
+
+
+def test_a_jobs_steps_that_compiled_after_the_warm_up_are_no_part_of_its_figure():
+    """A CUDA-graph config on varying lengths compiles at each new shape, after any warm-up (3-5 s steps among 0.1 s
+    ones on the chats, BENCHMARKS.md): a study leaves such steps out of its figure, and so does the side by side
+    where the job flagged them. A plain script's record has no flags: all its steps count."""
+    times = [9.0, 0.1, 0.1, 4.0, 0.1, 0.1, 0.1, 3.0, 0.1, 0.1, 0.1]
+    flags = [False, True, True, False, True, True, True, False, True, True, True]
+    job = side_by_side.figured({"step_times_s": times, "steady": flags}, warmup=1)
+    assert job["figure"] == pytest.approx(0.1)
+    plain = side_by_side.figured({"step_times_s": times}, warmup=1)
+    assert plain["figure"] == pytest.approx(sum(sorted(times[1:])[2:-2]) / 6)  # the spikes in, trimmed 2 a side
