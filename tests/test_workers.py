@@ -8,6 +8,8 @@ and B's next write to its own trial raised `UpdateFinishedTrialError`, which end
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -262,3 +264,25 @@ def test_a_worker_measures_nothing_once_another_holds_the_budgets_last_trial(one
     mine = [t for t in driver.study.get_trials() if t.number != theirs.number]
     assert all(t.state in (TrialState.FAIL, TrialState.WAITING) for t in mine), [(t.number, t.state) for t in mine]
     assert driver._open_ids() == {driver.valid[0].config_id}  # the claimed config alone: waited on, not decided
+
+
+class _InterruptedSampler(optuna.samplers.RandomSampler):
+    """Delivers a real SIGINT to this process inside `ask`, once the storage has made the trial (Optuna calls
+    `before_trial` then): the trial exists, RUNNING, its owner not written."""
+
+    def before_trial(self, study, trial):
+        os.kill(os.getpid(), signal.SIGINT)
+        super().before_trial(study, trial)
+
+
+def test_a_ctrl_c_inside_ask_leaves_no_trial_running_without_an_owner(tmp_path):
+    """Seen from a terminal: a Ctrl-C left a study's trial RUNNING with no owner, so this worker's release did not
+    end it and the next command ran a trial of its own before it took it for a dead worker's. Asked and owned as one
+    call, the interrupt lands after the owner is written, and the release ends the trial."""
+    study_ = optuna.create_study(storage=f"sqlite:///{tmp_path / 'optuna.db'}", sampler=_InterruptedSampler(seed=0))
+    with pytest.raises(KeyboardInterrupt):
+        workers.ask_owned(study_)
+    (asked,) = study_.get_trials(deepcopy=False)
+    assert asked.user_attrs["owner"] == str(Owner.current())
+    workers.release_own(study_)
+    assert [t.state for t in study_.get_trials(deepcopy=False)] == [TrialState.FAIL]

@@ -25,6 +25,7 @@ import optuna
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState
 
+from pipeline import whole
 from pipeline.adapters import optuna_storage
 from pipeline.liveness import GRACE_S, HEARTBEAT_S, Owner
 from pipeline.search._trials import CONFIG_ID, OWNER, is_decided
@@ -125,6 +126,17 @@ def release_own(study: optuna.Study) -> None:
 def own(trial: optuna.Trial) -> None:
     trial.set_user_attr(OWNER, str(Owner.current()))
     trial.set_user_attr(HEARTBEAT, time.time())
+
+
+def ask_owned(study: optuna.Study) -> optuna.Trial:
+    """A new trial with this worker's owner written, a Ctrl-C held until both are done: the trial is RUNNING from
+    the instant the storage creates it, and the sampler then runs inside `ask`; cut there, the trial had no owner,
+    so neither this worker's `release_own` nor the next command (until `GRACE_S` lapsed) could tell it was dead."""
+    with whole.call():
+        trial = study.ask()
+        with contextlib.suppress(UpdateFinishedTrialError):  # closed by another worker in that instant (taken for
+            own(trial)  # dead while ownerless): the caller's next write to it says so (`closed_elsewhere`)
+    return trial
 
 
 @contextlib.contextmanager

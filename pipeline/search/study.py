@@ -176,7 +176,7 @@ class StudyDriver:
         if open_ids <= workers.taken(self.ctx.study, current=-1):
             time.sleep(HEARTBEAT_S)  # every open config is another live worker's: its result, or its death, comes
             return True
-        trial = self.ctx.study.ask()
+        trial = workers.ask_owned(self.ctx.study)
         try:
             self._decide(trial, bar)
         except (UpdateFinishedTrialError, ValueError):  # ValueError: Optuna's "Cannot tell a FAIL trial"
@@ -199,7 +199,6 @@ class StudyDriver:
     def _decide(self, trial: optuna.Trial, bar: tqdm) -> None:
         """Claim the proposal and measure it, or tell it as the repeat of a decided config."""
         ctx = self.ctx
-        workers.own(trial)
         candidate, values = self._proposal(trial)
         taken = workers.taken(ctx.study, trial.number)
         if candidate is None or candidate.config_id in taken:
