@@ -33,6 +33,7 @@ from pipeline.render.runs_table import tag_study
 from pipeline.search._confirmation import ConfirmationRecord
 from pipeline.search._confirmation.plan import ConfirmationRound
 from pipeline.search._decided import Decided
+from pipeline.search._prior import Coverage
 from pipeline.search._trials import Role, TrialRecord
 from pipeline.tracking import figures, runs
 from pipeline.tracking.readback import read_text
@@ -301,3 +302,24 @@ def test_an_answer_whose_headroom_is_under_one_fp32_copy_of_its_logits_says_its_
         assert lines[at + 1].startswith("  its fit can change from process to process: 0.69 GiB left under the cap")
     cpu = decide(decided, dataclasses.replace(facts, slack=None))
     assert "its fit can change" not in cpu.text
+
+
+def test_where_no_round_ran_the_knobs_lines_say_why_and_claim_no_round_that_did_not_run():
+    """Seen after a Ctrl-C before the round: `one knob moved from the baseline, which no paired round told apart
+    from the answer`, where no round had run. The lines now say so."""
+    records = _measured()
+    why = "no confirmation round has run"
+    one_knob = knob_gains(records, records[1], records[0], None, why).lines()
+    assert one_knob[0] == f"  what each knob bought (one knob moved from the baseline, not decided: {why}):"
+    several = knob_gains(records, records[3], records[0], None, why).lines()
+    assert several[0].startswith(f"  what each knob bought (not decided: {why}; the knob model's estimates")
+
+
+def test_the_coverage_line_sends_a_stopped_study_back_to_its_command_not_to_a_larger_budget():
+    """Seen after a Ctrl-C at 3 of 4 trials: `(raise optimize.trials)`, where the same command decides the fourth."""
+    coverage = Coverage(3, 6, ("tiny 4x2",), budget=4)
+    said = "decided 3 of the space's 6 configs; not decided, and expected faster by the probes: tiny 4x2"
+    assert coverage.line(stopped=True) == f"{said} (the study stopped short of its budget: the same command goes on)"
+    assert coverage.line() == f"{said} (raise optimize.trials)"
+    spent = Coverage(4, 6, ("tiny 4x2",), budget=4)  # stopped in its round: the budget was spent
+    assert spent.line(stopped=True).endswith("(raise optimize.trials)")

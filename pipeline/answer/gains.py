@@ -28,6 +28,7 @@ class Gains:
     measured: int = 0
     moves: int = 0  # the keys in which the answer differs from the baseline
     claim: Speedup | None = None
+    untold: str = "no paired round told the answer from the baseline"  # why there is no claim
 
     @property
     def whole(self) -> bool:
@@ -41,8 +42,8 @@ class Gains:
         over = f"over the {self.measured} configs measured, one unpaired run each"
         if self.claim is None:
             head = (
-                "not decided: no paired round told the answer from the baseline; the knob model's estimates of each "
-                f"knob's share, {over}, without intervals"
+                f"not decided: {self.untold}; the knob model's estimates of each knob's share, {over}, without "
+                "intervals"
             )
             return [f"  what each knob bought ({head}):", *(f"    {f.estimate_text()}" for f in self.factors)]
         head = (
@@ -55,7 +56,7 @@ class Gains:
         f = self.factors[0]
         move = f"{f.key}={f.after} (from {f.before})"
         if self.claim is None:
-            head = "one knob moved from the baseline, which no paired round told apart from the answer"
+            head = f"one knob moved from the baseline, not decided: {self.untold}"
             return [f"  what each knob bought ({head}):", f"    {move}: not decided by the round"]
         c = self.claim.comparison
         figure = f"{c.speedup:.2f}x [{bound(c.low)}, {bound(c.high)}]"
@@ -73,10 +74,15 @@ class Gains:
 
 
 def knob_gains(
-    records: list[TrialRecord], answer: TrialRecord, baseline: TrialRecord | None, claim: Speedup | None = None
+    records: list[TrialRecord],
+    answer: TrialRecord,
+    baseline: TrialRecord | None,
+    claim: Speedup | None = None,
+    untold: str | None = None,
 ) -> Gains:
-    """What the answer's moves from the baseline are worth, beside the round's `claim`; nothing where the baseline
-    is not a point of the answer's space or no more configs were measured than the keys that vary."""
+    """What the answer's moves from the baseline are worth, beside the round's `claim` (`untold`: why there is none,
+    where it is not that the round could not tell them apart); nothing where the baseline is not a point of the
+    answer's space or no more configs were measured than the keys that vary."""
     target = searched_values(answer)
     if baseline is None or set(searched_values(baseline)) != set(target):
         return Gains()
@@ -88,4 +94,5 @@ def knob_gains(
     fit = fit_points(points, searched_values(baseline))
     factors = [fit.factor(target, key, searched_values(baseline)[key]) for key in moved]
     moves = sum(1 for key in target if target[key] != searched_values(baseline)[key])
-    return Gains(tuple(sorted(factors, key=lambda f: -f.ratio)), len(points), moves, claim)
+    factors = tuple(sorted(factors, key=lambda f: -f.ratio))
+    return Gains(factors, len(points), moves, claim, *([untold] if untold else []))

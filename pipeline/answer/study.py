@@ -147,7 +147,7 @@ def _best_lines(
 
 
 def _space_lines(setting: StudyFacts) -> list[str]:
-    lines = [setting.coverage.line()] if setting.coverage else []
+    lines = [setting.coverage.line(setting.stopped)] if setting.coverage else []
     return lines + left_out_lines(list(setting.left_out))
 
 
@@ -207,7 +207,8 @@ def decide(decided: Decided, setting: StudyFacts) -> StudyAnswer:
     if best is not None:
         claim = claim_of(decided, best, setting)
         script, shown = export_answer(answer_overrides(setting.command, best), best.sft_kwargs)
-        gains = knob_gains(decided.records, best, decided.baseline, claim.speedup)
+        unrun = None if decided.confirmation else "no confirmation round has run"
+        gains = knob_gains(decided.records, best, decided.baseline, claim.speedup, unrun)
         device = decided.calibration.device if decided.calibration else None
         more, scaling = world_lines(best, decided.eligible, decided.confirmation, device, decided.records)
         lines += more

@@ -63,14 +63,21 @@ class Coverage:
     decided: int
     total: int
     faster_undecided: tuple[str, ...] = ()
+    budget: int | None = None  # configs the study decides at most (`optimize.trials`)
 
-    def line(self) -> str:
+    def line(self, stopped: bool = False) -> str:
+        """`stopped`: the study was interrupted; where it had decided fewer configs than its budget, the same command
+        decides more, with no larger budget."""
         text = f"decided {self.decided} of the space's {self.total} configs"
         if self.decided >= self.total:
             return text
         if self.faster_undecided:
             names = ", ".join(self.faster_undecided[:4]) + (" ..." if len(self.faster_undecided) > 4 else "")
-            return f"{text}; not decided, and expected faster by the probes: {names} (raise optimize.trials)"
+            short = stopped and self.budget is not None and self.decided < self.budget
+            more = (
+                "the study stopped short of its budget: the same command goes on" if short else "raise optimize.trials"
+            )
+            return f"{text}; not decided, and expected faster by the probes: {names} ({more})"
         return f"{text}; none of the undecided is expected faster by the probes"
 
 
@@ -88,4 +95,4 @@ def coverage(ctx: StudyContext, decided_ids: set[str], answer_id: str | None) ->
         for c in ordered(ctx, calibration, [c for c in ctx.valid if c.config_id not in decided_ids])
         if fits(ctx, c, margin) and estimate(calibration, c) < bar
     ]
-    return Coverage(done, total, tuple(faster))
+    return Coverage(done, total, tuple(faster), min(ctx.cfg.optimize.trials, total))
