@@ -3,6 +3,8 @@ where the device was measured idle."""
 
 from __future__ import annotations
 
+import re
+
 from optuna.trial import TrialState
 
 from pipeline.answer import slow
@@ -74,3 +76,18 @@ def test_a_step_that_does_not_grow_with_its_micro_batches_has_no_such_cost():
     records = [_record(i, s, 1.0 + 0.01 * i) for i, s in enumerate(STEPS)]
     assert slow.micro_costs(records) == {}
     assert slow.lines(records[3], records[0], records, 0.5) == []
+
+
+def test_the_parts_of_a_step_add_up_to_it_as_printed_where_a_micro_batch_costs_milliseconds():
+    """Seen on the tiny model: `0.082 s a step = 8 micro-batches x 0.003 s + 0.060 s`, which reads 0.084. A
+    micro-batch's cost is shown to three significant digits, and the step and the rest to the same places."""
+    steps = {"1x8": 0.0822, "2x4": 0.0711, "4x2": 0.0652, "8x1": 0.0619}  # 2.7 ms a micro-batch, about
+    records = [_record(i, s, t) for i, (s, t) in enumerate(steps.items())]
+    costs = slow.micro_costs(records)
+    for record in records:
+        line = slow.step_line("config", record, costs, 0.5, named=False)
+        found = re.match(r"config: ([\d.]+) s a step = (\d+) micro-batch(?:es)? x ([\d.]+) s \+ ([\d.]+) s", line)
+        step, count, cost, rest = found.groups()
+        assert len(cost.split(".")[1]) == 5 and len(step.split(".")[1]) == 5, line
+        unit = 10**-5
+        assert abs(int(count) * float(cost) + float(rest) - float(step)) <= (int(count) + 1) * unit / 2, line
