@@ -13,8 +13,8 @@ import pytest
 from pipeline.compare.paired import Judgement
 from pipeline.config.identity import short
 from pipeline.records import Fit, RunKind, Status
-from pipeline.render.headline import sweep_gain
-from pipeline.render.rows import Criteria, comparison_rows, order
+from pipeline.render.headline import fastest_line, sweep_gain
+from pipeline.render.rows import Criteria, comparison_rows, order, unranked
 from pipeline.render.table import format_table, paired_text, rank_text
 from pipeline.summaries import Interval
 from tests.helpers.records import recorded
@@ -112,6 +112,21 @@ def test_one_run_per_config_ranks_nothing_and_says_why():
     assert "| winner" not in table and "| slower" not in table
     assert "one run per config: an interval covers the step noise of that one process" in table
     assert [r.name for r in order(rows)] == ["m 4x1", "m 1x4"]
+
+
+def test_one_config_run_twice_is_said_to_be_one_config_not_one_run_per_config():
+    """Seen with `repeats=2` on one config: `one run per config ... rank with repeats=3 or more` beside `step s of
+    several runs`, and a headline `(one run per config: not ranked)`. One config has nothing to rank it against."""
+    jobs = [recorded("m 4x1", "a", [0.1] * 10, repeat=r) for r in range(2)]
+    rows = comparison_rows(jobs, Criteria())
+    assert rows[0].runs == 2 and unranked(rows) == "one config"
+    table = format_table(rows, Criteria())
+    assert "one run per config" not in table and "one config: nothing is ranked" in table
+    assert "the figure their pairs compare" not in table
+    assert fastest_line(rows, None).endswith("(one config: not ranked)")
+    assert sweep_gain(rows[0], rows[0], rows).why == "one config: nothing is ranked"
+    single = comparison_rows([recorded("m 1x4", "a", [0.3] * 10), recorded("m 4x1", "b", [0.1] * 10)], Criteria())
+    assert unranked(single) == "one run per config"
 
 
 def test_ties_state_the_margin_they_certify_and_are_equal_only_within_the_tie_tolerance():

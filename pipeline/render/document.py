@@ -15,7 +15,7 @@ from pathlib import Path
 from pipeline.records import RunKind
 from pipeline.render import plots
 from pipeline.render.headline import fastest_line, sweep_gain
-from pipeline.render.rows import Criteria, Row, order, recorded_rows
+from pipeline.render.rows import Criteria, Row, order, recorded_rows, unranked
 from pipeline.render.table import footnotes, paired_header, paired_text, rank_text, step_header, step_text
 from pipeline.render.text import markdown_table, num
 from pipeline.summaries import TOKENS_RATE, RecordedJob
@@ -90,7 +90,7 @@ def claim_lines(parent, rows: list[Row], jobs: list[RecordedJob]) -> list[str]:
     baseline = f"Baseline: {first.name} (the sweep's first config: the first value of every swept key)" if first else ""
     best = next((r for r in rows if r.judgement is not None and r.comparison is None), None)
     if best is None:
-        return [baseline, "", "Claim: no speed-up is claimed: nothing is ranked (one run per config)"]
+        return [baseline, "", f"Claim: no speed-up is claimed: nothing is ranked ({unranked(rows)})"]
     return [baseline, "", f"Claim: {sweep_gain(best, first, rows).line(best.name)}"]
 
 

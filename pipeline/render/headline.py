@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pipeline.compare.paired import Judgement, bound, equal_text, margin_text, within
 from pipeline.records import Status
-from pipeline.render.rows import ANSWER, Row, order
+from pipeline.render.rows import ANSWER, Row, order, unranked
 
 
 def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
@@ -33,7 +33,7 @@ def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
     timed = [r for r in rows if r.median is not None and r.fit.feasible and r.status == str(Status.OK)]
     if timed:
         best = min(timed, key=lambda r: r.median)
-        return f"Lowest median: **{best.name}**, {best.median:.4f} s/step (one run per config: not ranked)"
+        return f"Lowest median: **{best.name}**, {best.median:.4f} s/step ({unranked(rows)}: not ranked)"
     needs = [(r.peak_gib, "measured") for r in rows if r.peak_gib] + [
         (r.predicted_gib, "predicted") for r in rows if r.predicted_gib and not r.peak_gib
     ]
@@ -72,7 +72,9 @@ def sweep_gain(best: Row, baseline: Row | None, rows: list[Row]) -> Gain:
     the best itself (a speed-up of 1.00x over itself says nothing), it is over the nearest config the rounds compared
     with it: the runner-up. A figure only where the interval excludes 1."""
     if best.judgement is None:
-        return Gain(why="one run per config: nothing is ranked (rank with repeats=3 or more)")
+        why = unranked(rows)
+        more = "" if why == "one config" else " (rank with repeats=3 or more)"
+        return Gain(why=f"{why}: nothing is ranked{more}")
     if baseline is None:
         return Gain(why="the sweep's first config has no step time to compare with")
     if baseline is best:

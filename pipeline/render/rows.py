@@ -254,3 +254,14 @@ def close(row: Row) -> bool:
 def reference_role(rows: list[Row]) -> str:
     """What the time ratios are against: the fastest, or a study's answer."""
     return next((r.role for r in rows if r.role), FASTEST)
+
+
+def unranked(rows: list[Row]) -> str:
+    """Why no row is ranked, where none is: `one run per config` (a process's interval says nothing of another's),
+    `one config` (nothing to rank it against), or `fewer than two paired rounds` (several runs, too few paired)."""
+    timed = [r for r in rows if r.median is not None]
+    if len(timed) == 1:
+        return "one config"
+    if all(r.runs <= 1 for r in timed):
+        return "one run per config"
+    return "fewer than two paired rounds"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pipeline.compare.paired import Judgement, ratio_text
 from pipeline.measure.stats import TRIM
-from pipeline.render.rows import FASTEST, Criteria, Row, close, order, reference_role
+from pipeline.render.rows import FASTEST, Criteria, Row, close, order, reference_role, unranked
 from pipeline.render.text import interval_text, markdown_table, num
 from pipeline.summaries import TOKENS_RATE
 
@@ -86,16 +86,22 @@ def footnotes(rows: list[Row], criteria: Criteria) -> list[str]:
     """What the table's intervals and flags mean, where it matters."""
     confidence, out = criteria.confidence, []
     timed = [r for r in rows if r.median is not None]
-    if timed and not any(r.judgement for r in rows):
+    why = unranked(rows)
+    if timed and not any(r.judgement for r in rows) and why == "one run per config":
         out.append(
             "one run per config: an interval covers the step noise of that one process, and separate processes of "
             "one config differ by more (15-30% on a GPU host), so nothing is ranked; rank with repeats=3 or more "
             "(paired rounds)"
         )
+    elif timed and not any(r.judgement for r in rows):
+        out.append(f"{why}: nothing is ranked" + ("" if why == "one config" else "; rank with repeats=3 or more"))
     if any(r.runs > 1 for r in timed):
+        pairs = (
+            f", the figure their pairs compare (time vs {reference_role(rows)} is its ratio over the rounds both ran)"
+        )
         out.append(
-            f"step s of several runs: the geometric mean of their {100 * TRIM:g}%-trimmed means, the figure their "
-            f"pairs compare (time vs {reference_role(rows)} is its ratio over the rounds both ran)"
+            f"step s of several runs: the geometric mean of their {100 * TRIM:g}%-trimmed means"
+            + ("" if why == "one config" else pairs)
         )
     if any(r.ci is not None and r.ci.level < confidence - 1e-12 for r in rows):
         out.append(f"(n%): the interval covers the median only n% of the time: too few steps for {100 * confidence:g}%")
