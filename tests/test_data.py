@@ -8,7 +8,9 @@ import json
 
 import pytest
 
+from pipeline.builders.batches import whole_batches
 from pipeline.builders.dataset import take_records, token_count
+from pipeline.builders.order import RunOrder
 from pipeline.config.data import check_data
 from pipeline.config.errors import ConfigError
 from pipeline.config.validate import validate
@@ -71,6 +73,32 @@ def test_take_records_stops_as_soon_as_samples_and_tokens_suffice():
     assert len(take_records(records, 2)) == 2
     assert len(take_records(iter([{"text": "x" * 5}] * 6), 2, lambda r: len(r["text"]), tokens=12)) == 3
     assert len(take_records(iter([{"text": "x" * 5}] * 2), 4, lambda r: len(r["text"]), tokens=100)) == 2
+
+
+def test_records_fewer_than_the_steps_read_are_cut_to_whole_batches():
+    """5 records at an effective batch of 4 trained 4, 1, 4, 1 samples a step, each step counted as whole: the run
+    keeps whole batches (4 of 5; 198 of 200 at 6), and every record where they cover the steps. With packing the
+    samples are sequences: no cut."""
+    assert [whole_batches(n, 24, 4) for n in (5, 8, 24, 30)] == [4, 8, 24, 30]
+    assert whole_batches(200, 216, 6) == 198
+    assert len(take_records(iter([{"text": "x"}] * 5), 24, effective=4)) == 4
+    assert len(take_records(iter([{"text": "x"}] * 5), 24, lambda r: 1, tokens=100, effective=4)) == 5
+
+
+@pytest.mark.slow
+def test_a_run_whose_data_runs_out_trains_whole_batches_and_its_order_reads_the_same_records(tmp_path, compose):
+    """The job (6 steps of 4 from 5 records) trains 4 samples every step, and the run's order, which names its
+    longest micro-batch and the step that trains it, reads the same 4 records the job does."""
+    path = tmp_path / "five.jsonl"
+    path.write_text("".join(json.dumps({"text": "hello " * (3 + i)}) + "\n" for i in range(5)), encoding="utf-8")
+    cfg = validate(compose("data=jsonl", f"data.path={path}", "train.steps=6", *QUIET))
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    job = Job(job_spec(cfg), workdir)
+    result = job.run()
+    assert result.status is Status.OK, result.traceback
+    assert [s.samples for s in result.steps] == [4] * 6
+    assert len(RunOrder(job.cfg, epoch=False, tokenizer=job.tokenizer).lengths(False)) == len(job.dataset) == 4
 
 
 def test_the_up_front_check_still_reads_every_line(tmp_path, large_jsonl, compose):

@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 from pipeline import knobs
+from pipeline.builders.batches import synthetic_count
 from pipeline.config.choices import DataKind, Distribution, ModelSource
 from pipeline.config.schema import ARCH_KEYS, Config
 from pipeline.knobs import base
@@ -97,6 +98,7 @@ def helpers(config: Config) -> list[str]:
         parts.append(source("dataset", "FIRST_ORDINARY_ID", "_lengths", "synthetic_dataset"))
     else:
         reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"
+        parts.append(source("batches", "whole_batches"))
         parts.append(source("dataset", "FIELDS", "take_records", "_field", reader))
     return parts + [part for knob in knobs.registry() for part in knob.helpers(config.train)]
 
@@ -135,18 +137,18 @@ def model_lines(config: Config, sft: dict) -> list[str]:
 
 def data_lines(config: Config) -> list[str]:
     """The samples the steps consume (steps x effective batch), read as the job reads them."""
-    d, t = config.data, config.train
-    needed = t.steps * config.batch.effective
+    d, t, effective = config.data, config.train, config.batch.effective
+    needed = t.steps * effective
     if d.kind == DataKind.SYNTHETIC:
         uniform = d.distribution == Distribution.UNIFORM
         return [
-            f"    dataset = synthetic_dataset({d.num_samples or needed}, {d.length}, {d.min_length}, {uniform}, "
-            f"model.config.vocab_size, {t.seed})"
+            f"    dataset = synthetic_dataset({synthetic_count(d, needed, effective)}, {d.length}, {d.min_length}, "
+            f"{uniform}, model.config.vocab_size, {t.seed})"
         ]
     source_args = f"{d.path!r}" if d.kind == DataKind.JSONL else f"{d.name!r}, {d.subset!r}, {d.split!r}"
     reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"
-    if not knobs.packs(t):
-        return [f"    dataset = {reader}({source_args}, {needed})"]
+    if not knobs.packs(t):  # fewer records than the steps read: whole batches of them (`take_records`)
+        return [f"    dataset = {reader}({source_args}, {needed}, effective={effective})"]
     return [
         "",
         "    def count_tokens(record):  # a record's tokens as TRL's packing sees them",

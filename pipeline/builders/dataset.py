@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 from datasets import Dataset, load_dataset
 
+from pipeline.builders.batches import synthetic_count, whole_batches
 from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.schema import DataConfig
 
@@ -45,9 +46,14 @@ def synthetic_lengths(num_samples: int, length: int, min_length: int | None, uni
 
 
 def take_records(
-    records: Iterable[dict], needed: int, count_tokens: Callable[[dict], int] | None = None, tokens: int = 0
+    records: Iterable[dict],
+    needed: int,
+    count_tokens: Callable[[dict], int] | None = None,
+    tokens: int = 0,
+    effective: int = 1,
 ) -> list[dict]:
-    """The first records that cover `needed` samples and, when `count_tokens` is given (packing), `tokens` tokens."""
+    """The first records that cover `needed` samples and, when `count_tokens` is given (packing), `tokens` tokens;
+    where there are fewer, whole batches of `effective` (records; with packing, its sequences are the samples)."""
     taken: list[dict] = []
     counted = 0
     for record in records:
@@ -56,7 +62,7 @@ def take_records(
         taken.append(record)
         if count_tokens is not None:
             counted += count_tokens(record)
-    return taken
+    return taken if count_tokens is not None else taken[: whole_batches(len(taken), needed, effective)]
 
 
 def _field(record: dict) -> str:
@@ -64,13 +70,13 @@ def _field(record: dict) -> str:
 
 
 def jsonl_dataset(
-    path: str, needed: int, count_tokens: Callable[[dict], int] | None = None, tokens: int = 0
+    path: str, needed: int, count_tokens: Callable[[dict], int] | None = None, tokens: int = 0, effective: int = 1
 ) -> Dataset:
     """The first records of a jsonl file that the steps consume, read one line at a time and only as far as
     needed."""
     with open(path, encoding="utf-8") as handle:
         records = (json.loads(line) for line in handle if line.strip())
-        taken = take_records(records, needed, count_tokens, tokens)
+        taken = take_records(records, needed, count_tokens, tokens, effective)
     keep = _field(taken[0])
     return Dataset.from_dict({keep: [record[keep] for record in taken]})
 
@@ -82,12 +88,13 @@ def hub_dataset(
     needed: int,
     count_tokens: Callable[[dict], int] | None = None,
     tokens: int = 0,
+    effective: int = 1,
 ) -> Dataset:
     """The first records of a hub dataset (or a local folder) that the steps consume."""
     dataset = load_dataset(name, subset, split=split)
     keep = "messages" if "messages" in dataset.column_names else "text"
     dataset = dataset.select_columns([keep])
-    taken = take_records(iter(dataset), needed, count_tokens, tokens)
+    taken = take_records(iter(dataset), needed, count_tokens, tokens, effective)
     return dataset.select(range(len(taken)))
 
 
@@ -98,15 +105,18 @@ def build_dataset(
     needed: int,
     count_tokens: Callable[[dict], int] | None = None,
     tokens: int = 0,
+    effective: int = 1,
 ) -> Dataset:
-    """`data` is the data group; `needed` is how many samples the steps consume (steps x effective); `count_tokens`
-    and `tokens`: with packing, a record's token count and how many tokens the steps consume."""
+    """`data` is the data group; `needed` is how many samples the steps consume (steps x `effective`, the effective
+    batch); `count_tokens` and `tokens`: with packing, a record's token count and how many tokens the steps
+    consume. Fewer records than `needed` are cut to whole batches (`whole_batches`)."""
     if data.kind == DataKind.SYNTHETIC:
         uniform = data.distribution == Distribution.UNIFORM
-        return synthetic_dataset(data.num_samples or needed, data.length, data.min_length, uniform, vocab_size, seed)
+        count = synthetic_count(data, needed, effective)
+        return synthetic_dataset(count, data.length, data.min_length, uniform, vocab_size, seed)
     if data.kind == DataKind.JSONL:
-        return jsonl_dataset(data.path, needed, count_tokens, tokens)
-    return hub_dataset(data.name, data.subset, data.split, needed, count_tokens, tokens)
+        return jsonl_dataset(data.path, needed, count_tokens, tokens, effective)
+    return hub_dataset(data.name, data.subset, data.split, needed, count_tokens, tokens, effective)
 
 
 def record_ids(tokenizer, record: dict) -> list[int]:
@@ -131,18 +141,20 @@ def truncated(dataset: Dataset, tokenizer, max_length: int) -> Dataset:
     )
 
 
-def run_records(data: DataConfig, needed: int | None, count_tokens: Callable[[dict], int] | None, tokens: int):
+def run_records(
+    data: DataConfig, needed: int | None, count_tokens: Callable[[dict], int] | None, tokens: int, effective: int = 1
+):
     """The records a run reads, as plain dicts: the first that its steps consume (`needed`, and with packing
     `tokens` as `count_tokens` counts them), or every one (`needed` None: one pass over the data). Synthetic data is
     not read here (`synthetic_lengths`)."""
     if data.kind == DataKind.JSONL:
         with open(data.path, encoding="utf-8") as handle:
             records = (json.loads(line) for line in handle if line.strip())
-            return list(records) if needed is None else take_records(records, needed, count_tokens, tokens)
+            return list(records) if needed is None else take_records(records, needed, count_tokens, tokens, effective)
     dataset = load_dataset(data.name, data.subset, split=data.split)
     keep = "messages" if "messages" in dataset.column_names else "text"
     records = ({keep: r[keep]} for r in dataset)
-    return list(records) if needed is None else take_records(records, needed, count_tokens, tokens)
+    return list(records) if needed is None else take_records(records, needed, count_tokens, tokens, effective)
 
 
 def records_at(data: DataConfig, vocab_size: int, seed: int, of_records: int, indices: list[int]) -> Dataset:

@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pipeline.builders.dataset import record_ids, run_records, synthetic_lengths, token_count
+from pipeline.builders.dataset import record_ids, run_records, synthetic_count, synthetic_lengths, token_count
 from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.schema import Config
 from pipeline.records import MicroBatch
@@ -129,16 +129,17 @@ class RunOrder:
     @functools.cache  # noqa: B019 - one instance per study, kept as long as it is
     def lengths(self, packing: bool) -> list[int]:
         """Each record's tokens as the run's data holds them (at most max_length)."""
-        data, train = self.config.data, self.config.train
-        needed = None if self.epoch else train.steps * self.config.batch.effective
+        data, train, effective = self.config.data, self.config.train, self.config.batch.effective
+        needed = None if self.epoch else train.steps * effective
         if data.kind == DataKind.SYNTHETIC:
             uniform = data.distribution == Distribution.UNIFORM
-            count = data.num_samples or needed or train.steps * self.config.batch.effective
+            count = data.num_samples if self.epoch and data.num_samples else None  # one pass: every record
+            count = count or synthetic_count(data, train.steps * effective, effective)
             found = synthetic_lengths(count, data.length, data.min_length, uniform, train.seed)
             return [min(n, train.max_length) for n in found]
         count = functools.partial(token_count, self.tokenizer, train.max_length) if packing else None
         tokens = (needed or 0) * train.max_length if packing else 0
-        records = run_records(data, needed, count, tokens)
+        records = run_records(data, needed, count, tokens, effective)
         return [min(len(record_ids(self.tokenizer, r)), train.max_length) for r in records]
 
     @functools.cache  # noqa: B019

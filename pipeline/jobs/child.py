@@ -125,6 +125,7 @@ class Job:
             needed,
             functools.partial(token_count, self.tokenizer, train.max_length) if packing else None,
             needed * train.max_length if packing else 0,
+            self.cfg.batch.effective,
         )
         if knobs.truncates(train):
             self.dataset = truncated(self.dataset, self.tokenizer, train.max_length)
