@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config.devices import cuda_device_count
+from pipeline.config.errors import ConfigError
 from tests.helpers.cli import run_cli
 from tests.helpers.disks import can_mount, run_on_small_disk
 from tests.helpers.processes import run_with_closed_output
@@ -104,7 +105,11 @@ CASES = [
     (["+train.foo=1"], "train.foo: unknown key", "steps"),
     (["+colour=red"], "colour: unknown key", "batch, data"),
     (["~model"], "model: required but not set", "accepted: model=pretrained or model=qwen3-0.6b"),
-    (["measure.warmup_steps=30"], "measure.warmup_steps: 30 leaves no steady step", "accepted: 0 to 29"),
+    (
+        ["measure.warmup_steps=30"],
+        "measure.warmup_steps: 30 leaves no steady step",
+        "accepted: 0 to 29, or train.steps=31 or more",
+    ),
     (["repeats=0"], "repeats: got 0", "a whole number >= 1"),
     # sweeps too large to run (repeats=1000000000 grew to 22 GB before the kernel killed it)
     (["-m", "batch.split=1x4,4x1", "repeats=1000000000"], "repeats: got 1000000000", "a whole number from 1 to 1,000"),
@@ -137,7 +142,11 @@ CASES = [
     (["data=jsonl", "data.path=number.jsonl"], "data.path: 'number.jsonl' line 1 'text' is 5, not a string", "'text'"),
     (["data=jsonl", "data.path=notalist.jsonl"], "data.path: 'notalist.jsonl' line 1 'messages' is not a", "role"),
     (["data=jsonl", "data.path=later.jsonl"], "data.path: 'later.jsonl' line 2 has neither", "'messages'"),
-    (["data=jsonl", "data.path=few.jsonl"], "data.path: 'few.jsonl' has 2 records, fewer than batch.effective 4", ""),
+    (
+        ["data=jsonl", "data.path=few.jsonl"],
+        "data.path: 'few.jsonl' has 2 records, fewer than batch.effective 4",
+        "accepted: a file of 4 records or more, or a smaller batch.effective",
+    ),
     (["data.num_samples=1"], "data.num_samples: 1 cannot fill every step of batch.effective 4", "a multiple of 4"),
     (["train.max_length=100000"], "train.max_length: 100000 exceeds the model's max_position_embeddings 4096", ""),
     (["train.steps=99999999999999999999"], "train.steps: got 99999999999999999999", "up to 100,000,000"),
@@ -191,6 +200,7 @@ CASES = [
         "batch.split: '2x2' x world_size 3 gives 12, not batch.effective 4",
         "a world_size that does (1, 2, 4), or batch.effective=12 with this split",
     ),
+    (["~train.steps"], "train.steps: '~train.steps' deletes a key the config always has", "train.steps=<value>"),
 ]
 OPTIMIZE_CASES = [
     ([], "mem_cap: required by optimize", "a size like 14GiB"),
@@ -613,3 +623,16 @@ def test_a_disk_that_runs_out_after_the_checks_is_one_line_and_exit_1(tmp_path):
     assert "Traceback" not in run.stdout
     # what Hydra made before the disk ran out, and nothing of the run: no MLflow store
     assert [path for path in run.left if not path.startswith("mlruns/hydra/")] == ["mlruns", "mlruns/hydra"], run.left
+
+
+@pytest.mark.parametrize(("devices", "said"), [(0, ""), (1, ", or a gpu profile such as gpu=t4")])
+def test_a_missing_cap_names_a_gpu_profile_only_where_a_cuda_device_could_take_one(monkeypatch, devices, said):
+    """On a machine without CUDA the line offered gpu=t4, which the same machine refuses (`check_device`)."""
+    from types import SimpleNamespace
+
+    from pipeline.commands import optimize as command
+
+    monkeypatch.setattr(command, "cuda_device_count", lambda: devices)
+    with pytest.raises(ConfigError) as refused:
+        command.check_study(None, SimpleNamespace(cap_bytes=None))
+    assert str(refused.value) == f"mem_cap: required by optimize; accepted: a size like 14GiB{said}"

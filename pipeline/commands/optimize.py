@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from pipeline import exits
 from pipeline.commands.cli import run_entry
+from pipeline.config.devices import cuda_device_count
 from pipeline.config.errors import ConfigError
 from pipeline.config.job import JobConfig
 from pipeline.config.plan import checked_job
@@ -27,9 +28,8 @@ def check_study(cfg: DictConfig, job: JobConfig) -> None:
     and a study name that is this config's."""
     cap = job.cap_bytes
     if cap is None:
-        raise ConfigError(
-            "mem_cap", "required by optimize; accepted: a size like 14GiB, or a gpu profile such as gpu=t4"
-        )
+        profile = ", or a gpu profile such as gpu=t4" if cuda_device_count() else ""  # a profile needs a CUDA device
+        raise ConfigError("mem_cap", f"required by optimize; accepted: a size like 14GiB{profile}")
     check_store("optimize.storage", cfg.optimize.storage, cfg.paths.root)
     check_values(cfg)
     check_binding(cfg, cap)

@@ -116,6 +116,8 @@ def translate(err: BaseException) -> ConfigError:
             return ConfigError(key, f"got null; accepted: {', '.join(choices) if choices else 'a value, not null'}")
         if isinstance(cause, ValidationError):
             return ConfigError(key, _type_message(str(cause), choices_of(key)))
+        if "does not support deletion" in str(cause):  # `~key`: the schema has every key, each with a default
+            return ConfigError(key, f"'~{key}' deletes a key the config always has; accepted: {key}=<value>")
         return ConfigError(key, _first_line(cause))
     key = _key_from_message(str(err))
     return ConfigError(key or "override", _first_line(err))

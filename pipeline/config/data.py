@@ -42,7 +42,11 @@ def check_data(d: DictConfig, max_length: int, effective: int) -> None:
         stat = file.stat()
         records = count_jsonl(str(file), d.path, stat.st_mtime_ns, stat.st_size)
         if records < effective:
-            raise ConfigError("data.path", f"'{d.path}' has {records} records, fewer than batch.effective {effective}")
+            raise ConfigError(
+                "data.path",
+                f"'{d.path}' has {records} record{'s' if records != 1 else ''}, fewer than batch.effective "
+                f"{effective}; accepted: a file of {effective} records or more, or a smaller batch.effective",
+            )
     elif not d.name:
         raise ConfigError("data.name", "required with data.kind=hub; a hub dataset id or a local folder")
 

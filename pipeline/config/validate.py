@@ -171,7 +171,8 @@ def check_train(t: DictConfig, measure: DictConfig, m: DictConfig) -> None:
     if measure.warmup_steps >= t.steps:
         raise ConfigError(
             "measure.warmup_steps",
-            f"{measure.warmup_steps} leaves no steady step of train.steps={t.steps}; accepted: 0 to {t.steps - 1}",
+            f"{measure.warmup_steps} leaves no steady step of train.steps={t.steps}; accepted: 0 to {t.steps - 1}, "
+            f"or train.steps={measure.warmup_steps + 1} or more",
         )
     if measure.cpu_threads is not None:
         at_least("measure.cpu_threads", measure.cpu_threads, 1)
