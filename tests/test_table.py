@@ -15,7 +15,7 @@ from pipeline.config.identity import short
 from pipeline.records import Fit, RunKind, Status
 from pipeline.render.headline import fastest_line, sweep_gain
 from pipeline.render.rows import Criteria, comparison_rows, order, unranked
-from pipeline.render.table import format_table, paired_text, rank_text
+from pipeline.render.table import format_table, paired_text, rank_text, step_text
 from pipeline.summaries import Interval
 from tests.helpers.records import recorded
 
@@ -563,3 +563,11 @@ def test_the_answers_sftconfig_fits_the_console_and_reads_back_as_the_same_call(
     assert call.func.id == "SFTConfig"
     assert {k.arg: ast.literal_eval(k.value) for k in call.keywords} == kwargs
     assert sft_call({}) == "SFTConfig()"
+
+
+def test_one_steady_step_has_no_interval_and_says_so():
+    """Seen with train.steps=6 and 5 warm-up steps: `0.0288 [0.0288, 0.0288] (0%)`, an interval of one step."""
+    rows = comparison_rows([recorded("m 4x1", "a", [0.0288])], Criteria())
+    assert step_text(rows[0], 0.95) == "0.0288 (1 step)"
+    table = format_table(rows, Criteria())
+    assert "(1 step): one steady step, no interval" in table and "(n%)" not in table

@@ -103,8 +103,10 @@ def footnotes(rows: list[Row], criteria: Criteria) -> list[str]:
             f"step s of several runs: the geometric mean of their {100 * TRIM:g}%-trimmed means"
             + ("" if why == "one config" else pairs)
         )
-    if any(r.ci is not None and r.ci.level < confidence - 1e-12 for r in rows):
+    if any(r.ci is not None and 0 < r.ci.level < confidence - 1e-12 for r in rows):
         out.append(f"(n%): the interval covers the median only n% of the time: too few steps for {100 * confidence:g}%")
+    if any(r.ci is not None and r.ci.level <= 0 for r in rows):
+        out.append("(1 step): one steady step, no interval: train more steps after measure.warmup_steps")
     if any(n.startswith(("drift", "cv")) for r in rows for n in r.notes):
         out.append(
             f"drift/cv: the machine was not quiet (step time drifted over {100 * criteria.max_drift:g}% or varied"

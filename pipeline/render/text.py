@@ -14,7 +14,10 @@ def num(value: float | None, fmt: str) -> str:
 
 
 def interval_text(median: float, ci: Interval, confidence: float) -> str:
-    """`0.2615 [0.1840, 0.3390]`, with the interval's real coverage added when it falls short of `confidence`."""
+    """`0.2615 [0.1840, 0.3390]`, with the interval's real coverage added when it falls short of `confidence`; one
+    steady step has none (`0.0288 (1 step)`, where `[0.0288, 0.0288] (0%)` read as an interval)."""
+    if ci.level <= 0:
+        return f"{median:.4f} (1 step)"
     text = f"{median:.4f} [{ci.low:.4f}, {ci.high:.4f}]"
     if ci.level < confidence - 1e-12:
         text += f" ({100 * ci.level:.0f}%)"
