@@ -310,7 +310,10 @@ def test_where_no_round_ran_the_knobs_lines_say_why_and_claim_no_round_that_did_
     records = _measured()
     why = "no confirmation round has run"
     one_knob = knob_gains(records, records[1], records[0], None, why).lines()
-    assert one_knob[0] == f"  what each knob bought (one knob moved from the baseline, not decided: {why}):"
+    assert one_knob == [
+        f"  what each knob bought (one knob moved from the baseline, not decided: {why}):",
+        "    batch.split=4x1 (from 1x4): not decided",
+    ]
     several = knob_gains(records, records[3], records[0], None, why).lines()
     assert several[0].startswith(f"  what each knob bought (not decided: {why}; the knob model's estimates")
 

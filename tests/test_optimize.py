@@ -163,6 +163,13 @@ def test_killed_study_resumes_and_agrees_with_the_exhaustive_sweep(tmp_path, com
     from pipeline.config.identity import config_id
 
     assert config_id(compose(*args)) == best_trial.user_attrs["config_id"]
+
+    # 4. the same command once more: it says the study is decided, runs no job, and prints the same answer
+    again = _optimize(study_dir, cap)
+    said, _ = again.communicate(timeout=300)
+    assert again.returncode == 0, said[-3000:]
+    assert "; every config of its budget decided already" in said.splitlines()[0], said[:500]
+    assert "[job]" not in said and f"best feasible: tiny {answer}" in said
     assert parent.data.tags["best_config_id"] == best_trial.user_attrs["config_id"]
     # the SFTConfig line is what the best trial's job trained with
     sft = best_trial.user_attrs["sft_kwargs"]

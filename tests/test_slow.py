@@ -91,3 +91,12 @@ def test_the_parts_of_a_step_add_up_to_it_as_printed_where_a_micro_batch_costs_m
         assert len(cost.split(".")[1]) == 5 and len(step.split(".")[1]) == 5, line
         unit = 10**-5
         assert abs(int(count) * float(cost) + float(rest) - float(step)) <= (int(count) + 1) * unit / 2, line
+
+
+def test_a_cost_of_milliseconds_a_micro_batch_is_not_noted_as_zero():
+    """The note beside a config bound by its micro-batches read `0.00 s per micro-batch` at 4 ms."""
+    steps = {"1x8": 0.050, "2x4": 0.036, "4x2": 0.029, "8x1": 0.0255}  # 3.5 ms a micro-batch, most of 1x8's step
+    records = [_record(i, s, t) for i, (s, t) in enumerate(steps.items())]
+    costs = slow.micro_costs(records)
+    said = slow.note(records[0], costs, 0.5)
+    assert re.fullmatch(r"0\.00[34]\d s per micro-batch whatever its size", said), said

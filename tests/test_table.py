@@ -571,3 +571,17 @@ def test_one_steady_step_has_no_interval_and_says_so():
     assert step_text(rows[0], 0.95) == "0.0288 (1 step)"
     table = format_table(rows, Criteria())
     assert "(1 step): one steady step, no interval" in table and "(n%)" not in table
+
+
+def test_why_nothing_is_ranked_counts_the_configs_that_compete_within_the_cap():
+    """Two configs at repeats=3 of which one went over the cap: not `fewer than two paired rounds`, which would send
+    a user who ran repeats=3 to run it; one config fits. Nothing timed at all: no config finished."""
+    from pipeline.render.rows import Row
+
+    fits = Row("a", "m 1x4", [], median=0.3, runs=3, fit=Fit.FITS)
+    over = Row("b", "m 4x1", [], median=0.1, runs=3, fit=Fit.OVER_CAP)
+    assert unranked([fits, over]) == "one config that fits"
+    assert unranked([Row("a", "m 1x4", [], fit=Fit.FAILED)]) == "no config finished"
+    assert unranked([over]) == "no config finished within the cap"
+    twice = [Row("a", "m 1x4", [], median=0.3, runs=2), Row("b", "m 4x1", [], median=0.1, runs=1)]
+    assert unranked(twice) == "fewer than two paired rounds"

@@ -57,7 +57,8 @@ class Gains:
         move = f"{f.key}={f.after} (from {f.before})"
         if self.claim is None:
             head = f"one knob moved from the baseline, not decided: {self.untold}"
-            return [f"  what each knob bought ({head}):", f"    {move}: not decided by the round"]
+            by = " by the round" if self.untold == Gains.untold else ""  # no round ran: none decided it
+            return [f"  what each knob bought ({head}):", f"    {move}: not decided{by}"]
         c = self.claim.comparison
         figure = f"{c.speedup:.2f}x [{bound(c.low)}, {bound(c.high)}]"
         return [

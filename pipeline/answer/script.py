@@ -16,7 +16,6 @@ import textwrap
 from pathlib import Path
 
 from pipeline import knobs
-from pipeline.builders.batches import synthetic_count
 from pipeline.config.choices import DataKind, Distribution, ModelSource
 from pipeline.config.schema import ARCH_KEYS, Config
 from pipeline.knobs import base
@@ -142,8 +141,8 @@ def data_lines(config: Config) -> list[str]:
     if d.kind == DataKind.SYNTHETIC:
         uniform = d.distribution == Distribution.UNIFORM
         return [
-            f"    dataset = synthetic_dataset({synthetic_count(d, needed, effective)}, {d.length}, {d.min_length}, "
-            f"{uniform}, model.config.vocab_size, {t.seed})"
+            f"    dataset = synthetic_dataset({d.num_samples or needed}, {d.length}, {d.min_length}, {uniform}, "
+            f"model.config.vocab_size, {t.seed})"
         ]
     source_args = f"{d.path!r}" if d.kind == DataKind.JSONL else f"{d.name!r}, {d.subset!r}, {d.split!r}"
     reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"

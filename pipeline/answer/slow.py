@@ -81,9 +81,10 @@ def note(record: TrialRecord, costs: dict[tuple[str, ...], MicroCost], busy_thre
     cost = costs.get(setting(record))
     if cost is None or cost.share(record) < BOUND_SHARE:
         return ""
+    shown = f"{cost.seconds:.{max(2, _places(cost.seconds) - 1)}f}"  # two significant digits: never 0.00 s
     if _device_idle(record, busy_threshold):
-        return f"host-bound: {cost.seconds:.2f} s per micro-batch"
-    return f"{cost.seconds:.2f} s per micro-batch whatever its size"
+        return f"host-bound: {shown} s per micro-batch"
+    return f"{shown} s per micro-batch whatever its size"
 
 
 def _places(seconds: float) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 from datasets import Dataset, load_dataset
 
-from pipeline.builders.batches import synthetic_count, whole_batches
+from pipeline.builders.batches import whole_batches
 from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.schema import DataConfig
 
@@ -53,7 +53,7 @@ def take_records(
     effective: int = 1,
 ) -> list[dict]:
     """The first records that cover `needed` samples and, when `count_tokens` is given (packing), `tokens` tokens;
-    where there are fewer, whole batches of `effective` (records; with packing, its sequences are the samples)."""
+    where there are fewer, whole batches of `effective` of them (not with packing: its samples are sequences)."""
     taken: list[dict] = []
     counted = 0
     for record in records:
@@ -109,11 +109,10 @@ def build_dataset(
 ) -> Dataset:
     """`data` is the data group; `needed` is how many samples the steps consume (steps x `effective`, the effective
     batch); `count_tokens` and `tokens`: with packing, a record's token count and how many tokens the steps
-    consume. Fewer records than `needed` are cut to whole batches (`whole_batches`)."""
+    consume. Fewer records than `needed` (not packed) are cut to whole batches (`whole_batches`)."""
     if data.kind == DataKind.SYNTHETIC:
         uniform = data.distribution == Distribution.UNIFORM
-        count = synthetic_count(data, needed, effective)
-        return synthetic_dataset(count, data.length, data.min_length, uniform, vocab_size, seed)
+        return synthetic_dataset(data.num_samples or needed, data.length, data.min_length, uniform, vocab_size, seed)
     if data.kind == DataKind.JSONL:
         return jsonl_dataset(data.path, needed, count_tokens, tokens, effective)
     return hub_dataset(data.name, data.subset, data.split, needed, count_tokens, tokens, effective)

@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pipeline.builders.dataset import record_ids, run_records, synthetic_count, synthetic_lengths, token_count
+from pipeline.builders.dataset import record_ids, run_records, synthetic_lengths, token_count
 from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.schema import Config
 from pipeline.records import MicroBatch
@@ -133,8 +133,7 @@ class RunOrder:
         needed = None if self.epoch else train.steps * effective
         if data.kind == DataKind.SYNTHETIC:
             uniform = data.distribution == Distribution.UNIFORM
-            count = data.num_samples if self.epoch and data.num_samples else None  # one pass: every record
-            count = count or synthetic_count(data, train.steps * effective, effective)
+            count = data.num_samples or needed or train.steps * effective
             found = synthetic_lengths(count, data.length, data.min_length, uniform, train.seed)
             return [min(n, train.max_length) for n in found]
         count = functools.partial(token_count, self.tokenizer, train.max_length) if packing else None

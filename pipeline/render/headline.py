@@ -73,7 +73,7 @@ def sweep_gain(best: Row, baseline: Row | None, rows: list[Row]) -> Gain:
     with it: the runner-up. A figure only where the interval excludes 1."""
     if best.judgement is None:
         why = unranked(rows)
-        more = "" if why == "one config" else " (rank with repeats=3 or more)"
+        more = " (rank with repeats=3 or more)" if why in ("one run per config", "fewer than two paired rounds") else ""
         return Gain(why=f"{why}: nothing is ranked{more}")
     if baseline is None:
         return Gain(why="the sweep's first config has no step time to compare with")

@@ -169,7 +169,8 @@ def _whiskers(ax, x: int, row: Row, top: float, confidence: float) -> None:
     if high > top:
         ax.annotate(f"to {high:.3g}", (x, top), xytext=(4, -10), textcoords="offset points", fontsize=7, ha="left")
     if row.ci.level < confidence - 1e-12:
-        ax.text(x, min(high, top), f"{100 * row.ci.level:.0f}% interval", ha="center", va="bottom", fontsize=7)
+        said = "1 step" if row.ci.level <= 0 else f"{100 * row.ci.level:.0f}% interval"  # one step has none
+        ax.text(x, min(high, top), said, ha="center", va="bottom", fontsize=7)
 
 
 def step_times(rows: list[Row], context: Context, confidence: float, path: Path) -> Plot:

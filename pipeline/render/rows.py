@@ -257,11 +257,15 @@ def reference_role(rows: list[Row]) -> str:
 
 
 def unranked(rows: list[Row]) -> str:
-    """Why no row is ranked, where none is: `one run per config` (a process's interval says nothing of another's),
-    `one config` (nothing to rank it against), or `fewer than two paired rounds` (several runs, too few paired)."""
+    """Why no row is ranked, where none is, of the rows that compete (a step time, within the cap): `one config`
+    (nothing to rank it against; `one config that fits` where others did not), `one run per config` (a process's
+    interval says nothing of another's), `fewer than two paired rounds`, or `no config finished`."""
     timed = [r for r in rows if r.median is not None]
-    if len(timed) == 1:
-        return "one config"
-    if all(r.runs <= 1 for r in timed):
+    competing = [r for r in timed if r.fit is None or r.fit.feasible]
+    if not competing:
+        return "no config finished" + (" within the cap" if timed else "")
+    if len(competing) == 1:
+        return "one config" if len(timed) == 1 else "one config that fits"
+    if all(r.runs <= 1 for r in competing):
         return "one run per config"
     return "fewer than two paired rounds"

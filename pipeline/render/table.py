@@ -94,14 +94,15 @@ def footnotes(rows: list[Row], criteria: Criteria) -> list[str]:
             "(paired rounds)"
         )
     elif timed and not any(r.judgement for r in rows):
-        out.append(f"{why}: nothing is ranked" + ("" if why == "one config" else "; rank with repeats=3 or more"))
+        more = "; rank with repeats=3 or more" if why in ("one run per config", "fewer than two paired rounds") else ""
+        out.append(f"{why}: nothing is ranked{more}")
     if any(r.runs > 1 for r in timed):
         pairs = (
             f", the figure their pairs compare (time vs {reference_role(rows)} is its ratio over the rounds both ran)"
         )
         out.append(
             f"step s of several runs: the geometric mean of their {100 * TRIM:g}%-trimmed means"
-            + ("" if why == "one config" else pairs)
+            + ("" if why.startswith("one config") else pairs)
         )
     if any(r.ci is not None and 0 < r.ci.level < confidence - 1e-12 for r in rows):
         out.append(f"(n%): the interval covers the median only n% of the time: too few steps for {100 * confidence:g}%")

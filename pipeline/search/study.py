@@ -40,6 +40,7 @@ from pipeline.search import _trials as trials
 from pipeline.search import _workers as workers
 from pipeline.search._calibration import ATTR as CALIBRATION
 from pipeline.search._calibration import Calibration, Prober
+from pipeline.search._confirmation import ATTR as CONFIRMATION
 from pipeline.search._confirmation.jobs import FinalRound
 from pipeline.search._knob_view import StudyView
 from pipeline.search._opening import StudyContext
@@ -131,10 +132,13 @@ class StudyDriver:
 
     def _say_what_runs(self, dead: list[str]) -> None:
         ctx, o = self.ctx, self.ctx.cfg.optimize
+        decided = not self._open_ids()  # a rerun of a study that decided its budget: its round stored, or none due
+        confirmed = ", its round run: its answer again, no job runs" if CONFIRMATION in ctx.study.user_attrs else ""
         print(
             f"[study] {ctx.name}: {len(ctx.valid)} valid configs, budget {o.trials} trials, cap "
             f"{ctx.cap / GIB:.2f} GiB; storage {o.storage}"
-            + (f"; {len(dead)} stale trial(s) marked FAIL" if dead else ""),
+            + (f"; {len(dead)} stale trial(s) marked FAIL" if dead else "")
+            + (f"; every config of its budget decided already{confirmed}" if decided else ""),
             flush=True,
         )
         if ctx.left_out:
