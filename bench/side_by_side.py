@@ -1,7 +1,8 @@
 """Scripts side by side in rotated rounds of fresh processes: each round runs every script once, each in a process of
 its own, the order rotated from round to round; a run's figure is the 20%-trimmed mean of its step times after
-`--warmup` (of a pipeline job's, `bench.job_json`'s, those a study counts: none that compiled); each script's ratio to the reference (the first named) is the geometric mean over the rounds of the
-round's ratio, with a t-interval (neighbouring processes share the machine's drift, so it cancels in a pair).
+`--warmup` (of a pipeline job's, `bench.job_json`'s, none that compiled, as a study leaves them out); each script's
+ratio to the reference (the first named) is the geometric mean over the rounds of the round's ratio, with a
+t-interval (neighbouring processes share the machine's drift, so it cancels in a pair).
 
     python -m bench.side_by_side --rounds 4 --warmup 5 --out DIR \\
         seed="python bench/plain_trl.py --split 4x1 --steps 30" \\
