@@ -5,8 +5,8 @@ rotated rounds, so a study's answer and the configs around it are compared as th
     python -m bench.job_json --out FILE OVERRIDES...
 
 FILE gets `step_times_s` (every step, the warm-up included: the side by side drops its own), `steady` (each step's
-flag: False where it compiled, ran under the profiler or trained the run's longest micro-batch beside its own, the
-steps a study's figure leaves out wherever they fall), `losses`,
+flag: False where it compiled, ran under the profiler, trained the run's longest micro-batch beside its own or
+stalled, the steps a study's figure leaves out wherever they fall), `losses`,
 `peak_reserved_bytes`, `peak_allocated_bytes`, each step's running peaks (`step_peaks_bytes`: the cap's figure,
 reserved and context; `step_peaks_allocated_bytes`), each step's `tokens` and `padded_tokens`, the `error` of a job
 that failed, `host` (the CPUs and memory nodes its training thread ran on, the host's load), `status` and the
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         "status": str(outcome.status),
         "command": "python -m pipeline.train " + " ".join(args.overrides),
         "step_times_s": [s.step_time_s for s in outcome.result.steps],
-        "steady": [s.steady_candidate for s in outcome.result.steps],
+        "steady": [s.steady_candidate and s.step not in outcome.result.stalled_steps for s in outcome.result.steps],
         "losses": [s.loss for s in outcome.result.steps],
         "peak_reserved_bytes": memory.peak_reserved_bytes if memory else None,
         "peak_allocated_bytes": memory.peak_allocated_bytes if memory else None,

@@ -162,14 +162,13 @@ def axis_top(rows: list[Row]) -> float:
 
 
 def _whiskers(ax, x: int, row: Row, top: float, confidence: float) -> None:
-    """One run's interval, as the step column shows it; an end beyond the axis is cut there and its value
-    written."""
+    """One run's interval, as the step column shows it; an end beyond the axis is cut there, its value written."""
     low, high = row.ci.low, row.ci.high
     ax.errorbar(x, row.median, yerr=[[row.median - low], [min(high, top) - row.median]], color="black", capsize=5)
     if high > top:
         ax.annotate(f"to {high:.3g}", (x, top), xytext=(4, -10), textcoords="offset points", fontsize=7, ha="left")
     if row.ci.level < confidence - 1e-12:
-        said = "1 step" if row.ci.level <= 0 else f"{100 * row.ci.level:.0f}% interval"  # one step has none
+        said = f"{100 * row.ci.level:.0f}% interval" if row.ci.level > 0 else "1 step"  # one step: no interval
         ax.text(x, min(high, top), said, ha="center", va="bottom", fontsize=7)
 
 
