@@ -8,7 +8,6 @@ and B's next write to its own trial raised `UpdateFinishedTrialError`, which end
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -271,7 +270,7 @@ class _InterruptedSampler(optuna.samplers.RandomSampler):
     `before_trial` then): the trial exists, RUNNING, its owner not written."""
 
     def before_trial(self, study, trial):
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread: handled here, at once
         super().before_trial(study, trial)
 
 
