@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from pipeline.compare.paired import Judgement, bound, equal_text, margin_text, within
 from pipeline.records import Status
-from pipeline.render.rows import ANSWER, Row, order, unranked
+from pipeline.render.rows import ANSWER, MORE_RUNS_RANK, Row, order, unranked
 
 
 def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
@@ -73,7 +73,7 @@ def sweep_gain(best: Row, baseline: Row | None, rows: list[Row]) -> Gain:
     with it: the runner-up. A figure only where the interval excludes 1."""
     if best.judgement is None:
         why = unranked(rows)
-        more = " (rank with repeats=3 or more)" if why in ("one run per config", "fewer than two paired rounds") else ""
+        more = " (rank with repeats=3 or more)" if why in MORE_RUNS_RANK else ""
         return Gain(why=f"{why}: nothing is ranked{more}")
     if baseline is None:
         return Gain(why="the sweep's first config has no step time to compare with")

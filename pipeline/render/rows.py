@@ -256,6 +256,9 @@ def reference_role(rows: list[Row]) -> str:
     return next((r.role for r in rows if r.role), FASTEST)
 
 
+MORE_RUNS_RANK = ("one run per config", "fewer than two paired rounds")  # the reasons repeats=3 or more would mend
+
+
 def unranked(rows: list[Row]) -> str:
     """Why no row is ranked, where none is, of the rows that compete (a step time, within the cap): `one config`
     (nothing to rank it against; `one config that fits` where others did not), `one run per config` (a process's

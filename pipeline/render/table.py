@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pipeline.compare.paired import Judgement, ratio_text
 from pipeline.measure.stats import TRIM
-from pipeline.render.rows import FASTEST, Criteria, Row, close, order, reference_role, unranked
+from pipeline.render.rows import FASTEST, MORE_RUNS_RANK, Criteria, Row, close, order, reference_role, unranked
 from pipeline.render.text import interval_text, markdown_table, num
 from pipeline.summaries import TOKENS_RATE
 
@@ -94,7 +94,7 @@ def footnotes(rows: list[Row], criteria: Criteria) -> list[str]:
             "(paired rounds)"
         )
     elif timed and not any(r.judgement for r in rows):
-        more = "; rank with repeats=3 or more" if why in ("one run per config", "fewer than two paired rounds") else ""
+        more = "; rank with repeats=3 or more" if why in MORE_RUNS_RANK else ""
         out.append(f"{why}: nothing is ranked{more}")
     if any(r.runs > 1 for r in timed):
         pairs = (
