@@ -82,7 +82,7 @@ CASES = [
     (
         ["data=jsonl", "data.path=wrong.jsonl"],
         "data.path: 'wrong.jsonl' line 1 has neither",
-        "'text' (a string) or 'messages'",
+        "'text' (a non-empty string) or 'messages'",
     ),
     (["data.length=4096"], "data.length: 4096 exceeds train.max_length 128", "accepted: 2 to 128"),
     (["data.distribution=uniform"], "data.min_length: got None", "accepted with distribution=uniform"),
@@ -142,6 +142,12 @@ CASES = [
     (["data=jsonl", "data.path=number.jsonl"], "data.path: 'number.jsonl' line 1 'text' is 5, not a string", "'text'"),
     (["data=jsonl", "data.path=notalist.jsonl"], "data.path: 'notalist.jsonl' line 1 'messages' is not a", "role"),
     (["data=jsonl", "data.path=later.jsonl"], "data.path: 'later.jsonl' line 2 has neither", "'messages'"),
+    (["data=jsonl", "data.path=blank.jsonl"], "data.path: 'blank.jsonl' line 2 'text' is empty", "a non-empty string"),
+    (
+        ["data=jsonl", "data.path=role.jsonl"],
+        "data.path: 'role.jsonl' line 1 'messages' holds the role \"narrator\"",
+        "role one of system, user, assistant, tool",
+    ),
     (
         ["data=jsonl", "data.path=few.jsonl"],
         "data.path: 'few.jsonl' has 2 records, fewer than batch.effective 4",
@@ -312,6 +318,8 @@ FILES = {
     "number.jsonl": b'{"text": 5}\n',
     "notalist.jsonl": b'{"messages": "not a list"}\n',
     "later.jsonl": b'{"text": "a"}\n{"prompt": "b"}\n',
+    "blank.jsonl": b'{"text": "a"}\n{"text": ""}\n',
+    "role.jsonl": b'{"messages": [{"role": "narrator", "content": "once"}]}\n',
     "few.jsonl": b'{"text": "a"}\n{"text": "b"}\n',
     "corrupt.db": b"this is not a database",
 }

@@ -126,3 +126,24 @@ def test_a_hub_dataset_is_cut_to_the_records_used(tmp_path, monkeypatch, compose
     result = job.run()
     assert result.status is Status.OK, result.traceback
     assert job.dataset["text"] == [f"record {i}" for i in range(8)]
+
+
+def test_a_hub_dataset_smaller_than_one_batch_fails_its_job_with_one_line(tmp_path, monkeypatch, compose):
+    """3 records at an effective batch of 4 would train 3 samples a step counted as 4: the job stops before
+    training, its error naming the field, the count and the accepted form."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(3)))
+    hub = ["data=capybara", f"data.name={folder}", "data.subset=null", "data.split=train", "train.steps=2"]
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    result = Job(job_spec(validate(compose(*hub, *QUIET))), workdir).run()
+    assert result.status is Status.FAILED
+    assert result.error == (
+        f"ConfigError: data.name: '{folder}' split train has 3 records, fewer than batch.effective 4; accepted: a "
+        "dataset of 4 records or more, or a smaller batch.effective"
+    )
+    assert not result.steps

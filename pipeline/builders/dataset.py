@@ -19,6 +19,7 @@ from datasets import Dataset, load_dataset
 
 from pipeline.builders.batches import whole_batches
 from pipeline.config.choices import DataKind, Distribution
+from pipeline.config.errors import ConfigError
 from pipeline.config.schema import DataConfig
 
 FIRST_ORDINARY_ID = 4  # ids below are the byte-level tokenizer's specials
@@ -90,11 +91,19 @@ def hub_dataset(
     tokens: int = 0,
     effective: int = 1,
 ) -> Dataset:
-    """The first records of a hub dataset (or a local folder) that the steps consume."""
+    """The first records of a hub dataset (or a local folder) that the steps consume. One of fewer records than a
+    batch (not packed) is refused here, in the job: only loading it tells (a jsonl file is refused up front)."""
     dataset = load_dataset(name, subset, split=split)
     keep = "messages" if "messages" in dataset.column_names else "text"
     dataset = dataset.select_columns([keep])
     taken = take_records(iter(dataset), needed, count_tokens, tokens, effective)
+    if count_tokens is None and len(taken) < effective:
+        raise ConfigError(
+            "data.name",
+            f"'{name}' split {split} has {len(taken)} record{'s' if len(taken) != 1 else ''}, fewer than "
+            f"batch.effective {effective}; accepted: a dataset of {effective} records or more, or a smaller "
+            "batch.effective",
+        )
     return dataset.select(range(len(taken)))
 
 

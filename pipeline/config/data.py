@@ -14,7 +14,13 @@ from omegaconf import DictConfig
 from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.errors import ConfigError, at_least
 
-JSONL_FORM = "a readable JSON-lines file, each record with 'text' (a string) or 'messages' (a list of {role, content})"
+JSONL_FORM = (
+    "a readable JSON-lines file, each record with 'text' (a non-empty string) or 'messages' (a list of {role, content}, "
+    "role one of system, user, assistant, tool)"
+)
+# The roles the chat templates know (a hub model's, e.g. Qwen3's, and the built-in one of the tiny models); another
+# role is dropped without a word, refused inside the job or rendered as plain text, as the template has it.
+ROLES = ("system", "user", "assistant", "tool")
 
 
 def check_data(d: DictConfig, max_length: int, effective: int) -> None:
@@ -101,12 +107,16 @@ def _record_problem(record: object, kind: str | None) -> str | None:
     value = record[found]
     if found == "text" and not isinstance(value, str):
         return f"'text' is {json.dumps(value)[:40]}, not a string"
+    if found == "text" and not value:
+        return "'text' is empty (a record without a token to train on)"
     if found == "messages":
         if not isinstance(value, list) or not value:
             return "'messages' is not a non-empty list"
         for message in value:
             if not (isinstance(message, dict) and isinstance(message.get("content"), str) and "role" in message):
                 return "'messages' holds an entry without a 'role' and a string 'content'"
+            if message["role"] not in ROLES:
+                return f"'messages' holds the role {json.dumps(message['role'])[:40]}"
     return None
 
 
