@@ -91,19 +91,11 @@ def hub_dataset(
     tokens: int = 0,
     effective: int = 1,
 ) -> Dataset:
-    """The first records of a hub dataset (or a local folder) that the steps consume. One of fewer records than a
-    batch (not packed) is refused here, in the job: only loading it tells (a jsonl file is refused up front)."""
+    """The first records of a hub dataset (or a local folder) that the steps consume."""
     dataset = load_dataset(name, subset, split=split)
     keep = "messages" if "messages" in dataset.column_names else "text"
     dataset = dataset.select_columns([keep])
     taken = take_records(iter(dataset), needed, count_tokens, tokens, effective)
-    if count_tokens is None and len(taken) < effective:
-        raise ConfigError(
-            "data.name",
-            f"'{name}' split {split} has {len(taken)} record{'s' if len(taken) != 1 else ''}, fewer than "
-            f"batch.effective {effective}; accepted: a dataset of {effective} records or more, or a smaller "
-            "batch.effective",
-        )
     return dataset.select(range(len(taken)))
 
 
@@ -118,13 +110,22 @@ def build_dataset(
 ) -> Dataset:
     """`data` is the data group; `needed` is how many samples the steps consume (steps x `effective`, the effective
     batch); `count_tokens` and `tokens`: with packing, a record's token count and how many tokens the steps
-    consume. Fewer records than `needed` (not packed) are cut to whole batches (`whole_batches`)."""
+    consume. Fewer records than `needed` (not packed) are cut to whole batches (`whole_batches`); a hub dataset of
+    fewer than one batch is refused."""
     if data.kind == DataKind.SYNTHETIC:
         uniform = data.distribution == Distribution.UNIFORM
         return synthetic_dataset(data.num_samples or needed, data.length, data.min_length, uniform, vocab_size, seed)
     if data.kind == DataKind.JSONL:
         return jsonl_dataset(data.path, needed, count_tokens, tokens, effective)
-    return hub_dataset(data.name, data.subset, data.split, needed, count_tokens, tokens, effective)
+    dataset = hub_dataset(data.name, data.subset, data.split, needed, count_tokens, tokens, effective)
+    if count_tokens is None and len(dataset) < effective:  # only loading it tells (a jsonl file is refused up front)
+        raise ConfigError(
+            "data.name",
+            f"'{data.name}' split {data.split} has {len(dataset)} record{'s' if len(dataset) != 1 else ''}, fewer "
+            f"than batch.effective {effective}; accepted: a dataset of {effective} records or more, or a smaller "
+            "batch.effective",
+        )
+    return dataset
 
 
 def record_ids(tokenizer, record: dict) -> list[int]:
