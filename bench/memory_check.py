@@ -91,6 +91,7 @@ STORES = (
     Store(RESULTS / "grid-h200-seed.json", SEED),
     Store(RESULTS / "record-h100-1206" / "grid-small.json", SMALL),  # all 40 configs, on an H100
     *(Store(RESULTS / f"accept-h100-1206{n}" / "chats" / "optuna.db", CHATS_STUDY) for n in "bcd"),  # on an H100
+    Store(RESULTS / "accept-h100-1207" / "chats" / "optuna.db", CHATS_STUDY),  # on an H100, flex attention the answer
 )
 
 
