@@ -17,6 +17,8 @@ from tests.helpers.cli import run_cli
 from tests.helpers.disks import can_mount, run_on_small_disk
 from tests.helpers.processes import run_with_closed_output
 
+HUB = ["data=capybara", "data.subset=null", "data.split=train"]  # data.name: a local folder in the cases below
+
 CASES = [
     # (command-line arguments, exact start of the message, a fragment of the accepted form)
     (["batch.split=3x"], "batch.split: got '3x'", "'MxA' with whole numbers"),
@@ -143,11 +145,27 @@ CASES = [
     (["data=jsonl", "data.path=notalist.jsonl"], "data.path: 'notalist.jsonl' line 1 'messages' is not a", "role"),
     (["data=jsonl", "data.path=later.jsonl"], "data.path: 'later.jsonl' line 2 has neither", "'messages'"),
     (["data=jsonl", "data.path=blank.jsonl"], "data.path: 'blank.jsonl' line 2 'text' is empty", "a non-empty string"),
+    (["data=jsonl", "data.path=spaces.jsonl"], "data.path: 'spaces.jsonl' line 1 'text' is empty or only", "'text'"),
+    (["data=jsonl", "data.path=both.jsonl"], "data.path: 'both.jsonl' line 1 has both 'messages' and 'text'", "or"),
+    (
+        ["data=jsonl", "data.path=nullcontent.jsonl"],
+        "data.path: 'nullcontent.jsonl' line 1 'messages' holds a 'content' of null, not a string",
+        "{role, content}",
+    ),
+    (["data=jsonl", "data.path=latin1.jsonl"], "data.path: 'latin1.jsonl' line 2 is not UTF-8 text", "JSON-lines"),
     (
         ["data=jsonl", "data.path=role.jsonl"],
         "data.path: 'role.jsonl' line 1 'messages' holds the role \"narrator\"",
         "role one of system, user, assistant, tool",
     ),
+    # a local folder as data.name, read as the hub's data files are
+    (HUB + ["data.name=./nowhere"], "data.name: './nowhere' does not exist", "a folder of data files"),
+    (HUB + ["data.name=few.jsonl"], "data.name: 'few.jsonl' is a file", "data=jsonl data.path=few.jsonl"),
+    (HUB + ["data.name=hub3"], "data.name: 'hub3' split train has 3 records, fewer than batch.effective 4", "smaller"),
+    (HUB + ["data.name=hubprompt"], "data.name: 'hubprompt' split train has neither a 'messages' nor a", "'text'"),
+    (HUB + ["data.name=hubblank"], "data.name: 'hubblank' split train record 2 'text' is empty", "non-empty string"),
+    (HUB + ["data.name=hub3", "data.split=validation"], "data.split: got 'validation'", "a split that 'hub3' has"),
+    (HUB + ["data.name=hubbad"], "data.name: 'hubbad' cannot be read (JSON parse error", "a folder of data files"),
     (
         ["data=jsonl", "data.path=few.jsonl"],
         "data.path: 'few.jsonl' has 2 records, fewer than batch.effective 4",
@@ -319,7 +337,15 @@ FILES = {
     "notalist.jsonl": b'{"messages": "not a list"}\n',
     "later.jsonl": b'{"text": "a"}\n{"prompt": "b"}\n',
     "blank.jsonl": b'{"text": "a"}\n{"text": ""}\n',
+    "spaces.jsonl": b'{"text": " \\t "}\n',
+    "both.jsonl": b'{"text": "a", "messages": [{"role": "user", "content": "a"}]}\n',
+    "nullcontent.jsonl": b'{"messages": [{"role": "user", "content": null}]}\n',
+    "latin1.jsonl": b'{"text": "a"}\n{"text": "caf\xe9"}\n',
     "role.jsonl": b'{"messages": [{"role": "narrator", "content": "once"}]}\n',
+    "hub3/train.jsonl": b'{"text": "a"}\n{"text": "b"}\n{"text": "c"}\n',
+    "hubprompt/train.jsonl": b'{"prompt": "a"}\n' * 4,
+    "hubblank/train.jsonl": b'{"text": "a"}\n{"text": ""}\n{"text": "c"}\n{"text": "d"}\n',
+    "hubbad/train.jsonl": b'{"text": "a"}\n{"text": \n',
     "few.jsonl": b'{"text": "a"}\n{"text": "b"}\n',
     "corrupt.db": b"this is not a database",
 }
@@ -330,9 +356,16 @@ SYMLINKS = {"loop.jsonl": "loop.jsonl", "dangling.jsonl": "gone.jsonl", "looped"
 
 def _prepare(folder):
     for name, content in FILES.items():
+        (folder / name).parent.mkdir(exist_ok=True)
         (folder / name).write_bytes(content)
     for name, target in SYMLINKS.items():
         (folder / name).symlink_to(target)
+
+
+def _datasets_cache(folder) -> dict:
+    """A case's own cache of read data folders, beside its folder (what a refused command writes is looked for in
+    the folder)."""
+    return {"HF_DATASETS_CACHE": str(folder.parent / f"{folder.name}-datasets")}
 
 
 def _sample(cases: list, slow: bool) -> list:
@@ -360,14 +393,18 @@ def test_every_bad_input_gives_one_line_and_exit_2(tmp_path, module, cases):
     with ThreadPoolExecutor(max_workers=3) as pool:
         results = list(
             pool.map(
-                lambda pair: run_cli(*pair[0][0], cwd=pair[1], timeout=120, module=module),
+                lambda pair: run_cli(
+                    *pair[0][0], cwd=pair[1], timeout=120, module=module, env=_datasets_cache(pair[1])
+                ),
                 zip(cases, folders, strict=True),
             )
         )
     failures = []
     for (args, start, accepted), folder, proc in zip(cases, folders, results, strict=True):
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        written = sorted(p.name for p in folder.iterdir()) != sorted([*FILES, *SYMLINKS])
+        written = sorted(p.name for p in folder.iterdir()) != sorted(
+            {name.split("/")[0] for name in [*FILES, *SYMLINKS]}
+        )
         ok = (
             proc.returncode == 2
             and len(lines) == 1

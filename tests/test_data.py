@@ -128,22 +128,38 @@ def test_a_hub_dataset_is_cut_to_the_records_used(tmp_path, monkeypatch, compose
     assert job.dataset["text"] == [f"record {i}" for i in range(8)]
 
 
-def test_a_hub_dataset_smaller_than_one_batch_fails_its_job_with_one_line(tmp_path, monkeypatch, compose):
-    """3 records at an effective batch of 4 would train 3 samples a step counted as 4: the job stops before
-    training, its error naming the field, the count and the accepted form."""
+def test_a_hub_dataset_smaller_than_one_batch_is_refused_where_it_is_read(tmp_path, monkeypatch, compose):
+    """3 records at an effective batch of 4 would train 3 samples a step counted as 4. A local folder is refused up
+    front (`config.folder_data`); a hub id only its job can read, so the reader refuses it too, in one line naming
+    the field, the count and the accepted form (here on the local folder, which the reader takes as it takes a
+    downloaded dataset)."""
     import datasets
+
+    from pipeline.builders.dataset import build_dataset
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "hub"
     folder.mkdir()
     (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"record {i}"}) + "\n" for i in range(3)))
-    hub = ["data=capybara", f"data.name={folder}", "data.subset=null", "data.split=train", "train.steps=2"]
-    workdir = tmp_path / "job"
-    workdir.mkdir()
-    result = Job(job_spec(validate(compose(*hub, *QUIET))), workdir).run()
-    assert result.status is Status.FAILED
-    assert result.error == (
-        f"ConfigError: data.name: '{folder}' split train has 3 records, fewer than batch.effective 4; accepted: a "
-        "dataset of 4 records or more, or a smaller batch.effective"
+    cfg = compose("data=capybara", f"data.name={folder}", "data.subset=null", "data.split=train", *QUIET)
+    message = (
+        f"data.name: '{folder}' split train has 3 records, fewer than batch.effective 4; accepted: a dataset of 4 "
+        "records or more, or a smaller batch.effective"
     )
-    assert not result.steps
+    with pytest.raises(ConfigError) as up_front:
+        validate(cfg)
+    with pytest.raises(ConfigError) as in_the_job:
+        build_dataset(cfg.data, 256, 0, needed=8, effective=4)
+    assert str(up_front.value) == str(in_the_job.value) == message
+
+
+def test_a_jsonl_file_that_starts_with_a_byte_order_mark_is_read_as_its_records(tmp_path, compose):
+    """Windows editors save UTF-8 with a byte-order mark: its first line was 'not JSON'. The check and the reader
+    both take the mark for what it is."""
+    from pipeline.builders.dataset import jsonl_dataset
+
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps({"text": f"record {i}"}) + "\r\n" for i in range(4)).encode())
+    cfg = compose("data=jsonl", f"data.path={path}")
+    check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
+    assert jsonl_dataset(str(path), 4)["text"] == [f"record {i}" for i in range(4)]

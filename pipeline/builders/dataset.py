@@ -75,7 +75,7 @@ def jsonl_dataset(
 ) -> Dataset:
     """The first records of a jsonl file that the steps consume, read one line at a time and only as far as
     needed."""
-    with open(path, encoding="utf-8") as handle:
+    with open(path, encoding="utf-8-sig") as handle:
         records = (json.loads(line) for line in handle if line.strip())
         taken = take_records(records, needed, count_tokens, tokens, effective)
     keep = _field(taken[0])
@@ -157,7 +157,7 @@ def run_records(
     `tokens` as `count_tokens` counts them), or every one (`needed` None: one pass over the data). Synthetic data is
     not read here (`synthetic_lengths`)."""
     if data.kind == DataKind.JSONL:
-        with open(data.path, encoding="utf-8") as handle:
+        with open(data.path, encoding="utf-8-sig") as handle:
             records = (json.loads(line) for line in handle if line.strip())
             return list(records) if needed is None else take_records(records, needed, count_tokens, tokens, effective)
     dataset = load_dataset(data.name, data.subset, split=data.split)
@@ -175,7 +175,7 @@ def records_at(data: DataConfig, vocab_size: int, seed: int, of_records: int, in
         return rows.select(indices)
     if data.kind == DataKind.JSONL:
         wanted, found = set(indices), {}
-        with open(data.path, encoding="utf-8") as handle:
+        with open(data.path, encoding="utf-8-sig") as handle:
             for index, line in enumerate(line for line in handle if line.strip()):
                 if index in wanted:
                     found[index] = json.loads(line)

@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.errors import ConfigError, at_least
+from pipeline.config.folder_data import check_folder, is_local
 
 JSONL_FORM = (
     "a readable JSON-lines file, each record with 'text' (a non-empty string) or 'messages' (a list of {role, content}, "
@@ -55,6 +56,8 @@ def check_data(d: DictConfig, max_length: int, effective: int) -> None:
             )
     elif not d.name:
         raise ConfigError("data.name", "required with data.kind=hub; a hub dataset id or a local folder")
+    elif is_local(str(d.name)):
+        check_folder(str(d.name), d.subset, d.split, effective)
 
 
 def _check_regular_file(file: Path, shown: str) -> None:
@@ -95,28 +98,33 @@ _SPECIAL_FILES = (
 )
 
 
-def _record_problem(record: object, kind: str | None) -> str | None:
+def record_problem(record: object, kind: str | None) -> str | None:
     """What is wrong with one record, or None; `kind` is the field the file's first record used."""
     if not isinstance(record, dict):
         return "is not a JSON object"
+    if "messages" in record and "text" in record:
+        return "has both 'messages' and 'text' (which one to train on?)"
     found = "messages" if "messages" in record else "text" if "text" in record else None
     if found is None:
         return "has neither 'messages' nor 'text'"
     if kind is not None and found != kind:
         return f"has '{found}' where the records before it have '{kind}'"
     value = record[found]
-    if found == "text" and not isinstance(value, str):
-        return f"'text' is {json.dumps(value)[:40]}, not a string"
-    if found == "text" and not value:
-        return "'text' is empty (a record without a token to train on)"
-    if found == "messages":
-        if not isinstance(value, list) or not value:
-            return "'messages' is not a non-empty list"
-        for message in value:
-            if not (isinstance(message, dict) and isinstance(message.get("content"), str) and "role" in message):
-                return "'messages' holds an entry without a 'role' and a string 'content'"
-            if message["role"] not in ROLES:
-                return f"'messages' holds the role {json.dumps(message['role'])[:40]}"
+    if found == "text":
+        if not isinstance(value, str):
+            return f"'text' is {json.dumps(value)[:40]}, not a string"
+        return None if value.strip() else "'text' is empty or only whitespace (nothing to train on)"
+    if not isinstance(value, list) or not value:
+        return "'messages' is not a non-empty list"
+    for message in value:
+        if not isinstance(message, dict):
+            return f"'messages' holds {json.dumps(message)[:40]}, not an object"
+        if "role" not in message:
+            return "'messages' holds an entry without a 'role'"
+        if message["role"] not in ROLES:
+            return f"'messages' holds the role {json.dumps(message['role'])[:40]}"
+        if not isinstance(message.get("content"), str):
+            return f"'messages' holds a 'content' of {json.dumps(message.get('content'))[:40]}, not a string"
     return None
 
 
@@ -126,8 +134,14 @@ def count_jsonl(path: str, shown: str, mtime_ns: int, size: int) -> int:
     kind = None
     records = 0
     try:
-        with open(path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:  # a byte-order mark at the start is no part of the first record
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError:
+                    raise ConfigError(
+                        "data.path", f"'{shown}' line {number} is not UTF-8 text; accepted: {JSONL_FORM}"
+                    ) from None
                 if not line.strip():
                     continue
                 try:
@@ -136,12 +150,12 @@ def count_jsonl(path: str, shown: str, mtime_ns: int, size: int) -> int:
                     raise ConfigError(
                         "data.path", f"'{shown}' line {number} is not JSON; accepted: {JSONL_FORM}"
                     ) from None
-                problem = _record_problem(record, kind)
+                problem = record_problem(record, kind)
                 if problem:
                     raise ConfigError("data.path", f"'{shown}' line {number} {problem}; accepted: {JSONL_FORM}")
                 kind = "messages" if "messages" in record else "text"
                 records += 1
-    except (OSError, UnicodeDecodeError) as err:
+    except OSError as err:
         raise ConfigError(
             "data.path", f"'{shown}' cannot be read ({type(err).__name__}); accepted: {JSONL_FORM}"
         ) from None
