@@ -14,14 +14,9 @@ from omegaconf import DictConfig
 from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.errors import ConfigError, at_least
 from pipeline.config.folder_data import check_folder, is_local
+from pipeline.config.record_form import RECORD_FORM, record_problem
 
-JSONL_FORM = (
-    "a readable JSON-lines file, each record with 'text' (a non-empty string) or 'messages' (a list of {role, content}, "
-    "role one of system, user, assistant, tool)"
-)
-# The roles the chat templates know (a hub model's, e.g. Qwen3's, and the built-in one of the tiny models); another
-# role is dropped without a word, refused inside the job or rendered as plain text, as the template has it.
-ROLES = ("system", "user", "assistant", "tool")
+JSONL_FORM = f"a readable JSON-lines file, each record with {RECORD_FORM}"
 
 
 def check_data(d: DictConfig, max_length: int, effective: int) -> None:
@@ -96,36 +91,6 @@ _SPECIAL_FILES = (
     ("is_fifo", "a named pipe"),
     ("is_socket", "a socket"),
 )
-
-
-def record_problem(record: object, kind: str | None) -> str | None:
-    """What is wrong with one record, or None; `kind` is the field the file's first record used."""
-    if not isinstance(record, dict):
-        return "is not a JSON object"
-    if "messages" in record and "text" in record:
-        return "has both 'messages' and 'text' (which one to train on?)"
-    found = "messages" if "messages" in record else "text" if "text" in record else None
-    if found is None:
-        return "has neither 'messages' nor 'text'"
-    if kind is not None and found != kind:
-        return f"has '{found}' where the records before it have '{kind}'"
-    value = record[found]
-    if found == "text":
-        if not isinstance(value, str):
-            return f"'text' is {json.dumps(value)[:40]}, not a string"
-        return None if value.strip() else "'text' is empty or only whitespace (nothing to train on)"
-    if not isinstance(value, list) or not value:
-        return "'messages' is not a non-empty list"
-    for message in value:
-        if not isinstance(message, dict):
-            return f"'messages' holds {json.dumps(message)[:40]}, not an object"
-        if "role" not in message:
-            return "'messages' holds an entry without a 'role'"
-        if message["role"] not in ROLES:
-            return f"'messages' holds the role {json.dumps(message['role'])[:40]}"
-        if not isinstance(message.get("content"), str):
-            return f"'messages' holds a 'content' of {json.dumps(message.get('content'))[:40]}, not a string"
-    return None
 
 
 @functools.lru_cache(maxsize=8)

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 from pipeline.config.errors import ConfigError
+from pipeline.config.record_form import RECORD_FORM, record_problem
 
 FOLDER_FORM = "a folder of data files (jsonl, json, csv, parquet) with a 'text' or a 'messages' column, or a hub id"
 PATH_PREFIXES = ("/", "./", "../", "~")  # a name that can only be a path, never a hub id
@@ -38,8 +39,6 @@ def check_folder(name: str, subset: str | None, split: str, effective: int) -> N
 @functools.lru_cache(maxsize=8)
 def _check(folder: str, name: str, subset: str | None, split: str, effective: int, stamp: int) -> None:
     """The folder loaded once per version of its files (`stamp`), then every record checked."""
-    from pipeline.config.data import ROLES, record_problem  # the same rules as a jsonl file's
-
     dataset = _load(folder, name, subset, split)
     columns = dataset.column_names
     keep = "messages" if "messages" in columns else "text" if "text" in columns else None
@@ -55,8 +54,7 @@ def _check(folder: str, name: str, subset: str | None, split: str, effective: in
         if problem:
             raise ConfigError(
                 "data.name",
-                f"'{name}' split {split} record {number} {problem}; accepted: records with 'text' (a non-empty "
-                f"string) or 'messages' (a list of {{role, content}}, role one of {', '.join(ROLES)})",
+                f"'{name}' split {split} record {number} {problem}; accepted: records with {RECORD_FORM}",
             )
     if len(dataset) < effective:
         raise ConfigError(
@@ -79,7 +77,9 @@ def _load(folder: str, name: str, subset: str | None, split: str):
             raise ConfigError("data.name", f"'{name}' holds no data files; accepted: {FOLDER_FORM}") from None
         except ValueError as err:
             said = str(err).splitlines()[0] if str(err) else type(err).__name__
-            field = "data.split" if "split" in said.lower() else "data.subset" if "config" in said.lower() else None
+            field = (
+                "data.split" if said.startswith("Unknown split") else "data.subset" if "BuilderConfig" in said else None
+            )
             if field is None:
                 raise ConfigError("data.name", f"'{name}' cannot be read ({said}); accepted: {FOLDER_FORM}") from None
             value, what = (split, "split") if field == "data.split" else (subset, "subset")

@@ -1,0 +1,44 @@
+"""The form of one training record, a jsonl file's line or a data folder's row: 'text' (a non-empty string) or
+'messages' (a non-empty list of {role, content}, each role one the chat templates know). `config.data` and
+`config.folder_data` hold every record to it before anything runs."""
+
+from __future__ import annotations
+
+import json
+
+# The roles the chat templates know (a hub model's, e.g. Qwen3's, and the built-in one of the tiny models); another
+# role is dropped without a word, refused inside the job or rendered as plain text, as the template has it.
+ROLES = ("system", "user", "assistant", "tool")
+RECORD_FORM = (
+    "'text' (a non-empty string) or 'messages' (a list of {role, content}, role one of " + ", ".join(ROLES) + ")"
+)
+
+
+def record_problem(record: object, kind: str | None) -> str | None:
+    """What is wrong with one record, or None; `kind` is the field the file's first record used."""
+    if not isinstance(record, dict):
+        return "is not a JSON object"
+    if "messages" in record and "text" in record:
+        return "has both 'messages' and 'text' (which one to train on?)"
+    found = "messages" if "messages" in record else "text" if "text" in record else None
+    if found is None:
+        return "has neither 'messages' nor 'text'"
+    if kind is not None and found != kind:
+        return f"has '{found}' where the records before it have '{kind}'"
+    value = record[found]
+    if found == "text":
+        if not isinstance(value, str):
+            return f"'text' is {json.dumps(value)[:40]}, not a string"
+        return None if value.strip() else "'text' is empty or only whitespace (nothing to train on)"
+    if not isinstance(value, list) or not value:
+        return "'messages' is not a non-empty list"
+    for message in value:
+        if not isinstance(message, dict):
+            return f"'messages' holds {json.dumps(message)[:40]}, not an object"
+        if "role" not in message:
+            return "'messages' holds an entry without a 'role'"
+        if message["role"] not in ROLES:
+            return f"'messages' holds the role {json.dumps(message['role'])[:40]}"
+        if not isinstance(message.get("content"), str):
+            return f"'messages' holds a 'content' of {json.dumps(message.get('content'))[:40]}, not a string"
+    return None
