@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from optuna.trial import TrialState
 
-from pipeline import knobs
+from pipeline import exits, knobs
 from pipeline.answer import results
 from pipeline.answer.card import build
 from pipeline.answer.conclusion import log_answer
@@ -326,3 +326,22 @@ def test_the_coverage_line_sends_a_stopped_study_back_to_its_command_not_to_a_la
     assert coverage.line() == f"{said} (raise optimize.trials)"
     spent = Coverage(4, 6, ("tiny 4x2",), budget=4)  # stopped in its round: the budget was spent
     assert spent.line(stopped=True).endswith("(raise optimize.trials)")
+
+
+def test_a_study_whose_every_trial_failed_says_what_failed_not_that_nothing_fits():
+    """A trial that fails before its first step records the peak of its model's load: the answer read "nothing fits
+    under 14.00 GiB: the smallest need is 0.38 GiB; raise mem_cap", which sent the user to the cap. It says what
+    failed, and a trial that ran out of memory beside it is still a need."""
+    note = "ValueError: Column name ['text'] not in the dataset"
+    failed = [
+        dataclasses.replace(r, status=Status.FAILED, median=None, feasible=False, peak_gib=0.38, note=note)
+        for r in _measured()
+    ]
+    facts = StudyFacts("failed", ["mem_cap=14GiB"], int(CAP_GIB * 2**30), 0.95)
+    answer = decide(Decided(failed, None, [], None, None), facts)
+    assert answer.exit_code == exits.FAILED
+    assert f"nothing finished: 4 trial(s) failed: {note}" in answer.text.splitlines()
+    assert "smallest need" not in answer.text
+    over = dataclasses.replace(failed[1], status=Status.OOM, peak_gib=15.2, note="out of memory at step 1")
+    answer = decide(Decided([failed[0], over], None, [], None, None), facts)
+    assert "nothing fits under 14.00 GiB: the smallest need is 15.20 GiB" in answer.text

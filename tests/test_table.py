@@ -585,3 +585,29 @@ def test_why_nothing_is_ranked_counts_the_configs_that_compete_within_the_cap():
     assert unranked([over]) == "no config finished within the cap"
     twice = [Row("a", "m 1x4", [], median=0.3, runs=2), Row("b", "m 4x1", [], median=0.1, runs=1)]
     assert unranked(twice) == "fewer than two paired rounds"
+
+
+def test_a_sweep_whose_every_job_failed_says_so_not_that_nothing_fits():
+    """Seen on a folder of data without a text column: both jobs failed before a step, each with the peak of its
+    model's load (0.38 GiB), and the headline read "Nothing fits: the smallest need is 0.38 GiB (measured); raise
+    mem_cap" with no cap set. A failed job's peak is no need; the line says what failed."""
+    jobs = []
+    for name in ("m 1x4", "m 4x1"):
+        job = recorded(name, name, [0.1] * 4)
+        summary = dataclasses.replace(
+            job.summary, status=Status.FAILED, fit=Fit.FAILED, step_time=None, memory_gib={"peak": 0.38}
+        )
+        jobs.append(dataclasses.replace(job, summary=summary, note="ValueError: Column name ['text'] not in"))
+    rows = comparison_rows(jobs, Criteria())
+    assert (
+        fastest_line(rows, None)
+        == "**Nothing finished**: 2 of 2 configs failed (ValueError: Column name ['text'] not in)"
+    )
+    over = recorded("m 8x1", "m 8x1", [0.1] * 4)
+    summary = dataclasses.replace(
+        over.summary, status=Status.OOM, fit=Fit.OOM, step_time=None, memory_gib={"peak": 9.5}
+    )
+    rows = comparison_rows([*jobs, dataclasses.replace(over, summary=summary)], Criteria())
+    assert fastest_line(rows, 8.0).startswith(
+        "**Nothing fits under the cap of 8.00 GiB**: the smallest need is 9.50 GiB"
+    )

@@ -156,12 +156,15 @@ _STOPPED_EARLY = "no config fits yet: the study stopped before it decided one (t
 
 def _nothing_fits(decided: Decided, cap_gib: float) -> tuple[list[str], int]:
     records = decided.records
-    needs = [r.predicted_gib for r in records if r.predicted_gib is not None]
-    needs += [r.peak_gib for r in records if r.peak_gib]
+    failed = [r for r in records if r.status is Status.FAILED]
+    ran = [r for r in records if r.status is not Status.FAILED]  # a failed job's peak is no need
+    needs = [r.predicted_gib for r in ran if r.predicted_gib is not None]
+    needs += [r.peak_gib for r in ran if r.peak_gib]
+    if failed and not needs:
+        return [f"nothing finished: {len(failed)} trial(s) failed: {failed[0].note[:200]}"], exits.FAILED
     message = f"nothing fits under {cap_gib:.2f} GiB"
     if needs:
         message += f": the smallest need is {min(needs):.2f} GiB; raise mem_cap or widen optimize.space"
-    failed = [r for r in records if r.status is Status.FAILED]
     code = exits.NOTHING_FITS if any(r.decided for r in records) and not failed else exits.FAILED
     if failed:
         message += f"; {len(failed)} trial(s) failed: {failed[0].note[:200]}"

@@ -34,9 +34,14 @@ def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
     if timed:
         best = min(timed, key=lambda r: r.median)
         return f"Lowest median: **{best.name}**, {best.median:.4f} s/step ({unranked(rows)}: not ranked)"
-    needs = [(r.peak_gib, "measured") for r in rows if r.peak_gib] + [
-        (r.predicted_gib, "predicted") for r in rows if r.predicted_gib and not r.peak_gib
+    failed = [r for r in rows if r.status == str(Status.FAILED)]
+    ran = [r for r in rows if r not in failed]  # a failed job's peak is no need: it stopped for another reason
+    needs = [(r.peak_gib, "measured") for r in ran if r.peak_gib] + [
+        (r.predicted_gib, "predicted") for r in ran if r.predicted_gib and not r.peak_gib
     ]
+    if not needs and failed:
+        note = next((j.note for r in failed for j in r.measured if j.note), "")
+        return f"**Nothing finished**: {len(failed)} of {len(rows)} configs failed" + (f" ({note})" if note else "")
     if not needs:
         return "Nothing finished: no config has a step time or a peak to show."
     need, how = min(needs)
