@@ -163,3 +163,30 @@ def test_a_jsonl_file_that_starts_with_a_byte_order_mark_is_read_as_its_records(
     cfg = compose("data=jsonl", f"data.path={path}")
     check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
     assert jsonl_dataset(str(path), 4)["text"] == [f"record {i}" for i in range(4)]
+
+
+@pytest.mark.slow
+def test_packed_sequences_fewer_than_the_steps_read_are_cut_to_whole_batches(tmp_path, compose):
+    """Packing 10 records of one sequence each for 6 steps of 4 trained 4, 4, 2, 4, 4, 2 sequences a step, each
+    counted whole: the job keeps 8 of the 10 (every step 4), and data that packs into fewer sequences than one batch
+    fails its job in one line."""
+    path = tmp_path / "ten.jsonl"
+    path.write_text("".join(json.dumps({"text": chr(97 + i) * 59}) + "\n" for i in range(10)), encoding="utf-8")
+    packed = ["data=jsonl", f"data.path={path}", "train.padding=packing", "train.max_length=64", *QUIET]
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    job = Job(job_spec(validate(compose(*packed, "train.steps=6"))), workdir)
+    result = job.run()
+    assert result.status is Status.OK, result.traceback
+    assert len(job.trainer.train_dataset) == 8
+    assert [s.samples for s in result.steps] == [4] * 6
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(json.dumps({"text": "ab"}) + "\n" for _ in range(4)), encoding="utf-8")
+    (tmp_path / "job2").mkdir()
+    cfg = validate(compose(*packed, f"data.path={short}", "train.steps=2"))
+    failed = Job(job_spec(cfg), tmp_path / "job2").run()
+    assert failed.status is Status.FAILED
+    assert failed.error == (
+        "ValueError: packing made 1 sequence of the data, fewer than batch.effective 4: more records, "
+        "a smaller train.max_length or a smaller batch.effective"
+    )

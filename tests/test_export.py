@@ -83,6 +83,21 @@ def test_the_exported_script_trains_the_jobs_losses(tmp_path, knobs):
     assert max(abs(a - b) / abs(b) for a, b in zip(other, ours, strict=True)) > 1e-4
 
 
+@pytest.mark.slow
+def test_a_packed_script_whose_data_runs_out_trains_the_jobs_whole_batches(tmp_path):
+    """10 records packed into 10 sequences for 6 steps of 4: the job keeps 8 (`whole_sequences`), and so does the
+    script, step for step."""
+    path = tmp_path / "ten.jsonl"
+    path.write_text("".join(json.dumps({"text": chr(97 + i) * 59}) + "\n" for i in range(10)), encoding="utf-8")
+    overrides = [*QUIET, "data=jsonl", f"data.path={path}", "train.padding=packing", "train.max_length=64"]
+    exported = export(overrides)
+    assert "    whole_sequences(trainer)" in exported.text
+    theirs = script_losses(tmp_path, exported.path)
+    ours = job_losses(tmp_path, overrides)
+    assert len(theirs) == len(ours) == 6
+    assert max(abs(a - b) / abs(b) for a, b in zip(theirs, ours, strict=True)) <= 1e-4, (theirs, ours)
+
+
 def test_a_script_holds_the_knobs_of_its_config_and_nothing_of_the_package(tmp_path, compose):
     overrides = ["train.torch_compile=regional", "train.loss=compiled", "train.optimizer_step=compiled"]
     text = export(overrides).text

@@ -93,11 +93,13 @@ def helpers(config: Config) -> list[str]:
     parts = []
     if m.source == ModelSource.CONFIG:
         parts.append(source("tokenizer", "SPECIALS", "CHATML", "byte_level_tokenizer"))
+    packs = knobs.packs(config.train)
+    if d.kind != DataKind.SYNTHETIC or packs:
+        parts.append(source("batches", "whole_batches", *(["whole_sequences"] if packs else [])))
     if d.kind == DataKind.SYNTHETIC:
         parts.append(source("dataset", "FIRST_ORDINARY_ID", "_lengths", "synthetic_dataset"))
     else:
         reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"
-        parts.append(source("batches", "whole_batches"))
         parts.append(source("dataset", "FIELDS", "take_records", "_field", reader))
     return parts + [part for knob in knobs.registry() for part in knob.helpers(config.train)]
 
@@ -189,6 +191,8 @@ def trainer_lines(config: Config, sft: dict) -> list[str]:
     ]
     if sft.get("disable_tqdm"):
         lines.append("    trainer.remove_callback(PrinterCallback)  # quiet: no log line per step")
+    if knobs.packs(config.train):
+        lines.append("    whole_sequences(trainer)  # packed sequences fewer than the steps read: whole batches")
     return lines + [line for knob in knobs.registry() for line in knob.trainer_lines(config.train)]
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from pipeline import knobs
+from pipeline.builders.batches import whole_sequences
 from pipeline.builders.dataset import build_dataset, records_at, token_count, truncated
 from pipeline.builders.device import resolve_placement, torch_dtype
 from pipeline.builders.distributed import init_process_group, leave_process_group, local_rank, world_size
@@ -163,6 +164,8 @@ class Job:
             peft_config,
             tools.callbacks,
         )
+        if knobs.packs(self.cfg.train):  # the packed sequences: whole batches of them, as records are
+            whole_sequences(self.trainer)
         tools.bind(self.trainer)
 
     def _adapters(self) -> tuple:
