@@ -155,7 +155,7 @@ def test_a_hub_dataset_smaller_than_one_batch_is_refused_where_it_is_read(tmp_pa
 
 def test_a_jsonl_file_that_starts_with_a_byte_order_mark_is_read_as_its_records(tmp_path, compose):
     """Windows editors save UTF-8 with a byte-order mark: its first line was 'not JSON'. The check and the reader
-    both take the mark for what it is."""
+    both take the mark for what it is, and both end a line where the other reads one end."""
     from pipeline.builders.dataset import jsonl_dataset
 
     path = tmp_path / "bom.jsonl"
@@ -163,6 +163,10 @@ def test_a_jsonl_file_that_starts_with_a_byte_order_mark_is_read_as_its_records(
     cfg = compose("data=jsonl", f"data.path={path}")
     check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
     assert jsonl_dataset(str(path), 4)["text"] == [f"record {i}" for i in range(4)]
+    old_mac = tmp_path / "cr.jsonl"  # a lone carriage return ends a line for the job's reader: for the check too
+    old_mac.write_bytes("".join(json.dumps({"text": f"record {i}"}) + "\r" for i in range(4)).encode())
+    check_data(compose("data=jsonl", f"data.path={old_mac}").data, cfg.train.max_length, cfg.batch.effective)
+    assert jsonl_dataset(str(old_mac), 4)["text"] == [f"record {i}" for i in range(4)]
 
 
 @pytest.mark.slow
@@ -190,3 +194,49 @@ def test_packed_sequences_fewer_than_the_steps_read_are_cut_to_whole_batches(tmp
         "ValueError: packing made 1 sequence of the data, fewer than batch.effective 4: more records, "
         "a smaller train.max_length or a smaller batch.effective"
     )
+
+
+def test_a_local_folder_that_the_library_cannot_read_is_one_line_whatever_it_raises(tmp_path, monkeypatch):
+    """Each raised something the first check did not catch (a traceback): an empty data file (StopIteration), a
+    card with broken front matter (a YAML error), bytes where 'text' is (json.dumps failed on them showing it); a
+    split given as a slice it cannot parse blamed data.name."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipeline.config.folder_data import check_folder
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "train.jsonl").write_text("")
+    card = tmp_path / "card"
+    card.mkdir()
+    (card / "train.jsonl").write_text("".join(json.dumps({"text": f"r{i}"}) + "\n" for i in range(4)))
+    (card / "README.md").write_text("---\nconfigs: [unclosed\n---\n")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    pq.write_table(pa.table({"text": [b"\xff\xfe", b"ab"]}), raw / "train.parquet")
+    said = {}
+    for folder, split in ((empty, "train"), (card, "train"), (raw, "train"), (card.parent / "raw", "train[:abc]")):
+        with pytest.raises(ConfigError) as refused:
+            check_folder(str(folder), None, split, 4)
+        said[(folder.name, split)] = str(refused.value)
+    assert said[("empty", "train")].startswith("data.name: '") and "cannot be read" in said[("empty", "train")]
+    assert "cannot be read" in said[("card", "train")]
+    assert said[("raw", "train")].startswith(f"data.name: '{raw}' split train record 1 'text' is \"b'\\\\xff\\\\xfe'\"")
+    assert said[("raw", "train[:abc]")].startswith("data.split: got 'train[:abc]'; accepted: a split that")
+
+
+def test_a_folder_given_as_a_home_path_trains_where_it_was_checked(tmp_path, monkeypatch):
+    """`~/data` passed the check (which expands it) and failed in the job, which handed the raw name to
+    `load_dataset` (a hub id, refused)."""
+    import datasets
+
+    from pipeline.builders.dataset import hub_dataset
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps({"text": f"r{i}"}) + "\n" for i in range(4)))
+    assert hub_dataset("~/data", None, "train", 4)["text"] == ["r0", "r1", "r2", "r3"]

@@ -160,14 +160,15 @@ def _nothing_fits(decided: Decided, cap_gib: float) -> tuple[list[str], int]:
     ran = [r for r in records if r.status is not Status.FAILED]  # a failed job's peak is no need
     needs = [r.predicted_gib for r in ran if r.predicted_gib is not None]
     needs += [r.peak_gib for r in ran if r.peak_gib]
+    said = f": {failed[0].note[:200]}" if failed and failed[0].note else ""
     if failed and not needs:
-        return [f"nothing finished: {len(failed)} trial(s) failed: {failed[0].note[:200]}"], exits.FAILED
+        return [f"nothing finished: {len(failed)} trial(s) failed{said}"], exits.FAILED
     message = f"nothing fits under {cap_gib:.2f} GiB"
     if needs:
         message += f": the smallest need is {min(needs):.2f} GiB; raise mem_cap or widen optimize.space"
     code = exits.NOTHING_FITS if any(r.decided for r in records) and not failed else exits.FAILED
     if failed:
-        message += f"; {len(failed)} trial(s) failed: {failed[0].note[:200]}"
+        message += f"; {len(failed)} trial(s) failed{said}"
     return [message], code
 
 

@@ -12,6 +12,7 @@ the job's memory is its training's, not the file's. (The up-front check, `config
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -92,7 +93,7 @@ def hub_dataset(
     effective: int = 1,
 ) -> Dataset:
     """The first records of a hub dataset (or a local folder) that the steps consume."""
-    dataset = load_dataset(name, subset, split=split)
+    dataset = load_dataset(os.path.expanduser(name), subset, split=split)  # a folder as ~/...: no hub id
     keep = "messages" if "messages" in dataset.column_names else "text"
     dataset = dataset.select_columns([keep])
     taken = take_records(iter(dataset), needed, count_tokens, tokens, effective)
@@ -160,7 +161,7 @@ def run_records(
         with open(data.path, encoding="utf-8-sig") as handle:
             records = (json.loads(line) for line in handle if line.strip())
             return list(records) if needed is None else take_records(records, needed, count_tokens, tokens, effective)
-    dataset = load_dataset(data.name, data.subset, split=data.split)
+    dataset = load_dataset(os.path.expanduser(data.name), data.subset, split=data.split)
     keep = "messages" if "messages" in dataset.column_names else "text"
     records = ({keep: r[keep]} for r in dataset)
     return list(records) if needed is None else take_records(records, needed, count_tokens, tokens, effective)

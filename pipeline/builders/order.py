@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from pipeline.builders.batches import whole_batches
 from pipeline.builders.dataset import record_ids, run_records, synthetic_lengths, token_count
 from pipeline.config.choices import DataKind, Distribution
 from pipeline.config.schema import Config
@@ -149,6 +150,9 @@ class RunOrder:
         if not packing:
             return tuple((i,) for i in range(len(lengths))), lengths
         packed = pack(lengths, self.config.train.max_length)
+        if not self.epoch:  # the job's cut of them (`whole_sequences`)
+            effective = self.config.batch.effective
+            packed = packed[: whole_batches(len(packed), self.config.train.steps * effective, effective)]
         return tuple(packed), [sum(lengths[i] for i in row) for row in packed]
 
     def varies(self) -> bool:

@@ -7,6 +7,7 @@ import errno
 import functools
 import json
 import os
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -17,6 +18,7 @@ from pipeline.config.folder_data import check_folder, is_local
 from pipeline.config.record_form import RECORD_FORM, record_problem
 
 JSONL_FORM = f"a readable JSON-lines file, each record with {RECORD_FORM}"
+NOT_UTF8 = re.compile("[\udc80-\udcff]")  # what errors="surrogateescape" makes of a byte that is no UTF-8
 
 
 def check_data(d: DictConfig, max_length: int, effective: int) -> None:
@@ -98,15 +100,11 @@ def count_jsonl(path: str, shown: str, mtime_ns: int, size: int) -> int:
     """Check every line of the file (read once per version of it); return the number of records."""
     kind = None
     records = 0
-    try:
-        with open(path, "rb") as handle:
-            for number, raw in enumerate(handle, start=1):
-                try:  # a byte-order mark at the start is no part of the first record
-                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-                except UnicodeDecodeError:
-                    raise ConfigError(
-                        "data.path", f"'{shown}' line {number} is not UTF-8 text; accepted: {JSONL_FORM}"
-                    ) from None
+    try:  # text mode, as the job reads it (a lone \r ends a line too); bytes that are no UTF-8 kept to be told
+        with open(path, encoding="utf-8-sig", errors="surrogateescape") as handle:
+            for number, line in enumerate(handle, start=1):
+                if NOT_UTF8.search(line):
+                    raise ConfigError("data.path", f"'{shown}' line {number} is not UTF-8 text; accepted: {JSONL_FORM}")
                 if not line.strip():
                     continue
                 try:

@@ -15,6 +15,7 @@ from pipeline.config.record_form import RECORD_FORM, record_problem
 
 FOLDER_FORM = "a folder of data files (jsonl, json, csv, parquet) with a 'text' or a 'messages' column, or a hub id"
 PATH_PREFIXES = ("/", "./", "../", "~")  # a name that can only be a path, never a hub id
+BATCH = 1_000  # records checked at a time: a large folder is never one list in memory
 
 
 def is_local(name: str) -> bool:
@@ -33,60 +34,66 @@ def check_folder(name: str, subset: str | None, split: str, effective: int) -> N
             f"'{name}' is a file; accepted: {FOLDER_FORM} (one JSON-lines file: data=jsonl data.path={name})",
         )
     stamp = max((p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()), default=0)
-    _check(str(folder), name, subset, split, effective, stamp)
+    count = _records(str(folder), name, subset, split, stamp)
+    if count < effective:
+        raise ConfigError(
+            "data.name",
+            f"'{name}' split {split} has {count} record{'s' if count != 1 else ''}, fewer than batch.effective "
+            f"{effective}; accepted: a dataset of {effective} records or more, or a smaller batch.effective",
+        )
 
 
 @functools.lru_cache(maxsize=8)
-def _check(folder: str, name: str, subset: str | None, split: str, effective: int, stamp: int) -> None:
-    """The folder loaded once per version of its files (`stamp`), then every record checked."""
+def _records(folder: str, name: str, subset: str | None, split: str, stamp: int) -> int:
+    """The folder loaded once per version of its files (`stamp`), every record checked a batch at a time; how many
+    it holds."""
     dataset = _load(folder, name, subset, split)
     columns = dataset.column_names
     keep = "messages" if "messages" in columns else "text" if "text" in columns else None
     if keep is None:
-        shown = ", ".join(columns[:8]) or "none"
+        listed = ", ".join(columns[:8]) or "none"
         raise ConfigError(
             "data.name",
-            f"'{name}' split {split} has neither a 'messages' nor a 'text' column (columns: {shown}); "
+            f"'{name}' split {split} has neither a 'messages' nor a 'text' column (columns: {listed}); "
             f"accepted: {FOLDER_FORM}",
         )
-    for number, value in enumerate(dataset[keep], start=1):
-        problem = record_problem({keep: value}, keep)
-        if problem:
-            raise ConfigError(
-                "data.name",
-                f"'{name}' split {split} record {number} {problem}; accepted: records with {RECORD_FORM}",
-            )
-    if len(dataset) < effective:
-        raise ConfigError(
-            "data.name",
-            f"'{name}' split {split} has {len(dataset)} record{'s' if len(dataset) != 1 else ''}, fewer than "
-            f"batch.effective {effective}; accepted: a dataset of {effective} records or more, or a smaller "
-            "batch.effective",
-        )
+    number = 0
+    for batch in dataset.select_columns([keep]).iter(batch_size=BATCH):
+        for value in batch[keep]:
+            number += 1
+            problem = record_problem({keep: value}, keep)
+            if problem:
+                raise ConfigError(
+                    "data.name",
+                    f"'{name}' split {split} record {number} {problem}; accepted: records with {RECORD_FORM}",
+                )
+    return len(dataset)
+
+
+# What a library message says of the field it is about (datasets 5): the split, the subset; else the folder.
+FIELD_SAID = (
+    ("data.split", ("Unknown split", "Unrecognized instruction format", "Bad split")),
+    ("data.subset", ("BuilderConfig", "Config name is missing")),
+)
 
 
 def _load(folder: str, name: str, subset: str | None, split: str):
-    """`load_dataset` on the folder, quiet (no progress bars, no logged errors), its failures as one line each."""
+    """`load_dataset` on the folder, quiet (no progress bars, no logged errors), any failure as one line: whatever
+    the library raises reading a local folder is about that folder."""
     import datasets
-    from datasets.data_files import EmptyDatasetError
 
     with _quiet(datasets):
         try:
             return datasets.load_dataset(folder, subset, split=split)
-        except EmptyDatasetError:
+        except (datasets.data_files.EmptyDatasetError, datasets.exceptions.DataFilesNotFoundError):
             raise ConfigError("data.name", f"'{name}' holds no data files; accepted: {FOLDER_FORM}") from None
-        except ValueError as err:
-            said = str(err).splitlines()[0] if str(err) else type(err).__name__
-            field = (
-                "data.split" if said.startswith("Unknown split") else "data.subset" if "BuilderConfig" in said else None
-            )
-            if field is None:
-                raise ConfigError("data.name", f"'{name}' cannot be read ({said}); accepted: {FOLDER_FORM}") from None
-            value, what = (split, "split") if field == "data.split" else (subset, "subset")
-            raise ConfigError(field, f"got '{value}'; accepted: a {what} that '{name}' has ({said})") from None
-        except (datasets.exceptions.DatasetsError, OSError) as err:
-            cause = err.__cause__ or err
-            said = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        except Exception as err:  # noqa: BLE001 - the library's many failures on a local folder, each one line
+            cause = err.__cause__ if isinstance(err, datasets.exceptions.DatasetsError) and err.__cause__ else err
+            said = str(cause).splitlines()[0] if str(cause).strip() else type(cause).__name__
+            for field, starts in FIELD_SAID:
+                if any(start in said for start in starts):
+                    value, what = (split, "split") if field == "data.split" else (subset, "subset")
+                    raise ConfigError(field, f"got '{value}'; accepted: a {what} that '{name}' has ({said})") from None
             raise ConfigError("data.name", f"'{name}' cannot be read ({said}); accepted: {FOLDER_FORM}") from None
 
 

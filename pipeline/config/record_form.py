@@ -14,6 +14,12 @@ RECORD_FORM = (
 )
 
 
+def shown(value: object) -> str:
+    """A value as a message shows it, cut to 40 characters: JSON where it is JSON's (a data folder's bytes, dates and
+    decimals are not: their repr)."""
+    return json.dumps(value, default=repr)[:40]
+
+
 def record_problem(record: object, kind: str | None) -> str | None:
     """What is wrong with one record, or None; `kind` is the field the file's first record used."""
     if not isinstance(record, dict):
@@ -28,17 +34,17 @@ def record_problem(record: object, kind: str | None) -> str | None:
     value = record[found]
     if found == "text":
         if not isinstance(value, str):
-            return f"'text' is {json.dumps(value)[:40]}, not a string"
+            return f"'text' is {shown(value)}, not a string"
         return None if value.strip() else "'text' is empty or only whitespace (nothing to train on)"
     if not isinstance(value, list) or not value:
         return "'messages' is not a non-empty list"
     for message in value:
         if not isinstance(message, dict):
-            return f"'messages' holds {json.dumps(message)[:40]}, not an object"
+            return f"'messages' holds {shown(message)}, not an object"
         if "role" not in message:
             return "'messages' holds an entry without a 'role'"
         if message["role"] not in ROLES:
-            return f"'messages' holds the role {json.dumps(message['role'])[:40]}"
+            return f"'messages' holds the role {shown(message['role'])}"
         if not isinstance(message.get("content"), str):
-            return f"'messages' holds a 'content' of {json.dumps(message.get('content'))[:40]}, not a string"
+            return f"'messages' holds a 'content' of {shown(message.get('content'))}, not a string"
     return None

@@ -40,7 +40,7 @@ def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
         (r.predicted_gib, "predicted") for r in ran if r.predicted_gib and not r.peak_gib
     ]
     if not needs and failed:
-        note = next((j.note for r in failed for j in r.measured if j.note), "")
+        note = next((j.note[:200] for r in failed for j in r.measured if j.note), "")
         return f"**Nothing finished**: {len(failed)} of {len(rows)} configs failed" + (f" ({note})" if note else "")
     if not needs:
         return "Nothing finished: no config has a step time or a peak to show."
