@@ -222,7 +222,7 @@ def test_a_local_folder_that_the_library_cannot_read_is_one_line_whatever_it_rai
         with pytest.raises(ConfigError) as refused:
             check_folder(str(folder), None, split, 4)
         said[(folder.name, split)] = str(refused.value)
-    assert said[("empty", "train")].startswith("data.name: '") and "cannot be read" in said[("empty", "train")]
+    assert said[("empty", "train")].startswith(f"data.name: '{empty}' cannot be read (a data file in it is empty)")
     assert "cannot be read" in said[("card", "train")]
     assert said[("raw", "train")].startswith(f"data.name: '{raw}' split train record 1 'text' is \"b'\\\\xff\\\\xfe'\"")
     assert said[("raw", "train[:abc]")].startswith("data.split: got 'train[:abc]'; accepted: a split that")

@@ -90,6 +90,7 @@ def _load(folder: str, name: str, subset: str | None, split: str):
         except Exception as err:  # noqa: BLE001 - the library's many failures on a local folder, each one line
             cause = err.__cause__ if isinstance(err, datasets.exceptions.DatasetsError) and err.__cause__ else err
             said = str(cause).splitlines()[0] if str(cause).strip() else type(cause).__name__
+            said = "a data file in it is empty" if isinstance(cause, StopIteration) else said  # datasets' json reader
             for field, starts in FIELD_SAID:
                 if any(start in said for start in starts):
                     value, what = (split, "split") if field == "data.split" else (subset, "subset")
