@@ -20,7 +20,7 @@ from datasets import Dataset, load_dataset
 
 from pipeline.builders.batches import whole_batches
 from pipeline.config.choices import DataKind, Distribution
-from pipeline.config.errors import ConfigError
+from pipeline.config.errors import fewer_than_batch
 from pipeline.config.schema import DataConfig
 
 FIRST_ORDINARY_ID = 4  # ids below are the byte-level tokenizer's specials
@@ -120,12 +120,7 @@ def build_dataset(
         return jsonl_dataset(data.path, needed, count_tokens, tokens, effective)
     dataset = hub_dataset(data.name, data.subset, data.split, needed, count_tokens, tokens, effective)
     if count_tokens is None and len(dataset) < effective:  # only loading it tells (a jsonl file is refused up front)
-        raise ConfigError(
-            "data.name",
-            f"'{data.name}' split {data.split} has {len(dataset)} record{'s' if len(dataset) != 1 else ''}, fewer "
-            f"than batch.effective {effective}; accepted: a dataset of {effective} records or more, or a smaller "
-            "batch.effective",
-        )
+        raise fewer_than_batch("data.name", f"'{data.name}' split {data.split}", len(dataset), effective, "a dataset")
     return dataset
 
 

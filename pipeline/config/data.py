@@ -13,7 +13,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from pipeline.config.choices import DataKind, Distribution
-from pipeline.config.errors import ConfigError, at_least
+from pipeline.config.errors import ConfigError, at_least, fewer_than_batch
 from pipeline.config.folder_data import check_folder, is_local
 from pipeline.config.record_form import RECORD_FORM, record_problem
 
@@ -46,11 +46,7 @@ def check_data(d: DictConfig, max_length: int, effective: int) -> None:
         stat = file.stat()
         records = count_jsonl(str(file), d.path, stat.st_mtime_ns, stat.st_size)
         if records < effective:
-            raise ConfigError(
-                "data.path",
-                f"'{d.path}' has {records} record{'s' if records != 1 else ''}, fewer than batch.effective "
-                f"{effective}; accepted: a file of {effective} records or more, or a smaller batch.effective",
-            )
+            raise fewer_than_batch("data.path", f"'{d.path}'", records, effective, "a file")
     elif not d.name:
         raise ConfigError("data.name", "required with data.kind=hub; a hub dataset id or a local folder")
     elif is_local(str(d.name)):

@@ -35,6 +35,16 @@ def choice(field: str, value: object, accepted: tuple[str, ...]) -> None:
         raise ConfigError(field, f"got '{spelled(value)}'; accepted: {', '.join(accepted)}")
 
 
+def fewer_than_batch(field: str, where: str, count: int, effective: int, unit: str) -> ConfigError:
+    """Data of fewer records than one effective batch (every step would train short): `where` names the data as the
+    message shows it, `unit` what of `effective` records is accepted (a file, a dataset)."""
+    return ConfigError(
+        field,
+        f"{where} has {count} record{'s' if count != 1 else ''}, fewer than batch.effective {effective}; accepted: "
+        f"{unit} of {effective} records or more, or a smaller batch.effective",
+    )
+
+
 def at_least(field: str, value: float | int | None, low: float, what: str = "a whole number") -> None:
     if value is None or value < low:
         raise ConfigError(field, f"got {value}; accepted: {what} >= {low:g}")

@@ -10,7 +10,7 @@ import functools
 import logging
 from pathlib import Path
 
-from pipeline.config.errors import ConfigError
+from pipeline.config.errors import ConfigError, fewer_than_batch
 from pipeline.config.record_form import RECORD_FORM, record_problem
 
 FOLDER_FORM = "a folder of data files (jsonl, json, csv, parquet) with a 'text' or a 'messages' column, or a hub id"
@@ -36,11 +36,7 @@ def check_folder(name: str, subset: str | None, split: str, effective: int) -> N
     stamp = max((p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()), default=0)
     count = _records(str(folder), name, subset, split, stamp)
     if count < effective:
-        raise ConfigError(
-            "data.name",
-            f"'{name}' split {split} has {count} record{'s' if count != 1 else ''}, fewer than batch.effective "
-            f"{effective}; accepted: a dataset of {effective} records or more, or a smaller batch.effective",
-        )
+        raise fewer_than_batch("data.name", f"'{name}' split {split}", count, effective, "a dataset")
 
 
 @functools.lru_cache(maxsize=8)

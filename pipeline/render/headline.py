@@ -35,7 +35,7 @@ def fastest_line(rows: list[Row], cap_gib: float | None) -> str:
         best = min(timed, key=lambda r: r.median)
         return f"Lowest median: **{best.name}**, {best.median:.4f} s/step ({unranked(rows)}: not ranked)"
     failed = [r for r in rows if r.status == str(Status.FAILED)]
-    ran = [r for r in rows if r not in failed]  # a failed job's peak is no need: it stopped for another reason
+    ran = [r for r in rows if r.status != str(Status.FAILED)]  # a failed job's peak is no need: it stopped elsewhere
     needs = [(r.peak_gib, "measured") for r in ran if r.peak_gib] + [
         (r.predicted_gib, "predicted") for r in ran if r.predicted_gib and not r.peak_gib
     ]
