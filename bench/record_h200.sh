@@ -10,6 +10,9 @@
 #                 graph of its own is refused beside reduce-overhead's),
 #                 with fused AdamW (5: one launch where the for-each step loops over 392 tensors on the host), and
 #                 each process a fresh interpreter (launcher.kind=subprocess, 3)
+#   spread-pin    whether the CPU a job's thread runs on sets its host speed: each CPU's speed (bench.cpu_speed), then
+#                 the answer's processes free (each records its CPU), all on the fastest CPU, and on the slowest; the
+#                 same free and fastest for the 0.6B setting's answer and for the baseline (the seed's setting at 4x1)
 #   spread-small  the same answer's shape on Qwen3-0.6B, 1,024 tokens, effective batch 8 (8x1), 5 warm processes
 #   grid-chats    every config of split x padding x compilation x mode x loss on variable-length chats (Qwen3-0.6B,
 #                 max_length 1,024, effective batch 8), once, uncapped (the replay applies the 20 GiB cap)
@@ -48,6 +51,7 @@ source "$(dirname "$0")/stages.sh"
 if [ "${REHEARSAL:-0}" = 1 ]; then
   seed=(model=tiny gpu=cpu mem_cap=14GiB batch.split=4x1 batch.effective=4 train.steps=10 measure.warmup_steps=2)
   small=("${seed[@]}" train.max_length=256 data.length=256)
+  base=(model=tiny gpu=cpu mem_cap=14GiB batch.split=4x1 batch.effective=4 train.steps=8 measure.warmup_steps=4)
   chats_model=(model=tiny gpu=cpu model.vocab_size=2048 train.max_length=512 batch.effective=8 batch.split=8x1)
   chats_space='{batch.split:[4x2,8x1],train.padding:[longest,padding_free],train.loss:[trl,compiled]}'
   small_model=(model=tiny gpu=cpu model.vocab_size=2048 train.max_length=256 data.length=256 batch.effective=8
@@ -60,6 +64,7 @@ else
   seed=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1 train.adapter_dtype=compute train.dtype=bf16
     train.gradient_checkpointing=false train.torch_compile=regional train.compile_mode=reduce-overhead
     train.loss=compiled train.steps=24 measure.warmup_steps=6)
+  base=(experiment=seed-t4 gpu=auto mem_cap=14GiB batch.split=4x1 train.steps=16 measure.warmup_steps=4)
   small=(model=qwen3-0.6b gpu=auto mem_cap=20GiB train.max_length=1024 data.length=1024 batch.effective=8
     batch.split=8x1 train.adapter_dtype=compute train.dtype=bf16 train.gradient_checkpointing=false
     train.torch_compile=regional train.compile_mode=reduce-overhead train.loss=compiled train.steps=24
@@ -120,6 +125,26 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
       "$py" -m pipeline.train -m "${seed[@]}" train.optimizer=adamw_torch_fused repeats=$warm paths.root="$dir/fix-fused"
       "$py" -m pipeline.train -m "${seed[@]}" launcher.kind=subprocess repeats=$cold paths.root="$dir/fix-subprocess"
       "$py" -m bench.spread compiled="$dir/fix-compiled" fused="$dir/fix-fused" subprocess="$dir/fix-subprocess" --warmup 6 ;;
+    spread-pin)
+      "$py" -m bench.cpu_speed --rounds 10 --json "$dir/cpus-before.json"
+      fast=$("$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(min(d, key=lambda c: sum(d[c].values())))' "$dir/cpus-before.json")
+      slow=$("$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(max(d, key=lambda c: sum(d[c].values())))' "$dir/cpus-before.json")
+      mkdir -p "$dir/pin-cache"
+      for v in seed-free seed-fast seed-slow small-free small-fast base-free base-fast; do
+        mkdir -p "$dir/pin-$v" && ln -sfn "$dir/pin-cache" "$dir/pin-$v/compile-cache"
+      done
+      "$py" -m pipeline.train -m "${seed[@]}" repeats=$warm paths.root="$dir/pin-seed-free"
+      taskset -c "$fast" "$py" -m pipeline.train -m "${seed[@]}" repeats=$warm paths.root="$dir/pin-seed-fast"
+      taskset -c "$slow" "$py" -m pipeline.train -m "${seed[@]}" repeats=$cold paths.root="$dir/pin-seed-slow"
+      "$py" -m bench.spread seed-free="$dir/pin-seed-free" seed-fast="$dir/pin-seed-fast" \
+        seed-slow="$dir/pin-seed-slow" --warmup 6
+      "$py" -m pipeline.train -m "${small[@]}" repeats=$warm paths.root="$dir/pin-small-free"
+      taskset -c "$fast" "$py" -m pipeline.train -m "${small[@]}" repeats=$warm paths.root="$dir/pin-small-fast"
+      "$py" -m bench.spread small-free="$dir/pin-small-free" small-fast="$dir/pin-small-fast" --warmup 6
+      "$py" -m pipeline.train -m "${base[@]}" repeats=$cold paths.root="$dir/pin-base-free"
+      taskset -c "$fast" "$py" -m pipeline.train -m "${base[@]}" repeats=$cold paths.root="$dir/pin-base-fast"
+      "$py" -m bench.spread base-free="$dir/pin-base-free" base-fast="$dir/pin-base-fast" --warmup 4
+      "$py" -m bench.cpu_speed --rounds 10 --json "$dir/cpus-after.json" ;;
     spread-small)
       "$py" -m pipeline.train -m "${small[@]}" repeats=$warm paths.root="$dir/small-warm"
       "$py" -m bench.spread warm="$dir/small-warm" --warmup 6 ;;
@@ -176,7 +201,7 @@ case "${1:-follow}" in
     queue_start record_h200.sh || exit $? ;;
 esac
 collect() {  # the logs, spread tables and grids so far (with their MLflow runs: the allocated peaks), as one tarball in OUT
-  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db ./cap-*/mlflow.db card.txt queue.out 2>/dev/null)
+  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db ./cap-*/mlflow.db ./pin-*/mlflow.db card.txt queue.out 2>/dev/null)
 }
 queue_follow collect 10 || exit $?
 for f in "$dir"/*.log; do
