@@ -58,4 +58,22 @@ for wheel in "$dest"/*.whl; do
     if [ "$name" = "$kept" ]; then rm -f "$wheel"; break; fi
   done
 done
+# MLflow's web UI (7 of the wheel's 11 MB): the GPU runs track, the UI runs here (and the wheels must fit a call)
+python3 - "$dest"/mlflow-[0-9]*.whl <<'PY'
+import os, sys, zipfile
+for path in sys.argv[1:]:
+    ui = "mlflow/server/js/"
+    with zipfile.ZipFile(path) as src:
+        if not any(n.startswith(ui) for n in src.namelist()):
+            continue
+        with zipfile.ZipFile(path + ".tmp", "w", zipfile.ZIP_DEFLATED) as dst:
+            for info in src.infolist():
+                if info.filename.startswith(ui):
+                    continue
+                data = src.read(info)
+                if info.filename.endswith(".dist-info/RECORD"):
+                    data = b"".join(l for l in data.splitlines(True) if not l.startswith(ui.encode()))
+                dst.writestr(info, data)
+    os.replace(path + ".tmp", path)
+PY
 echo "$(ls "$dest"/*.whl | wc -l) wheels, $(du -sh "$dest" | cut -f1) in $dest"
