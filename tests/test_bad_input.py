@@ -158,6 +158,11 @@ CASES = [
         "data.path: 'role.jsonl' line 1 'messages' holds the role \"narrator\"",
         "role one of system, user, assistant, tool",
     ),
+    (
+        ["data=jsonl", "data.path=usercall.jsonl"],
+        "data.path: 'usercall.jsonl' line 1 'messages' holds 'tool_calls' of [{\"name\": \"f\"}] in a \"user\" turn",
+        "beside an assistant's tool_calls, null",
+    ),
     # a local folder as data.name, read as the hub's data files are
     (HUB + ["data.name=./nowhere"], "data.name: './nowhere' does not exist", "a folder of data files"),
     (HUB + ["data.name=few.jsonl"], "data.name: 'few.jsonl' is a file", "data=jsonl data.path=few.jsonl"),
@@ -342,6 +347,7 @@ FILES = {
     "nullcontent.jsonl": b'{"messages": [{"role": "user", "content": null}]}\n',
     "latin1.jsonl": b'{"text": "a"}\n{"text": "caf\xe9"}\n',
     "role.jsonl": b'{"messages": [{"role": "narrator", "content": "once"}]}\n',
+    "usercall.jsonl": b'{"messages": [{"role": "user", "content": null, "tool_calls": [{"name": "f"}]}]}\n',
     "hub3/train.jsonl": b'{"text": "a"}\n{"text": "b"}\n{"text": "c"}\n',
     "hubprompt/train.jsonl": b'{"prompt": "a"}\n' * 4,
     "hubblank/train.jsonl": b'{"text": "a"}\n{"text": ""}\n{"text": "c"}\n{"text": "d"}\n',

@@ -240,3 +240,47 @@ def test_a_folder_given_as_a_home_path_trains_where_it_was_checked(tmp_path, mon
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps({"text": f"r{i}"}) + "\n" for i in range(4)))
     assert hub_dataset("~/data", None, "train", 4)["text"] == ["r0", "r1", "r2", "r3"]
+
+
+TOOL_CHAT = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+    },
+    {"role": "tool", "content": "sunny, 21 C"},
+    {"role": "assistant", "content": "It is sunny in Paris."},
+]
+
+
+def _tool_chats(path, count=4):
+    path.write_text("".join(json.dumps({"messages": TOOL_CHAT}) + "\n" for _ in range(count)), encoding="utf-8")
+    return path
+
+
+def test_an_assistant_turn_that_calls_a_tool_is_accepted_and_trained_on_with_its_call(tmp_path, compose):
+    """OpenAI's form of a tool call (content null, 'tool_calls' beside it) was refused as 'a content of null'; it is
+    accepted, and the built-in template renders the call as Qwen's templates do, so its tokens are trained on."""
+    from pipeline.builders.dataset import record_ids
+    from pipeline.builders.tokenizer import byte_level_tokenizer
+
+    cfg = compose("data=jsonl", f"data.path={_tool_chats(tmp_path / 'tools.jsonl')}")
+    check_data(cfg.data, cfg.train.max_length, cfg.batch.effective)
+    tokenizer = byte_level_tokenizer()
+    rendered = tokenizer.decode(record_ids(tokenizer, {"messages": TOOL_CHAT}))
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+        "<|im_end|>" in rendered
+    )
+    assert "None" not in rendered
+
+
+@pytest.mark.slow
+def test_a_job_trains_on_tool_calling_chats(tmp_path, compose):
+    cfg = validate(compose("data=jsonl", f"data.path={_tool_chats(tmp_path / 'tools.jsonl')}", "train.steps=2", *QUIET))
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    result = Job(job_spec(cfg), workdir).run()
+    assert result.status is Status.OK, result.traceback
+    assert [s.samples for s in result.steps] == [4, 4]

@@ -14,8 +14,11 @@ from pipeline.config.choices import ModelSource
 from pipeline.config.schema import ModelConfig
 
 SPECIALS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# ChatML; an assistant's tool calls as Qwen's templates write them (one <tool_call> of JSON each, after the content)
 CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] or '' }}"
+    "{% for call in message.get('tool_calls') or [] %}\n<tool_call>\n{{ (call.function or call) | tojson }}\n"
+    "</tool_call>{% endfor %}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 

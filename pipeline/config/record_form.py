@@ -1,6 +1,7 @@
 """The form of one training record, a jsonl file's line or a data folder's row: 'text' (a non-empty string) or
-'messages' (a non-empty list of {role, content}, each role one the chat templates know). `config.data` and
-`config.folder_data` hold every record to it before anything runs."""
+'messages' (a non-empty list of {role, content}, each role one the chat templates know; an assistant's turn that
+calls tools, OpenAI's form, has 'tool_calls' and may have a null content). `config.data` and `config.folder_data`
+hold every record to it before anything runs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import json
 # role is dropped without a word, refused inside the job or rendered as plain text, as the template has it.
 ROLES = ("system", "user", "assistant", "tool")
 RECORD_FORM = (
-    "'text' (a non-empty string) or 'messages' (a list of {role, content}, role one of " + ", ".join(ROLES) + ")"
+    "'text' (a non-empty string) or 'messages' (a list of {role, content}, role one of "
+    + ", ".join(ROLES)
+    + ", content a string or, beside an assistant's tool_calls, null)"
 )
 
 
@@ -45,6 +48,10 @@ def record_problem(record: object, kind: str | None) -> str | None:
             return "'messages' holds an entry without a 'role'"
         if message["role"] not in ROLES:
             return f"'messages' holds the role {shown(message['role'])}"
-        if not isinstance(message.get("content"), str):
-            return f"'messages' holds a 'content' of {shown(message.get('content'))}, not a string"
+        calls = message.get("tool_calls")
+        if calls is not None and (message["role"] != "assistant" or not isinstance(calls, list) or not calls):
+            return f"'messages' holds 'tool_calls' of {shown(calls)} in a {shown(message['role'])} turn"
+        content = message.get("content")
+        if not isinstance(content, str) and not (content is None and calls):
+            return f"'messages' holds a 'content' of {shown(content)}, not a string"
     return None
