@@ -9,6 +9,7 @@
 #
 # There (carry [".whl"], timeout_s 600): bash bench/fastest_h200.sh start   # the first call
 #                                        bash bench/fastest_h200.sh         # later calls: follow and collect
+# EXTRA adds overrides to every study (e.g. EXTRA="measure.pin_cpu=true").
 # Rehearsal on a CPU (the tiny model, a small space, one seed): REHEARSAL=1 SEEDS=1 bash bench/fastest_h200.sh start
 set -uo pipefail
 out=${OUT:-bench-out}
@@ -34,7 +35,7 @@ case "${1:-follow}" in
     queue_enter || exit 2
     for s in ${SEEDS:-1 2 3}; do
       start=$(date +%s)
-      "$py" -m pipeline.optimize "${setting[@]}" optimize=fastest optimize.seed="$s" optimize.study_name="fastest-seed$s" \
+      "$py" -m pipeline.optimize "${setting[@]}" ${EXTRA:-} optimize=fastest optimize.seed="$s" optimize.study_name="fastest-seed$s" \
         paths.root="$dir/runs" > "$dir/study-$s.log" 2>&1
       echo "seed $s: exit $? after $(($(date +%s) - start)) s" >> "$dir/queue.log"
     done

@@ -13,6 +13,8 @@
 #   spread-pin    whether the CPU a job's thread runs on sets its host speed: each CPU's speed (bench.cpu_speed), then
 #                 the answer's processes free (each records its CPU), all on the fastest CPU, and on the slowest; the
 #                 same free and fastest for the 0.6B setting's answer and for the baseline (the seed's setting at 4x1)
+#   spread-pinned measure.pin_cpu=false,true in paired rounds of fresh processes (one sweep each): the seed's answer
+#                 and the 0.6B setting's (5 rounds), the baseline (3 rounds); the CPUs' speeds before and after
 #   spread-small  the same answer's shape on Qwen3-0.6B, 1,024 tokens, effective batch 8 (8x1), 5 warm processes
 #   grid-chats    every config of split x padding x compilation x mode x loss on variable-length chats (Qwen3-0.6B,
 #                 max_length 1,024, effective batch 8), once, uncapped (the replay applies the 20 GiB cap)
@@ -145,6 +147,18 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
       taskset -c "$fast" "$py" -m pipeline.train -m "${base[@]}" repeats=$cold paths.root="$dir/pin-base-fast"
       "$py" -m bench.spread base-free="$dir/pin-base-free" base-fast="$dir/pin-base-fast" --warmup 4
       "$py" -m bench.cpu_speed --rounds 10 --json "$dir/cpus-after.json" ;;
+    spread-pinned)
+      "$py" -m bench.cpu_speed --rounds 10 --json "$dir/cpus-pinned-before.json"
+      mkdir -p "$dir/pinned-cache"
+      for v in seed small base; do mkdir -p "$dir/pinned-$v" && ln -sfn "$dir/pinned-cache" "$dir/pinned-$v/compile-cache"; done
+      "$py" -m pipeline.train -m "${seed[@]}" measure.pin_cpu=false,true repeats=$warm paths.root="$dir/pinned-seed"
+      "$py" -m pipeline.train -m "${small[@]}" measure.pin_cpu=false,true repeats=$warm paths.root="$dir/pinned-small"
+      "$py" -m pipeline.train -m "${base[@]}" measure.pin_cpu=false,true repeats=$cold paths.root="$dir/pinned-base"
+      "$py" -m bench.spread seed-free="$dir/pinned-seed?measure.pin_cpu=false" \
+        seed-pinned="$dir/pinned-seed?measure.pin_cpu=true" small-free="$dir/pinned-small?measure.pin_cpu=false" \
+        small-pinned="$dir/pinned-small?measure.pin_cpu=true" base-free="$dir/pinned-base?measure.pin_cpu=false" \
+        base-pinned="$dir/pinned-base?measure.pin_cpu=true" --warmup 6
+      "$py" -m bench.cpu_speed --rounds 10 --json "$dir/cpus-pinned-after.json" ;;
     spread-small)
       "$py" -m pipeline.train -m "${small[@]}" repeats=$warm paths.root="$dir/small-warm"
       "$py" -m bench.spread warm="$dir/small-warm" --warmup 6 ;;
@@ -201,7 +215,7 @@ case "${1:-follow}" in
     queue_start record_h200.sh || exit $? ;;
 esac
 collect() {  # the logs, spread tables and grids so far (with their MLflow runs: the allocated peaks), as one tarball in OUT
-  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db ./cap-*/mlflow.db ./pin-*/mlflow.db card.txt queue.out 2>/dev/null)
+  (cd "$dir" && tar czf "$out/record.tgz" --ignore-failed-read ./*.log ./*.json ./grid-*/optuna.db ./grid-*/mlflow.db ./cap-*/mlflow.db ./pin-*/mlflow.db ./pinned-*/mlflow.db card.txt queue.out 2>/dev/null)
 }
 queue_follow collect 10 || exit $?
 for f in "$dir"/*.log; do

@@ -5,7 +5,8 @@ kernels' autotuned picks differ between compile caches (each cache dir's `*.best
 
     python -m bench.spread warm=/tmp/spread/warm cold=/tmp/spread/cold-1,/tmp/spread/cold-2 [--caches DIR ...]
 
-A store is a `paths.root` folder (its `mlflow.db`); several, comma-separated, pool under one label.
+A store is a `paths.root` folder (its `mlflow.db`); several, comma-separated, pool under one label. `ROOT?KEY=VALUE`
+keeps the store's runs whose parameter KEY is VALUE (a sweep of `measure.pin_cpu=false,true` in one store, two labels).
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 
-def runs_of(root: Path) -> list[dict]:
-    """Every finished job run of a store, oldest first: its name, metrics and result record."""
+def runs_of(root: Path, where: str = "") -> list[dict]:
+    """Every finished job run of a store, oldest first: its name, metrics and result record; `where` (KEY=VALUE) keeps
+    those whose parameter KEY is VALUE."""
     client = MlflowClient(f"sqlite:///{root}/mlflow.db")
     experiments = [e.experiment_id for e in client.search_experiments()]
+    key, _, value = where.partition("=")
     found = []
     for run in client.search_runs(experiments, "tags.kind = 'job'", order_by=["attributes.start_time ASC"]):
+        if key and str(run.data.params.get(key)).lower() != value.lower():
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 result = json.loads(Path(client.download_artifacts(run.info.run_id, "result.json", tmp)).read_text())
@@ -93,7 +98,8 @@ def main(argv: list[str] | None = None) -> None:
         label, _, roots = spec.partition("=")
         medians = []
         for root in roots.split(","):
-            for run in runs_of(Path(root)):
+            root, _, where = root.partition("?")
+            for run in runs_of(Path(root), where):
                 text, median = line(run, args.warmup)
                 print(f"[{label}] {text}")
                 if median:

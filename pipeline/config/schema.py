@@ -160,6 +160,7 @@ class MeasureConfig:
     profile: bool = False  # a torch.profiler trace of a few steady steps, with a summary, on the job's MLflow run
     profile_steps: int = 3  # steps the profiler records after the warm-up (they leave the statistics)
     cpu_threads: int | None = 1  # torch's threads in a job on the CPU (null: torch's own, one a core)
+    pin_cpu: bool = False  # pin the training thread to the CPU fastest at host work when the warm-up ends
 
 
 @dataclass

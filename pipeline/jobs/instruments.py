@@ -6,6 +6,7 @@ recorded marked so. Built in the job process (`jobs.child`) once the device, mod
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,9 @@ class Instruments:
 
     @property
     def callbacks(self) -> list[Any]:
-        """In the Trainer's order: the first batch before the meter (the step's peak holds it), the profiler last."""
-        found = [self.first, self.meter, self.clock, self.busy, self.host, self.profiler]
+        """In the Trainer's order: the first batch before the meter (the step's peak holds it), the host's pin (its
+        probe) before the GPU busy window opens, the profiler last."""
+        found = [self.first, self.meter, self.clock, self.host, self.busy, self.profiler]
         return [c for c in found if c is not None]
 
     def bind(self, trainer: Any) -> None:
@@ -62,7 +64,8 @@ def instruments(
     cfg, measure = spec.config, spec.config.measure
     clock = AllReduceClock(cuda) if ranks else None
     meter = StepMeter(cuda, str(workdir / STEPS_FILE) if writer else None, spec.stop, context_bytes, clock)
-    found = Instruments(meter, HostWatch(measure.warmup_steps), clock)
+    pin = meter if measure.pin_cpu else None
+    found = Instruments(meter, HostWatch(measure.warmup_steps, pin, int(os.environ.get("LOCAL_RANK", 0))), clock)
     if spec.first_batch is not None:
         found.first = FirstBatch(spec.first_batch, records, meter, cfg.train.max_length)
     if cuda and nvml is not None:

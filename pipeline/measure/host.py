@@ -1,7 +1,12 @@
 """Where a job's training thread ran on the host: its CPU, and that CPU's memory node, after the warm-up and at the
 end of training; how many CPUs it was allowed and torch's threads; the host's load. A step that waits on the host runs as fast as the
 host lets it (BENCHMARKS.md: one compiled config's host time moved 1.5x from process to process, its device time
-not at all), so every job records where its host work ran."""
+not at all), so every job records where its host work ran.
+
+With `measure.pin_cpu` the training thread is pinned, at the end of the warm-up, to the CPU that runs host work
+fastest then (`cpu_speed`; the n-th fastest for the n-th rank of a host): the CPUs of a cloud host differ up to 2x and
+change within minutes, and a thread stays where it landed. Only the training thread: threads and processes started
+during the warm-up (the compiler's workers, the data's) keep every CPU."""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ from typing import Any
 import psutil
 import torch
 from transformers import TrainerCallback
+
+from pipeline.measure.cpu_speed import cpu_speeds, ranked
 
 CPUS = Path("/sys/devices/system/cpu")
 
@@ -29,13 +36,34 @@ def where() -> dict[str, Any]:
 
 
 class HostWatch(TrainerCallback):
-    """Reads `where` once the first steady step ends (after `warmup` steps) and when training ends."""
+    """Reads `where` once the first steady step ends (after `warmup` steps) and when training ends; with a `pin`
+    (the step meter, whose clock restarts after the probe, and this process's rank on its host) pins the training
+    thread to the fastest CPU when the warm-up ends."""
 
-    def __init__(self, warmup: int) -> None:
+    def __init__(self, warmup: int, pin: Any = None, rank: int = 0) -> None:
         self.warmup = warmup
         self.seen: list[dict[str, Any]] = []
+        self.pin, self.rank = pin, rank
+        self.allowed = len(os.sched_getaffinity(0))
+        self.pinned: dict[str, Any] | None = None
+
+    def _pin(self) -> None:
+        cpus = sorted(os.sched_getaffinity(0))
+        speeds = cpu_speeds(cpus)
+        order = ranked(speeds)
+        cpu = order[self.rank % len(order)]
+        os.sched_setaffinity(0, {cpu})
+        ms = {c: round(sum(speeds[c].values()), 2) for c in order}
+        self.pinned = {"cpu": cpu, "probe_ms": ms, "slowest_over_fastest": round(ms[order[-1]] / ms[order[0]], 2)}
+        self.pin.restart()  # the probe is no step's time
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.pin is not None and self.warmup == 0:
+            self._pin()
 
     def on_step_end(self, args, state, control, **kwargs):
+        if self.pin is not None and self.pinned is None and state.global_step == self.warmup:
+            self._pin()
         if state.global_step == self.warmup + 1:
             self.seen.append(where())
 
@@ -48,7 +76,8 @@ class HostWatch(TrainerCallback):
         return {
             "cpus": [s["cpu"] for s in self.seen],
             "nodes": [s["node"] for s in self.seen],
-            "allowed": len(os.sched_getaffinity(0)),
+            "allowed": self.allowed,
             "threads": torch.get_num_threads(),
             "load_1m": round(os.getloadavg()[0], 2),
+            **({"pinned": self.pinned} if self.pinned else {}),
         }

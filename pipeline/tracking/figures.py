@@ -201,14 +201,21 @@ def description(name: str, summary: JobSummary, more: list[str] | tuple[str, ...
 
 def host_text(host: dict | None) -> str | None:
     """What a run's `host` tag says of where its training thread ran: `cpu 5 (node 0), then cpu 7 (node 1); 16
-    allowed, load 1.2`."""
+    allowed, load 1.2`, and where it was pinned (`measure.pin_cpu`)."""
     if not host:
         return None
     places = [
         f"cpu {c}" + (f" (node {n})" if n is not None else "") for c, n in zip(host["cpus"], host["nodes"], strict=True)
     ]
     threads = f", {host['threads']} torch threads" if host.get("threads") else ""
-    return f"{', then '.join(places)}; {host['allowed']} allowed{threads}, load {host['load_1m']}"
+    pinned = host.get("pinned")
+    pin = (
+        f"; pinned to cpu {pinned['cpu']}, the fastest of {host['allowed']} at host work "
+        f"(the slowest {pinned['slowest_over_fastest']}x its time)"
+        if pinned
+        else ""
+    )
+    return f"{', then '.join(places)}; {host['allowed']} allowed{threads}, load {host['load_1m']}{pin}"
 
 
 def stalled_words(summary: JobSummary) -> str:
