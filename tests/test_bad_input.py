@@ -160,8 +160,13 @@ CASES = [
     ),
     (
         ["data=jsonl", "data.path=usercall.jsonl"],
-        "data.path: 'usercall.jsonl' line 1 'messages' holds 'tool_calls' of [{\"name\": \"f\"}] in a \"user\" turn",
+        "data.path: 'usercall.jsonl' line 1 'messages' holds 'tool_calls' in a \"user\" turn (only an assistant's",
         "beside an assistant's tool_calls, null",
+    ),
+    (
+        ["data=jsonl", "data.path=badcall.jsonl"],
+        "data.path: 'badcall.jsonl' line 1 'messages' holds a tool call [1], not {function: {name, arguments}}",
+        "'messages'",
     ),
     # a local folder as data.name, read as the hub's data files are
     (HUB + ["data.name=./nowhere"], "data.name: './nowhere' does not exist", "a folder of data files"),
@@ -348,6 +353,7 @@ FILES = {
     "latin1.jsonl": b'{"text": "a"}\n{"text": "caf\xe9"}\n',
     "role.jsonl": b'{"messages": [{"role": "narrator", "content": "once"}]}\n',
     "usercall.jsonl": b'{"messages": [{"role": "user", "content": null, "tool_calls": [{"name": "f"}]}]}\n',
+    "badcall.jsonl": b'{"messages": [{"role": "assistant", "content": null, "tool_calls": [[1]]}]}\n',
     "hub3/train.jsonl": b'{"text": "a"}\n{"text": "b"}\n{"text": "c"}\n',
     "hubprompt/train.jsonl": b'{"prompt": "a"}\n' * 4,
     "hubblank/train.jsonl": b'{"text": "a"}\n{"text": ""}\n{"text": "c"}\n{"text": "d"}\n',

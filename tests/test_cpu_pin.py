@@ -75,3 +75,22 @@ def test_without_the_pin_nothing_is_probed(tmp_path, pin):
         os.sched_setaffinity(0, allowed)
     assert result.status is Status.OK, result.traceback
     assert ("pinned" in result.host) is (pin == "true")
+
+
+def test_a_job_allowed_one_cpu_says_it_had_nothing_to_pin_and_ranks_sharing_a_host_are_not_pinned(tmp_path):
+    """Ranks on one host probe at once (each slows the others' probe) and could choose one CPU for two: neither is
+    pinned, and the host tag says why."""
+    allowed = os.sched_getaffinity(0)
+    one = min(allowed)
+    os.sched_setaffinity(0, {one})
+    try:
+        workdir = tmp_path / "job"
+        workdir.mkdir()
+        result = Job(job_spec(validate(composed(*QUIET, "measure.pin_cpu=true"))), workdir).run()
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert result.status is Status.OK, result.traceback
+    assert "pinned" not in result.host and result.host["unpinned"] == "one CPU allowed"
+    assert host_text(result.host).endswith("; not pinned (one CPU allowed)")
+    shared = pipeline.measure.host.HostWatch(2, pin=object(), ranks=2)
+    assert shared.pin is None and shared.summary() is None and shared.unpinned == "2 ranks share this host"

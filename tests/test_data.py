@@ -284,3 +284,27 @@ def test_a_job_trains_on_tool_calling_chats(tmp_path, compose):
     result = Job(job_spec(cfg), workdir).run()
     assert result.status is Status.OK, result.traceback
     assert [s.samples for s in result.steps] == [4, 4]
+
+
+def test_tool_calls_are_trained_as_written_whatever_their_arguments_in_other_records(tmp_path, compose):
+    """Arguments as an object in one record and as text in another made one Arrow table refuse the file inside the
+    job; objects of other keys were merged, each record trained with the other's keys as null. Each record's tokens
+    are its own template's, as the up-front check and the run's order count them."""
+    from pipeline.builders.dataset import jsonl_dataset, record_ids
+    from pipeline.builders.tokenizer import byte_level_tokenizer
+
+    def chat(arguments):
+        call = {"type": "function", "function": {"name": "f", "arguments": arguments}}
+        return {
+            "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+        }
+
+    records = [chat({"city": "Paris"}), chat('{"tz": "CET"}'), chat({"tz": "UTC"}), {"messages": TOOL_CHAT[:1]}]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    tokenizer = byte_level_tokenizer()
+    trained = [record_ids(tokenizer, row) for row in jsonl_dataset(str(path), 4)]
+    assert trained == [record_ids(tokenizer, r) for r in records]
+    texts = [tokenizer.decode(ids) for ids in trained]
+    assert '{"name": "f", "arguments": {"city": "Paris"}}' in texts[0] and "null" not in texts[0]
+    assert '{"name": "f", "arguments": {"tz": "CET"}}' in texts[1]

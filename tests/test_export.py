@@ -98,6 +98,30 @@ def test_a_packed_script_whose_data_runs_out_trains_the_jobs_whole_batches(tmp_p
     assert max(abs(a - b) / abs(b) for a, b in zip(theirs, ours, strict=True)) <= 1e-4, (theirs, ours)
 
 
+@pytest.mark.slow
+def test_a_script_on_tool_calling_chats_trains_the_jobs_losses(tmp_path):
+    """Arguments as an object in one record and as text in the next: the script reads them as the job does
+    (`calls_as_text`), step for step."""
+    path = tmp_path / "calls.jsonl"
+    rows = []
+    for i in range(8):
+        arguments = {"n": i} if i % 2 else json.dumps({"n": i})
+        call = {"type": "function", "function": {"name": "count", "arguments": arguments}}
+        turns = [
+            {"role": "user", "content": f"count {i}"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+        ]
+        rows.append(json.dumps({"messages": [*turns, {"role": "tool", "content": str(i)}]}) + "\n")
+    path.write_text("".join(rows), encoding="utf-8")
+    overrides = [*QUIET, "data=jsonl", f"data.path={path}"]
+    exported = export(overrides)
+    assert "def calls_as_text(" in exported.text
+    theirs = script_losses(tmp_path, exported.path)
+    ours = job_losses(tmp_path, overrides)
+    assert len(theirs) == len(ours) > 0
+    assert max(abs(a - b) / abs(b) for a, b in zip(theirs, ours, strict=True)) <= 1e-4, (theirs, ours)
+
+
 def test_a_script_holds_the_knobs_of_its_config_and_nothing_of_the_package(tmp_path, compose):
     overrides = ["train.torch_compile=regional", "train.loss=compiled", "train.optimizer_step=compiled"]
     text = export(overrides).text

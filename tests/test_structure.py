@@ -668,6 +668,9 @@ EVERYWHERE = {  # a receiver that holds no outside record wherever it is read
 }
 INTERNAL = {  # (module or folder, receiver): why that mapping is no outside record
     ("pipeline.knobs", "setting"): "a point of the space as config keys to values: a key absent holds its default",
+    ("pipeline.builders.dataset", "message"): "a chat turn of a record the up-front check held to its form",
+    ("pipeline.builders.dataset", "call"): "a tool call of such a turn (OpenAI's form or bare, as the check allows)",
+    ("pipeline.builders.dataset", "function"): "that call's name and arguments, the arguments optional",
     ("pipeline.answer.script", "sft"): "SFTConfig's keywords the script prints as they are: absent is TRL's default",
     ("pipeline.answer.card_merge", "card.setting"): "a card's setting: an open mapping keyed by config key",
     ("pipeline.answer.study_pages", "trial"): "optuna-dashboard's JSON of a trial, changed and passed on whole",

@@ -100,7 +100,8 @@ def helpers(config: Config) -> list[str]:
         parts.append(source("dataset", "FIRST_ORDINARY_ID", "_lengths", "synthetic_dataset"))
     else:
         reader = "jsonl_dataset" if d.kind == DataKind.JSONL else "hub_dataset"
-        parts.append(source("dataset", "FIELDS", "take_records", "_field", reader))
+        calls = ["calls_as_text"] if d.kind == DataKind.JSONL else []
+        parts.append(source("dataset", "FIELDS", "take_records", "_field", *calls, reader))
     return parts + [part for knob in knobs.registry() for part in knob.helpers(config.train)]
 
 

@@ -71,6 +71,26 @@ def _field(record: dict) -> str:
     return next(name for name in FIELDS if name in record)
 
 
+def calls_as_text(value: object) -> object:
+    """A record's field with every tool call in OpenAI's form and its arguments as JSON text, written as Qwen3's
+    template writes an object (`tojson`), which prints text as it is: one Arrow type for every call, where objects of
+    other keys would be merged (a missing key trained as null) or refused beside text."""
+    if not isinstance(value, list):
+        return value
+    out = []
+    for message in value:
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                function = call.get("function", call)
+                arguments = function.get("arguments", {})
+                text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+                calls.append({"type": "function", "function": {"name": function["name"], "arguments": text}})
+            message = {**message, "tool_calls": calls}
+        out.append(message)
+    return out
+
+
 def jsonl_dataset(
     path: str, needed: int, count_tokens: Callable[[dict], int] | None = None, tokens: int = 0, effective: int = 1
 ) -> Dataset:
@@ -80,7 +100,7 @@ def jsonl_dataset(
         records = (json.loads(line) for line in handle if line.strip())
         taken = take_records(records, needed, count_tokens, tokens, effective)
     keep = _field(taken[0])
-    return Dataset.from_dict({keep: [record[keep] for record in taken]})
+    return Dataset.from_dict({keep: [calls_as_text(record[keep]) for record in taken]})
 
 
 def hub_dataset(
@@ -181,7 +201,7 @@ def records_at(data: DataConfig, vocab_size: int, seed: int, of_records: int, in
     else:
         taken = [dict(r) for r in hub_dataset(data.name, data.subset, data.split, of_records).select(indices)]
     keep = _field(taken[0])
-    return Dataset.from_dict({keep: [record[keep] for record in taken]})
+    return Dataset.from_dict({keep: [calls_as_text(record[keep]) for record in taken]})
 
 
 def token_count(tokenizer, max_length: int, record: dict) -> int:

@@ -14,11 +14,15 @@ from pipeline.config.choices import ModelSource
 from pipeline.config.schema import ModelConfig
 
 SPECIALS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-# ChatML; an assistant's tool calls as Qwen's templates write them (one <tool_call> of JSON each, after the content)
+# ChatML; an assistant's tool calls as Qwen3's template writes them (one <tool_call> of JSON each after the content,
+# arguments given as text written as they are)
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] or '' }}"
-    "{% for call in message.get('tool_calls') or [] %}\n<tool_call>\n{{ (call.function or call) | tojson }}\n"
-    "</tool_call>{% endfor %}<|im_end|>\n"
+    "{% for call in message.get('tool_calls') or [] %}{% set f = call.function or call %}"
+    "{% if message['content'] or not loop.first %}{{ '\\n' }}{% endif %}"
+    '{{ \'<tool_call>\\n{"name": "\' }}{{ f.name }}{{ \'", "arguments": \' }}'
+    "{% if f.arguments is string %}{{ f.arguments }}{% else %}{{ f.arguments | tojson }}{% endif %}"
+    "{{ '}\\n</tool_call>' }}{% endfor %}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 

@@ -15,12 +15,14 @@ RECORD_FORM = (
     + ", ".join(ROLES)
     + ", content a string or, beside an assistant's tool_calls, null)"
 )
+CALL_FORM = "{function: {name, arguments}} (arguments an object or JSON text)"
 
 
 def shown(value: object) -> str:
     """A value as a message shows it, cut to 40 characters: JSON where it is JSON's (a data folder's bytes, dates and
     decimals are not: their repr)."""
-    return json.dumps(value, default=repr)[:40]
+    text = json.dumps(value, default=repr)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def record_problem(record: object, kind: str | None) -> str | None:
@@ -49,9 +51,24 @@ def record_problem(record: object, kind: str | None) -> str | None:
         if message["role"] not in ROLES:
             return f"'messages' holds the role {shown(message['role'])}"
         calls = message.get("tool_calls")
-        if calls is not None and (message["role"] != "assistant" or not isinstance(calls, list) or not calls):
-            return f"'messages' holds 'tool_calls' of {shown(calls)} in a {shown(message['role'])} turn"
+        if calls is not None and (problem := calls_problem(message["role"], calls)):
+            return problem
         content = message.get("content")
         if not isinstance(content, str) and not (content is None and calls):
             return f"'messages' holds a 'content' of {shown(content)}, not a string"
+    return None
+
+
+def calls_problem(role: object, calls: object) -> str | None:
+    """What is wrong with a turn's 'tool_calls' (OpenAI's form, or a call's name and arguments given bare), or None."""
+    if role != "assistant":
+        return f"'messages' holds 'tool_calls' in a {shown(role)} turn (only an assistant's turn calls tools)"
+    if not isinstance(calls, list) or not calls:
+        return f"'messages' holds 'tool_calls' of {shown(calls)}, not a non-empty list of calls"
+    for call in calls:
+        function = call.get("function", call) if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            return f"'messages' holds a tool call {shown(call)}, not {CALL_FORM}"
+        if not isinstance(function.get("arguments", {}), dict | str):
+            return f"'messages' holds a tool call whose arguments are {shown(function['arguments'])}, not {CALL_FORM}"
     return None

@@ -65,7 +65,7 @@ def instruments(
     clock = AllReduceClock(cuda) if ranks else None
     meter = StepMeter(cuda, str(workdir / STEPS_FILE) if writer else None, spec.stop, context_bytes, clock)
     pin = meter if measure.pin_cpu else None
-    found = Instruments(meter, HostWatch(measure.warmup_steps, pin, int(os.environ.get("LOCAL_RANK", 0))), clock)
+    found = Instruments(meter, HostWatch(measure.warmup_steps, pin, int(os.environ.get("LOCAL_WORLD_SIZE", 1))), clock)
     if spec.first_batch is not None:
         found.first = FirstBatch(spec.first_batch, records, meter, cfg.train.max_length)
     if cuda and nvml is not None:

@@ -4,9 +4,10 @@ host lets it (BENCHMARKS.md: one compiled config's host time moved 1.5x from pro
 not at all), so every job records where its host work ran.
 
 With `measure.pin_cpu` the training thread is pinned, at the end of the warm-up, to the CPU that runs host work
-fastest then (`cpu_speed`; the n-th fastest for the n-th rank of a host): the CPUs of a cloud host differ up to 2x and
-change within minutes, and a thread stays where it landed. Only the training thread: threads and processes started
-during the warm-up (the compiler's workers, the data's) keep every CPU."""
+fastest then (`cpu_speed`): the CPUs of a cloud host differ up to 2x and change within minutes, and a thread stays
+where it landed. Only the training thread: threads and processes started during the warm-up (the compiler's workers,
+the data's) keep every CPU. Not where there is nothing to choose (one CPU allowed) nor where several ranks of a job
+share the host: their probes, run at once, would slow each other and could pick one CPU for two ranks."""
 
 from __future__ import annotations
 
@@ -37,21 +38,23 @@ def where() -> dict[str, Any]:
 
 class HostWatch(TrainerCallback):
     """Reads `where` once the first steady step ends (after `warmup` steps) and when training ends; with a `pin`
-    (the step meter, whose clock restarts after the probe, and this process's rank on its host) pins the training
-    thread to the fastest CPU when the warm-up ends."""
+    (the step meter, whose clock restarts after the probe) pins the training thread to the fastest CPU when the
+    warm-up ends, unless `ranks` (this job's processes on this host) share the host or one CPU is allowed."""
 
-    def __init__(self, warmup: int, pin: Any = None, rank: int = 0) -> None:
+    def __init__(self, warmup: int, pin: Any = None, ranks: int = 1) -> None:
         self.warmup = warmup
         self.seen: list[dict[str, Any]] = []
-        self.pin, self.rank = pin, rank
         self.allowed = len(os.sched_getaffinity(0))
+        self.pin = pin if ranks == 1 and self.allowed > 1 else None
         self.pinned: dict[str, Any] | None = None
+        self.unpinned = None  # why a pin asked for was not made
+        if pin is not None and self.pin is None:
+            self.unpinned = f"{ranks} ranks share this host" if ranks > 1 else "one CPU allowed"
 
     def _pin(self) -> None:
-        cpus = sorted(os.sched_getaffinity(0))
-        speeds = cpu_speeds(cpus)
+        speeds = cpu_speeds(sorted(os.sched_getaffinity(0)))
         order = ranked(speeds)
-        cpu = order[self.rank % len(order)]
+        cpu = order[0]
         os.sched_setaffinity(0, {cpu})
         ms = {c: round(sum(speeds[c].values()), 2) for c in order}
         self.pinned = {"cpu": cpu, "probe_ms": ms, "slowest_over_fastest": round(ms[order[-1]] / ms[order[0]], 2)}
@@ -80,4 +83,5 @@ class HostWatch(TrainerCallback):
             "threads": torch.get_num_threads(),
             "load_1m": round(os.getloadavg()[0], 2),
             **({"pinned": self.pinned} if self.pinned else {}),
+            **({"unpinned": self.unpinned} if self.unpinned else {}),
         }

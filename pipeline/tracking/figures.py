@@ -213,6 +213,8 @@ def host_text(host: dict | None) -> str | None:
         f"; pinned to cpu {pinned['cpu']}, the fastest of {host['allowed']} at host work "
         f"(the slowest {pinned['slowest_over_fastest']}x its time)"
         if pinned
+        else f"; not pinned ({host['unpinned']})"
+        if host.get("unpinned")
         else ""
     )
     return f"{', then '.join(places)}; {host['allowed']} allowed{threads}, load {host['load_1m']}{pin}"
