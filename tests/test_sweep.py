@@ -393,3 +393,13 @@ def test_a_tracker_shipped_to_a_launchers_jobs_unpickles_and_still_writes(tmp_pa
     shipped.end(run_id, RunState.FINISHED)
     run = MlflowClient(tracking_uri=uri).get_run(run_id)
     assert (run.info.run_name, run.info.status, run.data.tags["kind"]) == ("shipped", "FINISHED", "job")
+
+
+def test_a_single_job_over_its_cap_says_so_where_its_exit_status_is_1(tmp_path):
+    """Its job's line said 'ok' and the command exited 1 without a word; the line names the peak over the cap and the
+    last line says what the exit status means."""
+    proc = run_cli("mem_cap=0.3GiB", "train.steps=3", *FAST[1:], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    job = next(line for line in proc.stdout.splitlines() if line.startswith("[job] tiny 4x1: ok"))
+    assert re.search(r", over its cap \(peak \d+\.\d\d GiB of 0\.30\)", job), job
+    assert proc.stdout.rstrip().splitlines()[-1] == "[train] 1 of 1 jobs did not finish under their cap (1 over-cap)"

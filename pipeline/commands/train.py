@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from pipeline import exits
 from pipeline.commands.cli import run_entry
 from pipeline.config.plan import checked_job
+from pipeline.records import Status
 
 CONFIG = "config"  # conf/config.yaml: one group per experiment axis
 
@@ -24,7 +25,10 @@ def train(cfg: DictConfig) -> float | None:
     if job is None:  # a combination of a world-size sweep that the precheck left out, and said so
         return None
     outcome = task.run(job)
-    exits.ExitCode.set(*exits.jobs_exit_code([(outcome.status, outcome.summary.fit)]))
+    code, line = exits.jobs_exit_code([(outcome.status, outcome.summary.fit)])
+    if code != exits.OK and outcome.status is Status.OK:  # the job's line said ok: the exit code says why not
+        print(f"[train] {line}", flush=True)
+    exits.ExitCode.set(code, line)
     return outcome.summary.median
 
 

@@ -79,5 +79,6 @@ def instruments(
             warmup=1,
             active=measure.profile_steps,
             cuda=cuda,
+            written=meter.restart,
         )
     return found

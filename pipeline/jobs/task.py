@@ -29,7 +29,7 @@ from pipeline.jobs import devicelock, joblog, preflight, ranks, runner, stall, w
 from pipeline.jobs.context import SweepContext, job_command, job_overrides
 from pipeline.jobs.files import JOB_LOG, PROFILE_DIR
 from pipeline.measure.summary import steady_steps, summarize_job
-from pipeline.records import JobResult, JobSpec, RunKind, Status, StopRule
+from pipeline.records import Fit, JobResult, JobSpec, RunKind, Status, StopRule
 from pipeline.summaries import JobSummary
 from pipeline.tracking import runs
 from pipeline.tracking.figures import stall_note
@@ -263,6 +263,9 @@ def _say(outcome: JobOutcome, label: str) -> None:
     result, summary = outcome.result, outcome.summary
     if result.status is Status.OK and summary.median is not None:
         line = f"ok, step {summary.median:.4f} s"
+        if summary.fit is Fit.OVER_CAP:  # it ran, but the cap it was asked to fit says no
+            gib = summary.memory_gib
+            line += f", over its cap (peak {gib['peak']:.2f} GiB of {gib['cap']:.2f})"
     else:
         line = f"{result.status}: {result.stopped or result.error or ''}".rstrip(": ")
     if result.compile_note:

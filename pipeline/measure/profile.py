@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +122,8 @@ def _top_rows(device_rows: list, aten: list, device_us: float, steps: int, top: 
 class ProfileWindow(TrainerCallback):
     """Profile `active` optimizer steps after `skip_first` + `wait` + `warmup` steps (torch.profiler's schedule,
     advanced at each step end); then write `trace.json` (chrome trace) and `profile_summary.json` into `out_dir`
-    and keep the summary in `self.summary`."""
+    and keep the summary in `self.summary`; then `written` (the step meter's restart: writing the trace is no step's
+    time)."""
 
     def __init__(
         self,
@@ -134,8 +135,10 @@ class ProfileWindow(TrainerCallback):
         cuda: bool | None = None,
         record_shapes: bool = False,
         with_stack: bool = False,
+        written: Callable[[], None] | None = None,
     ) -> None:
         self.out_dir = Path(out_dir)
+        self.written = written
         self.cuda = torch.cuda.is_available() if cuda is None else cuda
         self.active = active
         self.schedule = torch.profiler.schedule(
@@ -154,6 +157,8 @@ class ProfileWindow(TrainerCallback):
         self.summary = summarize_key_averages(prof.key_averages(), self.active)
         self.summary["first_step"] = self.first_step
         (self.out_dir / "profile_summary.json").write_text(json.dumps(self.summary, indent=1), encoding="utf-8")
+        if self.written is not None:
+            self.written()
 
     def on_train_begin(self, args, state, control, **kwargs):
         activities = [torch.profiler.ProfilerActivity.CPU]

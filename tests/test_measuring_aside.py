@@ -1,5 +1,6 @@
-"""`measure.pin_cpu`: the job's training thread pinned, when the warm-up ends, to the CPU fastest at host work then,
-with the probe outside every step's time. Real TRL training on the tiny model, in-process."""
+"""What measuring does beside the steps stays out of their time: `measure.pin_cpu` (the training thread pinned, when
+the warm-up ends, to the CPU fastest at host work then, after a probe of every CPU) and `measure.profile` (the trace
+written after the profiled steps). Real TRL training on the tiny model, in-process."""
 
 from __future__ import annotations
 
@@ -94,3 +95,26 @@ def test_a_job_allowed_one_cpu_says_it_had_nothing_to_pin_and_ranks_sharing_a_ho
     assert host_text(result.host).endswith("; not pinned (one CPU allowed)")
     shared = pipeline.measure.host.HostWatch(2, pin=object(), ranks=2)
     assert shared.pin is None and shared.summary() is None and shared.unpinned == "2 ranks share this host"
+
+
+def test_a_profiled_jobs_trace_is_written_outside_every_steady_step(tmp_path, monkeypatch):
+    """`measure.profile=true` records the steps after the warm-up and writes its trace when the last ends: writing
+    it (made to take 1.5 s here) fell in the next step's time, which counted as steady. The step clock restarts
+    after it; the profiled steps are marked and the summary names where they began."""
+    import torch.profiler
+
+    real = torch.profiler.profile.export_chrome_trace
+
+    def slow_export(self, path):
+        time.sleep(1.5)
+        return real(self, path)
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", slow_export)
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    overrides = ["train.progress_bar=false", "train.steps=10", "measure.warmup_steps=2", "measure.profile=true"]
+    result = Job(job_spec(validate(composed(*overrides))), workdir).run()
+    assert result.status is Status.OK, result.traceback
+    assert [s.step for s in result.steps if s.profiled] == [3, 4, 5, 6]
+    assert [s.step for s in result.steps if s.step_time_s > 1.5] == []
+    assert (workdir / "profile" / "trace.json").is_file()
