@@ -452,8 +452,8 @@ UNKNOWN_KEYS = {  # a key no section has, added (+, ++) or set: refused with tha
         "launcher.foo=1",
     ): "launcher.foo: unknown key; accepted keys here: kind, stall_s, timeout_s, verbose",
     ("pipeline.train", "+measure.foo=1"): (
-        "measure.foo: unknown key; accepted keys here: busy_threshold, confidence, cpu_threads, max_cv, max_drift, profile, "
-        "profile_steps, warmup_steps"
+        "measure.foo: unknown key; accepted keys here: busy_threshold, confidence, cpu_threads, max_cv, max_drift, "
+        "pin_cpu, profile, profile_steps, warmup_steps"
     ),
     (
         "pipeline.train",

@@ -65,6 +65,7 @@ def test_a_pinned_jobs_steady_steps_run_on_the_cpu_it_chose_and_its_probe_is_no_
     assert f"pinned to cpu {pinned['cpu']}, the fastest of {len(allowed)} at host work" in host_text(result.host)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pin", ["false", "true"])
 def test_without_the_pin_nothing_is_probed(tmp_path, pin):
     allowed = os.sched_getaffinity(0)
@@ -78,6 +79,7 @@ def test_without_the_pin_nothing_is_probed(tmp_path, pin):
     assert ("pinned" in result.host) is (pin == "true")
 
 
+@pytest.mark.slow
 def test_a_job_allowed_one_cpu_says_it_had_nothing_to_pin_and_ranks_sharing_a_host_are_not_pinned(tmp_path):
     """Ranks on one host probe at once (each slows the others' probe) and could choose one CPU for two: neither is
     pinned, and the host tag says why."""
@@ -97,6 +99,7 @@ def test_a_job_allowed_one_cpu_says_it_had_nothing_to_pin_and_ranks_sharing_a_ho
     assert shared.pin is None and shared.summary() is None and shared.unpinned == "2 ranks share this host"
 
 
+@pytest.mark.slow
 def test_a_profiled_jobs_trace_is_written_outside_every_steady_step(tmp_path, monkeypatch):
     """`measure.profile=true` records the steps after the warm-up and writes its trace when the last ends: writing
     it (made to take 1.5 s here) fell in the next step's time, which counted as steady. The step clock restarts

@@ -395,6 +395,7 @@ def test_a_tracker_shipped_to_a_launchers_jobs_unpickles_and_still_writes(tmp_pa
     assert (run.info.run_name, run.info.status, run.data.tags["kind"]) == ("shipped", "FINISHED", "job")
 
 
+@pytest.mark.slow
 def test_a_single_job_over_its_cap_says_so_where_its_exit_status_is_1(tmp_path):
     """Its job's line said 'ok' and the command exited 1 without a word; the line names the peak over the cap and the
     last line says what the exit status means."""
