@@ -276,16 +276,6 @@ def test_an_assistant_turn_that_calls_a_tool_is_accepted_and_trained_on_with_its
     assert "None" not in rendered
 
 
-@pytest.mark.slow
-def test_a_job_trains_on_tool_calling_chats(tmp_path, compose):
-    cfg = validate(compose("data=jsonl", f"data.path={_tool_chats(tmp_path / 'tools.jsonl')}", "train.steps=2", *QUIET))
-    workdir = tmp_path / "job"
-    workdir.mkdir()
-    result = Job(job_spec(cfg), workdir).run()
-    assert result.status is Status.OK, result.traceback
-    assert [s.samples for s in result.steps] == [4, 4]
-
-
 def test_tool_calls_are_trained_as_written_whatever_their_arguments_in_other_records(tmp_path, compose):
     """Arguments as an object in one record and as text in another made one Arrow table refuse the file inside the
     job; objects of other keys were merged, each record trained with the other's keys as null. Each record's tokens

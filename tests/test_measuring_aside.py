@@ -66,20 +66,6 @@ def test_a_pinned_jobs_steady_steps_run_on_the_cpu_it_chose_and_its_probe_is_no_
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pin", ["false", "true"])
-def test_without_the_pin_nothing_is_probed(tmp_path, pin):
-    allowed = os.sched_getaffinity(0)
-    workdir = tmp_path / "job"
-    workdir.mkdir()
-    try:
-        result = Job(job_spec(validate(composed(*QUIET, f"measure.pin_cpu={pin}"))), workdir).run()
-    finally:
-        os.sched_setaffinity(0, allowed)
-    assert result.status is Status.OK, result.traceback
-    assert ("pinned" in result.host) is (pin == "true")
-
-
-@pytest.mark.slow
 def test_a_job_allowed_one_cpu_says_it_had_nothing_to_pin_and_ranks_sharing_a_host_are_not_pinned(tmp_path):
     """Ranks on one host probe at once (each slows the others' probe) and could choose one CPU for two: neither is
     pinned, and the host tag says why."""
