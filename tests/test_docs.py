@@ -45,8 +45,14 @@ NOT_RUN = {
 }
 
 
+def typed(command: examples.Command) -> str:
+    """The command as the shell runs it: its text without a trailing comment (`make demo    # sweep ...` is `make
+    demo`, which another page shows bare)."""
+    return command.text.split("  #")[0].strip()
+
+
 def runs_in_a_test(command: examples.Command) -> bool:
-    return command.text.split("  #")[0].strip() not in NOT_RUN
+    return typed(command) not in NOT_RUN
 
 
 def commands(page: Path) -> list[tuple[examples.Block, examples.Command]]:
@@ -390,7 +396,8 @@ def test_the_form_check_takes_other_figures_and_finds_another_form():
 def test_every_command_of_the_pages_runs_as_written_and_prints_what_it_shows(tmp_path):
     """The README's commands, then Getting started's, in order, in one folder laid out as the repository after `make
     install` (the tiny model on this CPU): each ends as its example allows and prints the lines and tables its block
-    shows. A command both pages show runs once, and its output is checked against each page's block."""
+    shows. A command both pages show runs once (a trailing comment aside), and its output is checked against each
+    page's block."""
     folder = examples.prepare(tmp_path / "repo")
     env = examples.environment(folder, PORT=str(_free_port()), DASHBOARD_PORT=str(_free_port()))
     outputs: dict[str, list[str]] = {}
@@ -398,7 +405,7 @@ def test_every_command_of_the_pages_runs_as_written_and_prints_what_it_shows(tmp
     for page in TESTED:
         for block in examples.blocks(page):
             todo = [c for c in block.commands if runs_in_a_test(c)]
-            fresh = [c for c in todo if c.text not in outputs]
+            fresh = [c for c in todo if typed(c) not in outputs]
             if fresh:
                 # a script or a session runs whole; a console block runs the commands not run yet
                 run = block if block.lang != "console" else dataclasses.replace(block, commands=fresh)
@@ -408,9 +415,9 @@ def test_every_command_of_the_pages_runs_as_written_and_prints_what_it_shows(tmp
                 last = "\n".join(ran.outputs[-1][-60:]) if ran.outputs else ""
                 assert ran.returncode is None or ran.returncode in allowed, (page.name, block.where, last)
                 assert len(ran.outputs) == len(run.commands), (page.name, block.where)
-                outputs.update((c.text, out) for c, out in zip(run.commands, ran.outputs, strict=True))
+                outputs.update((typed(c), out) for c, out in zip(run.commands, ran.outputs, strict=True))
             for command in todo:
-                output = outputs[command.text]
+                output = outputs[typed(command)]
                 assert output, f"{page.name} {block.where}: {command.text} printed nothing"
                 problems = form_problems(as_searched(command.shown, output), output)
                 assert problems == [], (page.name, block.where, command.text, "\n".join(output[-80:]))

@@ -18,7 +18,6 @@ from pipeline.config.errors import ConfigError
 from pipeline.config.job import JobConfig
 from pipeline.config.plan import checked_job
 from pipeline.config.store_checks import check_store
-from pipeline.search import check_binding, check_values
 
 CONFIG = "optimize"  # conf/optimize.yaml: the training config, with a base split every effective batch has
 
@@ -31,6 +30,8 @@ def check_study(cfg: DictConfig, job: JobConfig) -> None:
         profile = ", or a gpu profile such as gpu=t4" if cuda_device_count() else ""  # a profile needs a CUDA device
         raise ConfigError("mem_cap", f"required by optimize; accepted: a size like 14GiB{profile}")
     check_store("optimize.storage", cfg.optimize.storage, cfg.paths.root)
+    from pipeline.search import check_binding, check_values  # a bad job config is refused before this import
+
     check_values(cfg)
     check_binding(cfg, cap)
 
