@@ -14,7 +14,8 @@
 #                 the answer's processes free (each records its CPU), all on the fastest CPU, and on the slowest; the
 #                 same free and fastest for the 0.6B setting's answer and for the baseline (the seed's setting at 4x1)
 #   spread-pinned measure.pin_cpu=false,true in paired rounds of fresh processes (one sweep each): the seed's answer
-#                 and the 0.6B setting's (5 rounds), the baseline (3 rounds); the CPUs' speeds before and after
+#                 and the 0.6B setting's (5 rounds), the baseline (3 rounds); the CPUs' speeds before and after;
+#                 PINNED="seed small" runs those settings only, the table printed after each
 #   spread-small  the same answer's shape on Qwen3-0.6B, 1,024 tokens, effective batch 8 (8x1), 5 warm processes
 #   grid-chats    every config of split x padding x compilation x mode x loss on variable-length chats (Qwen3-0.6B,
 #                 max_length 1,024, effective batch 8), once, uncapped (the replay applies the 20 GiB cap)
@@ -151,13 +152,13 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
       "$py" -m bench.cpu_speed --rounds 10 --json "$dir/cpus-pinned-before.json"
       mkdir -p "$dir/pinned-cache"
       for v in seed small base; do mkdir -p "$dir/pinned-$v" && ln -sfn "$dir/pinned-cache" "$dir/pinned-$v/compile-cache"; done
-      "$py" -m pipeline.train -m "${seed[@]}" measure.pin_cpu=false,true repeats=$warm paths.root="$dir/pinned-seed"
-      "$py" -m pipeline.train -m "${small[@]}" measure.pin_cpu=false,true repeats=$warm paths.root="$dir/pinned-small"
-      "$py" -m pipeline.train -m "${base[@]}" measure.pin_cpu=false,true repeats=$cold paths.root="$dir/pinned-base"
-      "$py" -m bench.spread seed-free="$dir/pinned-seed?measure.pin_cpu=false" \
-        seed-pinned="$dir/pinned-seed?measure.pin_cpu=true" small-free="$dir/pinned-small?measure.pin_cpu=false" \
-        small-pinned="$dir/pinned-small?measure.pin_cpu=true" base-free="$dir/pinned-base?measure.pin_cpu=false" \
-        base-pinned="$dir/pinned-base?measure.pin_cpu=true" --warmup 6
+      tables=()
+      for v in ${PINNED:-seed small base}; do  # PINNED: which settings, in this order (a short call: seed small)
+        case $v in seed) args=("${seed[@]}") n=$warm ;; small) args=("${small[@]}") n=$warm ;; base) args=("${base[@]}") n=$cold ;; esac
+        "$py" -m pipeline.train -m "${args[@]}" measure.pin_cpu=false,true repeats=$n paths.root="$dir/pinned-$v"
+        tables+=("$v-free=$dir/pinned-$v?measure.pin_cpu=false" "$v-pinned=$dir/pinned-$v?measure.pin_cpu=true")
+        "$py" -m bench.spread "${tables[@]}" --warmup 6
+      done
       "$py" -m bench.cpu_speed --rounds 10 --json "$dir/cpus-pinned-after.json" ;;
     spread-small)
       "$py" -m pipeline.train -m "${small[@]}" repeats=$warm paths.root="$dir/small-warm"
