@@ -253,14 +253,14 @@ def _interrupt_twice(folder: Path, first: str, second: str) -> str | None:
 
 @pytest.mark.slow
 def test_ctrl_c_twice_ends_every_run_killed_without_a_traceback(tmp_path):
-    """Twelve tries of Ctrl-C twice, the second within a second or so of the first, each pair sent at conditions
-    (the job line out or a step trained; then at once, once the command said it was interrupted, or once the job's
-    run was ended): every try exits with 130, ends the sweep and its job KILLED, and prints no traceback. Two tries in
-    five printed one (`Process batch-split-job:`, the job's own KeyboardInterrupt) where the second Ctrl-C broke off
-    the clean-up or reached the job before the command killed it."""
+    """Ctrl-C twice, the second within a second or so of the first, once at each pair of conditions (the job line out
+    or a step trained; then at once, once the command said it was interrupted, or once the job's run was ended): every
+    try exits with 130, ends the sweep and its job KILLED, and prints no traceback. Two tries in five printed one
+    (`Process batch-split-job:`, the job's own KeyboardInterrupt) where the second Ctrl-C broke off the clean-up or
+    reached the job before the command killed it: six tries miss that one time in twenty."""
     failures = []
-    for attempt in range(12):  # each pair of conditions twice
-        first, second = FIRST_CTRL_C[attempt % 2], SECOND_CTRL_C[attempt % 3]
+    pairs = [(first, second) for first in FIRST_CTRL_C for second in SECOND_CTRL_C]
+    for attempt, (first, second) in enumerate(pairs):
         failure = _interrupt_twice(tmp_path / f"try{attempt}", first, second)
         if failure:
             failures.append(f"try {attempt}: {failure}")
