@@ -792,9 +792,9 @@ def test_a_ctrl_c_that_lands_where_python_ignores_exceptions_still_stops_the_com
 CUT_IN_AN_ENTRYS_IMPORTS = """
 import importlib.abc, os, signal, sys
 
-class Cut(importlib.abc.MetaPathFinder):  # a Ctrl-C as the command imports MLflow, before its main runs
+class Cut(importlib.abc.MetaPathFinder):  # a Ctrl-C as the command imports Hydra, before its main runs
     def find_spec(self, name, path, target=None):
-        if name == "mlflow":
+        if name == "hydra":
             sys.meta_path.remove(self)
             os.kill(os.getpid(), signal.SIGINT)
 
