@@ -9,11 +9,27 @@ import random
 import statistics
 from dataclasses import dataclass
 
+# How far a config's fresh processes run from one another, by the setting a grid was recorded on: each process's own
+# speed is drawn uniform within +-this. The figure is the farthest from their median that the setting's processes
+# were measured, rounded up (BENCHMARKS.md, "The in-job pin against free processes, paired" and the spread sections
+# before it). A setting measured nowhere gets the seed's.
+PROCESS_SPREADS = (
+    # Qwen3-0.6B at 1,024 tokens, effective batch 8, compiled answer (device-bound, GPU busy 0.64-0.84): 8.7% (H200,
+    # 5 processes), 4.0%, 2.2% free and 1.0% pinned (H100, 5 each); the chats study's answer 6.9% (H100, 4)
+    (("model=qwen3-0.6b", "max_length=1024"), 0.09),
+)
+SEED_SPREAD = 0.15  # the seed's setting's compiled answer (host-bound): 18-40% farthest of 5 processes, the most seen
+
+
+def process_spread(setting: str) -> float:
+    """Each process's offset (uniform within +-this) on the setting a grid names."""
+    return next((spread for words, spread in PROCESS_SPREADS if all(w in setting for w in words)), SEED_SPREAD)
+
 
 @dataclass
 class Machine:
     rng: random.Random
-    offset: float = 0.15  # each process: uniform in [-offset, +offset] of its config's true speed
+    offset: float = SEED_SPREAD  # each process: uniform in [-offset, +offset] of its config's true speed
     drift: float = 0.15  # the whole machine: up to +-drift (30% from trough to crest) over 5-15 minutes
     step_cv: float = 0.15  # step-to-step noise (lognormal) inside one process
     fixed_s: float = 2.0  # a job's start-up: spawn, build, data

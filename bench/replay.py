@@ -1,7 +1,8 @@
 """Replay a study's search against a recorded grid: the study's sampler, its pruning, its skip by prediction and its
 confirmation round, each job's figures drawn from the grid on a simulated machine (every process an offset of up to
-+-15%, the machine drifting +-15% over minutes, each step's noise as the grid measured it for the config, else 15%),
-so that samplers can be compared over a thousand studies at no device time.
+the spread measured on the grid's setting, +-15% where none was; the machine drifting +-15% over minutes; each step's
+noise as the grid measured it for the config, else 15%), so that samplers can be compared over a thousand studies at
+no device time.
 
     python -m bench.replay bench/results/grid-h200-seed.json --samplers model tpe random --replays 1000
 
@@ -31,7 +32,7 @@ from optuna.trial import TrialState
 
 from bench.grid import SHARED_COMPILE_S, Grid, GridConfig
 from bench.grid import layers as compiled_layers
-from bench.machine import Machine
+from bench.machine import Machine, process_spread
 from pipeline import knobs as speed_knobs
 from pipeline.knobs.base import KnobRole
 from pipeline.records import Status
@@ -120,9 +121,9 @@ def replay(
     grid: Grid, name: str, seed: int, trials_budget: int, predicted_error: float = 0.03, offset: float | None = None
 ) -> Outcome:
     """One study of `grid` with sampler `name` on a fresh simulated machine (`offset`: each process's own speed,
-    uniform within +-offset; None: the machine's default)."""
+    uniform within +-offset; None: as measured on the grid's setting, `machine.process_spread`)."""
     rng = random.Random(seed)
-    box = Machine(rng) if offset is None else Machine(rng, offset=offset)
+    box = Machine(rng, offset=process_spread(grid.setting) if offset is None else offset)
     view = ReplayView(grid, predicted_error, random.Random(seed + 1))
     study = optuna.create_study(direction="minimize", sampler=sampler.make_sampler(name, seed))
     if isinstance(study.sampler, sampler.ViewSampler):
@@ -264,11 +265,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--samplers", nargs="+", default=["model", "tpe", "random"])
     parser.add_argument("--replays", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=12)
-    parser.add_argument("--offset", type=float, default=None, help="each process's speed within +-this (default 0.15)")
+    parser.add_argument(
+        "--offset", type=float, default=None, help="each process's speed within +-this (default: as measured there)"
+    )
     args = parser.parse_args(argv)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     grid = Grid.load(args.grid)
     print(f"grid: {len(grid.configs)} configs, best {grid.best.label} {grid.best.step_s:.4f} s, {grid.seconds:.0f} s")
+    offset = process_spread(grid.setting) if args.offset is None else args.offset
+    print(
+        f"each process within +-{offset:.0%} of its config's speed"
+        + (" (as measured there)" if args.offset is None else "")
+    )
     print("| sampler | answer within 5% of the grid's best | device time / grid's (mean, p90) | decided |")
     print("|---|---|---|---|")
     for name in args.samplers:
