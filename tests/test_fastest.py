@@ -19,7 +19,7 @@ KNOBS = (
 @pytest.mark.parametrize(
     ("setting", "dtypes"),
     [
-        (["batch.effective=4"], ""),  # the space but the dtype (its rule is the slow case's), at half the time
+        pytest.param(["batch.effective=4"], "", marks=pytest.mark.slow),  # the space but the dtype, half the time
         pytest.param(["batch.effective=6", "train.max_length=64"], ",train.dtype:[fp32,fp16]", marks=pytest.mark.slow),
     ],
     ids=["but-dtype", "every-knob"],
