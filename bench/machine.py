@@ -16,7 +16,7 @@ from dataclasses import dataclass
 PROCESS_SPREADS = (
     # Qwen3-0.6B at 1,024 tokens, effective batch 8, compiled answer (device-bound, GPU busy 0.64-0.84): 8.7% (H200,
     # 5 processes), 4.0%, 2.2% free and 1.0% pinned (H100, 5 each); the chats study's answer 6.9% (H100, 4)
-    (("model=qwen3-0.6b", "max_length=1024"), 0.09),
+    (("model=qwen3-0.6b", "train.max_length=1024"), 0.09),
 )
 # The seed's setting, as the replay has drawn it from the start: its compiled answer (host-bound) was measured 18-40%
 # from the median of 5 processes, more than this draws; its grid's replays are kept comparable with earlier ones.
@@ -24,8 +24,9 @@ SEED_SPREAD = 0.15
 
 
 def process_spread(setting: str) -> float:
-    """Each process's offset (uniform within +-this) on the setting a grid names."""
-    return next((spread for words, spread in PROCESS_SPREADS if all(w in setting for w in words)), SEED_SPREAD)
+    """Each process's offset (uniform within +-this) on the setting a grid names (its overrides, whole words)."""
+    words = set(setting.split())
+    return next((spread for keys, spread in PROCESS_SPREADS if words.issuperset(keys)), SEED_SPREAD)
 
 
 @dataclass

@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| sampler | answer within 5% of the grid's best | device time / grid's (mean, p90) | decided |")
     print("|---|---|---|---|")
     for name in args.samplers:
-        s = summary(grid, name, args.replays, args.trials, offset=args.offset)
+        s = summary(grid, name, args.replays, args.trials, offset=offset)
         print(
             f"| {name} | {s['found']:.1%} | {s['share_mean']:.1%}, {s['share_p90']:.1%} | {s['decided_mean']:.1f} |",
             flush=True,

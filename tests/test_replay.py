@@ -71,6 +71,7 @@ def test_each_grid_draws_the_process_spread_measured_on_its_setting():
     settings = {path: recorded.Grid.load(path).setting for path in (GRID, CHATS, SMALL)}
     assert {path: process_spread(s) for path, s in settings.items()} == {GRID: 0.15, CHATS: 0.09, SMALL: 0.09}
     assert process_spread("model=qwen3-0.6b train.max_length=512") == 0.15
+    assert process_spread("model=qwen3-0.6b train.max_length=10240") == 0.15  # another length, not a prefix of one
     rng = random.Random(0)
     box = Machine(rng, offset=process_spread(settings[SMALL]), drift=0.0, step_cv=0.005)  # the offsets alone
     medians = [statistics.median(box.job(0.1, 12, 2).steady) for _ in range(400)]
