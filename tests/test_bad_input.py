@@ -6,6 +6,8 @@ no Hydra output folder, no MLflow database).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -520,6 +522,32 @@ def test_bad_report_arguments_give_one_line_naming_the_argument_and_write_nothin
     assert said == {args: (2, f"error: {line}\n", "") for args, line in cases.items()}
     assert db.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlruns"] and not (tmp_path / "mlruns" / "reports").exists()
+
+
+@pytest.mark.parametrize("command", ["pipeline.report", "pipeline.card"])
+def test_a_store_in_no_folder_is_refused_before_mlflow_is_imported(tmp_path, command):
+    """The reading commands check their store before importing MLflow, the plots and the results (seconds): the
+    refusal is the store's one line, and the process never loaded MLflow."""
+    code = (
+        "import runpy, sys\n"
+        "try:\n"
+        f"    runpy.run_module({command!r}, run_name='__main__')\n"
+        "except SystemExit as ended:\n"
+        "    print(ended.code, 'mlflow' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--tracking-uri", "sqlite:///gone/mlflow.db"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.stdout, done.stderr) == (
+        "2 False\n",
+        f"error: --tracking-uri: 'sqlite:///gone/mlflow.db': its folder {tmp_path}/gone does not exist; accepted: a "
+        "database file in an existing folder\n",
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 FLAG_CASES = {  # the commands that take flags: a refused flag is one line, as any bad input

@@ -23,16 +23,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("cards"), help="folder for <name>.json and <name>.md")
     args = parser.parse_args(argv)
 
-    from pipeline.answer import results
-    from pipeline.answer.card import build, write
     from pipeline.config.errors import ConfigError
     from pipeline.config.store_checks import check_store
+
+    try:  # before MLflow and the results are imported (seconds): a bad store is refused at once
+        check_store("--tracking-uri", args.tracking_uri)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(exits.BAD_INPUT)
+    from pipeline.answer import results
+    from pipeline.answer.card import build, write
     from pipeline.render.document import ReportError, find_parent
     from pipeline.tracking.runs import FilterValueError
     from pipeline.tracking.store import ExperimentNotFound, Tracker
 
     try:
-        check_store("--tracking-uri", args.tracking_uri)
         tracker = Tracker(args.tracking_uri, args.experiment, str(args.out / "artifacts"), create=False)
         parent = find_parent(tracker, args.sweep, args.study)
         card = build(results.read(tracker, parent.info.run_id))

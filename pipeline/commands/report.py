@@ -44,13 +44,17 @@ def main(argv: list[str] | None = None) -> None:
 
     from pipeline.config.errors import ConfigError
     from pipeline.config.store_checks import check_store
+
+    try:  # before MLflow, the plots and the job runner are imported (seconds): a bad store is refused at once
+        check_store("--tracking-uri", args.tracking_uri)
+    except ConfigError as err:
+        _refuse(str(err))
     from pipeline.jobs.task import clean_up
     from pipeline.render.document import ReportError, write_report
     from pipeline.tracking.runs import FilterValueError
     from pipeline.tracking.store import ExperimentNotFound, Tracker
 
     try:
-        check_store("--tracking-uri", args.tracking_uri)
         tracker = Tracker(args.tracking_uri, args.experiment, str(args.out.parent / "artifacts"), create=False)
         clean_up(tracker)  # runs a killed command left RUNNING are ended before they are reported
         out = write_report(tracker, args.sweep, args.out, study=args.study, confidence=args.confidence)
