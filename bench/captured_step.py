@@ -34,6 +34,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 
 WARMUP_LR_STEPS = 5  # TRL's recipe in plain_trl.py: linear warm-up of 5 steps, then linear decay to 0
+NO_MASKS = {"full_attention": None}  # the masks by layer type, as generation passes them made: none to make
 EAGER_STEPS = 3  # real training steps run op by op before the capture: the compilation, the optimizer's state
 
 
@@ -70,9 +71,10 @@ def build(args, device: str, dtype: torch.dtype):
     autocast = device == "cuda" and args.adapter_dtype == "fp32"  # as the Trainer's bf16 runs fp32 adapters
 
     def loss_of(ids: torch.Tensor) -> torch.Tensor:
-        # no attention mask: every row is full length, and the model's check of a mask reads the device
+        # every row is full length: the causal masks given as made (none: SDPA's own causal kernel), since making
+        # them reads the device (a 2-D mask's check; without one, the check of the positions for packed rows)
         with torch.autocast(device, dtype=dtype, enabled=autocast, cache_enabled=False):
-            return model(input_ids=ids, labels=ids, use_cache=False).loss
+            return model(input_ids=ids, attention_mask=NO_MASKS, labels=ids, use_cache=False).loss
 
     return model, params, loss_of, shape
 

@@ -3,6 +3,7 @@ fills into the captured learning rate, and the same loop run op by op as the sid
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import get_linear_schedule_with_warmup
 
 from bench import side_by_side
@@ -81,3 +83,39 @@ def test_the_loop_op_by_op_writes_the_record_the_side_by_side_reads(tmp_path):
     assert all(5.0 < loss < 7.0 for loss in record["losses"])  # ln(512) = 6.24: random tokens, a random model
     assert record["captured_from_step"] is None and record["model_flops_per_token"] > 0
     assert side_by_side.recorded(tmp_path, warmup=2)["eager"][0]["figure"] > 0
+
+
+class Reads(TorchDispatchMode):
+    """The operators that read a value back from a tensor (on a GPU each waits for the device, and none may run
+    while a CUDA graph is captured)."""
+
+    OPS = ("aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if str(func) in self.OPS:
+            self.seen.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_captured_forward_loss_and_backward_read_nothing_back(captured_step):
+    """What the graph records of a micro-batch (the model's forward on full rows with its causal masks given as made,
+    its loss, the backward through the adapters) reads no value back: a read there would stop the capture on a GPU.
+    The CPU runs the same operators; a library that started checking a mask or a label count would show here (the
+    model making its own mask checks the positions for packed rows: one read). The loss is the one the model's own
+    causal mask gives."""
+    args = argparse.Namespace(shape=TINY, adapter_dtype="fp32", compile="off", loss="model")
+    model, params, loss_of, shape = captured_step.build(args, "cpu", torch.float32)
+    ids = torch.randint(4, shape["vocab_size"], (2, 32))
+    loss_of(ids).backward()  # a first call: anything done once (a lazy init) is no part of a replayed step
+    reads = Reads()
+    with reads:
+        loss = loss_of(ids)
+        loss.backward()
+    assert reads.seen == []
+    assert all(p.grad is not None for p in params) and 5.0 < float(loss) < 7.0
+    made = model(input_ids=ids, labels=ids, use_cache=False).loss  # the causal mask made by the model itself
+    assert float(loss) == pytest.approx(float(made), rel=1e-6)
