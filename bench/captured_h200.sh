@@ -54,7 +54,7 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
   case "$1" in
     check)
       for capture in true false; do
-        "$py" bench/captured_step.py --split 4x1 --steps 16 --length "$length" --shape "$seed_shape" \
+        TORCH_LOGS=recompiles "$py" bench/captured_step.py --split 4x1 --steps 16 --length "$length" --shape "$seed_shape" \
           "${captured_cpu[@]}" --capture $capture --out "$dir/check-$capture.json"
       done
       "$py" - "$dir/check-true.json" "$dir/check-false.json" <<'PY'
