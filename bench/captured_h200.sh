@@ -58,14 +58,15 @@ stage() {  # stage NAME: one stage of the queue, from the copy in DIR
           "${captured_cpu[@]}" --capture $capture --out "$dir/check-$capture.json"
       done
       "$py" - "$dir/check-true.json" "$dir/check-false.json" <<'PY'
-import json, sys
+import json, statistics, sys
+from bench.side_by_side import deviation
 graph, eager = (json.load(open(p)) for p in sys.argv[1:])
-dev = max(abs(a - b) / abs(b) for a, b in zip(graph["losses"], eager["losses"]))
+dev = deviation(graph["losses"], eager["losses"])
 print(f"losses captured against op by op: largest relative deviation {dev:.2e} over {len(eager['losses'])} steps")
 for name, r in (("captured", graph), ("op by op", eager)):
-    steady = sorted(r["step_times_s"][6:])
-    print(f"{name}: median step {steady[len(steady) // 2]:.4f} s, launch {sorted(r['launch_s'][6:])[len(steady) // 2] * 1e3:.2f} ms,"
-          f" busy {r['gpu_busy']}, peak {(r['peak_reserved_bytes'] or 0) / 2**30:.2f} GiB")
+    step, launch = (statistics.median(r[key][6:]) for key in ("step_times_s", "launch_s"))
+    print(f"{name}: median step {step:.4f} s, launch {launch * 1e3:.2f} ms, busy {r['gpu_busy']},"
+          f" peak {(r['peak_reserved_bytes'] or 0) / 2**30:.2f} GiB")
 PY
       ;;
     side)

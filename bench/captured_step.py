@@ -88,12 +88,6 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--shape", default="{}", help="JSON of Qwen3 config fields replacing the 1.7B shape")
-    parser.add_argument(
-        "--dtype",
-        choices=["bf16"],
-        default="bf16",
-        help="on CUDA (the CPU trains in fp32; fp16 would need a loss scaler inside the graph)",
-    )
     parser.add_argument("--compile", choices=["off", "regional"], default="regional")
     parser.add_argument("--loss", choices=["model", "compiled"], default="compiled")
     parser.add_argument(
@@ -103,7 +97,7 @@ def main() -> None:
     args = parser.parse_args()
     cuda = args.device == "cuda"
     capture = args.capture == "true" and cuda
-    dtype = torch.bfloat16 if cuda else torch.float32
+    dtype = torch.bfloat16 if cuda else torch.float32  # no fp16: it would need a loss scaler inside the graph
     micro, accumulation = (int(x) for x in args.split.split("x"))
     start = time.perf_counter()
 
@@ -167,7 +161,10 @@ def main() -> None:
     steps = [b - a for a, b in zip(times, times[1:], strict=False)]
     record = {
         "split": args.split,
-        "knobs": {k: getattr(args, k) for k in ("dtype", "compile", "loss", "adapter_dtype", "capture")},
+        "knobs": {
+            "dtype": str(dtype),
+            **{k: getattr(args, k) for k in ("compile", "loss", "adapter_dtype", "capture")},
+        },
         "setup_s": setup,
         "step_times_s": steps,  # step k+1's time for k = 0..: the first step has no predecessor
         "losses": losses,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline import exits
 from pipeline.commands.arguments import Parser
-from pipeline.commands.report import not_recorded, source_arguments
+from pipeline.commands.report import not_recorded, refuse_bad_store, source_arguments
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -23,16 +23,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("cards"), help="folder for <name>.json and <name>.md")
     args = parser.parse_args(argv)
 
-    from pipeline.config.errors import ConfigError
-    from pipeline.config.store_checks import check_store
-
-    try:  # before MLflow and the results are imported (seconds): a bad store is refused at once
-        check_store("--tracking-uri", args.tracking_uri)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(exits.BAD_INPUT)
+    refuse_bad_store(args.tracking_uri)
     from pipeline.answer import results
     from pipeline.answer.card import build, write
+    from pipeline.config.errors import ConfigError
     from pipeline.render.document import ReportError, find_parent
     from pipeline.tracking.runs import FilterValueError
     from pipeline.tracking.store import ExperimentNotFound, Tracker

@@ -42,13 +42,8 @@ def main(argv: list[str] | None = None) -> None:
 
         sys.exit(merge_cards(args.cards, args.out))
 
+    refuse_bad_store(args.tracking_uri)
     from pipeline.config.errors import ConfigError
-    from pipeline.config.store_checks import check_store
-
-    try:  # before MLflow, the plots and the job runner are imported (seconds): a bad store is refused at once
-        check_store("--tracking-uri", args.tracking_uri)
-    except ConfigError as err:
-        _refuse(str(err))
     from pipeline.jobs.task import clean_up
     from pipeline.render.document import ReportError, write_report
     from pipeline.tracking.runs import FilterValueError
@@ -73,6 +68,18 @@ def main(argv: list[str] | None = None) -> None:
     except FilterValueError as err:
         _refuse(f"--sweep/--study: {err}; accepted: a sweep id or study name as printed")
     print(f"report: {out / 'report.md'} and {out / 'report.html'} (also logged on its MLflow parent run)")
+
+
+def refuse_bad_store(uri: str) -> None:
+    """A store the reading commands cannot read (`--tracking-uri`) refused in one line, before they import MLflow,
+    the plots and the results (seconds)."""
+    from pipeline.config.errors import ConfigError
+    from pipeline.config.store_checks import check_store
+
+    try:
+        check_store("--tracking-uri", uri)
+    except ConfigError as err:
+        _refuse(str(err))
 
 
 def _refuse(line: str) -> NoReturn:
