@@ -31,13 +31,14 @@ def write_rows(path: Path, count: int = 4000, seed: int = 0) -> None:
 
 
 def losses(store: Path, experiment: str) -> dict[str, list[float]]:
-    """Each arm's logged loss by step, from the MLflow store the runs wrote."""
+    """Each arm's logged loss by step, from the MLflow store the runs wrote (the newest run of each arm, where a
+    folder used before holds earlier ones)."""
     import mlflow
 
     client = mlflow.tracking.MlflowClient(f"sqlite:///{store}/mlflow.db")
     exp = client.get_experiment_by_name(experiment)
     out = {}
-    for run in client.search_runs([exp.experiment_id]):
+    for run in client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"]):
         history = sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)
         out[run.data.params["train.adapter_dtype"]] = [m.value for m in history]
     return out
