@@ -12,9 +12,10 @@
 # three scripts of a side by side share (the same TRL and datasets for each).
 #
 # Here, once: bash bench/fetch_wheels.sh && bash bench/fetch_unsloth_wheels.sh
-# There, one call each, the machine kept warm (timeout_s 600):
-#   bash bench/unsloth_h200.sh install .whl-uns-a     # carry [".whl-uns-a"]
-#   bash bench/unsloth_h200.sh start                  # carry [".whl-uns-b"]: Unsloth's site, then the queue starts
+# There, one call each, the machine kept warm (it is given back after 30 s idle; timeout_s 600 for the last):
+#   bash bench/unsloth_h200.sh gather .whl-uns-a      # carry [".whl-uns-a"]; then .whl-uns-b, .whl-uns-c alike
+#   bash bench/unsloth_h200.sh gather .whl-uns-d      # carry [".whl-uns-d"]: the last; Unsloth's site is installed
+#   bash bench/unsloth_h200.sh start                  # the queue starts
 #   bash bench/unsloth_h200.sh                        # later calls: follow and collect
 # The console stage runs the project's study: it needs the project's site too (carry [".whl"] in a call before).
 # STAGES picks the stages (default: side-seed side-small); ROUNDS the side-by-side's rounds (default 4).
@@ -33,11 +34,19 @@ site() {  # site FOLDER TARGET: the wheels of FOLDER into TARGET
 }
 
 case "${1:-follow}" in
-  install)
-    site "$2" /tmp/uns-site || exit 1
+  gather)  # gather FOLDER: its wheels kept on the machine; once all four are there, joined and installed
+    mkdir -p /tmp/uns-wheels && cp "$2"/* /tmp/uns-wheels/ || exit 1
+    cd /tmp/uns-wheels || exit 1
+    if [ -e bitsandbytes.part.aa ] && [ -e bitsandbytes.part.ab ] && ls unsloth-2026* unsloth_zoo-* >/dev/null 2>&1; then
+      cat bitsandbytes.part.aa bitsandbytes.part.ab > bitsandbytes-0.50.2-py3-none-manylinux_2_24_x86_64.whl \
+        && rm bitsandbytes.part.* && site /tmp/uns-wheels /tmp/uns-site && touch /tmp/uns-site/.ready \
+        && echo "Unsloth's site installed" || exit 1
+    else
+      echo "gathered $(ls | wc -l) files; the next folder, at once"
+    fi
     exit 0 ;;
   start)
-    [ -e /tmp/uns-site/.ready ] || site .whl-uns-b /tmp/uns-site || exit 1
+    [ -e /tmp/uns-site/.ready ] || { echo "Unsloth's site is not installed: gather the four folders first" >&2; exit 2; }
     PYTHONPATH=/tmp/uns-site "$py" -c 'import unsloth, trl, datasets; print("unsloth", unsloth.__version__, "trl", trl.__version__, "datasets", datasets.__version__)' 2>&1 | tail -5
     touch /tmp/uns-site/.ready ;;
 esac
