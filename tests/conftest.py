@@ -103,9 +103,14 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests need a CUDA device: skipped, with the reason, where there is none."""
+    """The one-node SLURM clusters' tests keep to one pytest worker (`--dist loadgroup`): each cluster names its node
+    `localhost`, and two at once would share the machine's CPUs as two nodes that each think they own them. `gpu`
+    tests need a CUDA device: skipped, with the reason, where there is none."""
     from pipeline.config.devices import cuda_device_count
 
+    for item in items:
+        if {"slurm_cluster", "slurm_cluster_with_accounting"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
     if cuda_device_count():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

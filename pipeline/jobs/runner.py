@@ -39,7 +39,7 @@ import psutil
 from pipeline import whole
 from pipeline.adapters.forkserver import forget_server, server_pid
 from pipeline.config.choices import LauncherKind
-from pipeline.jobs import joblog, ranks, watchdog
+from pipeline.jobs import joblog, ranks, watchdog, workdirs
 from pipeline.jobs.files import JOB_LOG, PROCESS_FILE, RESULT_FILE, SPEC_FILE, STEPS_FILE
 from pipeline.records import JobResult, JobSpec, Status, Step
 
@@ -52,6 +52,7 @@ def _forkserver() -> multiprocessing.context.BaseContext:
     if _CONTEXT is None:
         _CONTEXT = multiprocessing.get_context("forkserver")
         _CONTEXT.set_forkserver_preload(PRELOAD)
+        workdirs.place_socket_folder()
         _claim(Path(multiprocessing.util.get_temp_dir()))
         atexit.register(stop_server)
     return _CONTEXT

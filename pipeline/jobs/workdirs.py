@@ -4,6 +4,8 @@ outright leaves its folders behind; the next command removes them)."""
 from __future__ import annotations
 
 import json
+import multiprocessing.process
+import multiprocessing.util
 import shutil
 import tempfile
 from pathlib import Path
@@ -13,10 +15,31 @@ from pipeline.jobs.files import PROCESS_FILE
 
 WORKDIR_PREFIX = "batch-split-job-"
 TEMP_PREFIXES = (WORKDIR_PREFIX, "pymp-")  # job folders, and multiprocessing's of a process that ran jobs
+# An AF_UNIX socket's path holds 107 bytes on Linux; multiprocessing's folder and the fork server's socket in it
+# (`pymp-XXXXXXXX/listener-XXXXXXXX`) add 32 to the temp dir's.
+SOCKET_PATH_MAX, SOCKET_ROOM = 107, 32
 
 
 def make() -> Path:
     return Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+
+
+def socket_temp() -> Path:
+    """Where multiprocessing's folder goes, the fork server's socket in it: the temp dir, or /tmp where the temp dir is
+    too deep for the socket's path (a scheduler's or a test's TMPDIR: the server could not bind, `OSError: AF_UNIX path
+    too long`, and every job failed)."""
+    temp = Path(tempfile.gettempdir())
+    return temp if len(str(temp)) + SOCKET_ROOM <= SOCKET_PATH_MAX else Path("/tmp")
+
+
+def place_socket_folder() -> None:
+    """multiprocessing's folder of this process in `socket_temp()`, before multiprocessing makes it in the temp dir:
+    a short path where the temp dir is too deep for the fork server's socket."""
+    config = multiprocessing.process.current_process()._config
+    if config.get("tempdir") is None and (where := socket_temp()) != Path(tempfile.gettempdir()):
+        folder = tempfile.mkdtemp(prefix="pymp-", dir=where)
+        multiprocessing.util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-100)
+        config["tempdir"] = folder
 
 
 def remove_orphans() -> int:
@@ -25,7 +48,10 @@ def remove_orphans() -> int:
     left alone: they are being made, or not ours."""
     removed = 0
     temp = Path(tempfile.gettempdir())
-    for folder in [f for prefix in TEMP_PREFIXES for f in temp.glob(f"{prefix}*")]:
+    folders = [f for prefix in TEMP_PREFIXES for f in temp.glob(f"{prefix}*")]
+    if socket_temp() != temp:
+        folders += socket_temp().glob("pymp-*")
+    for folder in folders:
         try:
             process = json.loads((folder / PROCESS_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
