@@ -37,7 +37,7 @@ def clean_state(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for key in ("MLFLOW_TRACKING_URI", "BATCH_SPLIT_SWEEP", "BATCH_SPLIT_HOST"):
         monkeypatch.delenv(key, raising=False)
-    # device locks of this test only: tests run one at a time, but other sessions on the machine must not queue them
+    # device locks of this test only: neither the other pytest worker nor other sessions on the machine queue them
     monkeypatch.setenv("BATCH_SPLIT_LOCK_DIR", str(tmp_path.parent / f"{tmp_path.name}-locks"))
     GlobalHydra.instance().clear()
     context.COMMAND.sweep, context.COMMAND.left_out = None, 0  # a command: its sweep ended

@@ -4,12 +4,11 @@ outright leaves its folders behind; the next command removes them)."""
 from __future__ import annotations
 
 import json
-import multiprocessing.process
-import multiprocessing.util
 import shutil
 import tempfile
 from pathlib import Path
 
+from pipeline.adapters import forkserver
 from pipeline.jobs import watchdog
 from pipeline.jobs.files import PROCESS_FILE
 
@@ -33,13 +32,10 @@ def socket_temp() -> Path:
 
 
 def place_socket_folder() -> None:
-    """multiprocessing's folder of this process in `socket_temp()`, before multiprocessing makes it in the temp dir:
-    a short path where the temp dir is too deep for the fork server's socket."""
-    config = multiprocessing.process.current_process()._config
-    if config.get("tempdir") is None and (where := socket_temp()) != Path(tempfile.gettempdir()):
-        folder = tempfile.mkdtemp(prefix="pymp-", dir=where)
-        multiprocessing.util.Finalize(None, shutil.rmtree, args=(folder, True), exitpriority=-100)
-        config["tempdir"] = folder
+    """multiprocessing's folder of this process in `socket_temp()` where that is not the temp dir, before
+    multiprocessing makes it in the temp dir, too deep for the fork server's socket."""
+    if (where := socket_temp()) != Path(tempfile.gettempdir()):
+        forkserver.make_folder_in(where)
 
 
 def remove_orphans() -> int:
