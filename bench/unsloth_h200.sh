@@ -47,8 +47,7 @@ case "${1:-follow}" in
     exit 0 ;;
   start)
     [ -e /tmp/uns-site/.ready ] || { echo "Unsloth's site is not installed: gather the four folders first" >&2; exit 2; }
-    PYTHONPATH=/tmp/uns-site "$py" -c 'import unsloth, trl, datasets; print("unsloth", unsloth.__version__, "trl", trl.__version__, "datasets", datasets.__version__)' 2>&1 | tail -5
-    touch /tmp/uns-site/.ready ;;
+    PYTHONPATH=/tmp/uns-site "$py" -c 'import unsloth, trl, datasets; print("unsloth", unsloth.__version__, "trl", trl.__version__, "datasets", datasets.__version__)' 2>&1 | tail -5 ;;
 esac
 
 side() {  # side NAME SHAPE LENGTH SPLIT: the three scripts side by side, into $dir/NAME

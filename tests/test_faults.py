@@ -34,8 +34,8 @@ def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     """SIGKILL the sweep process (no handler runs): its job dies with it, but its MLflow runs stay RUNNING and its
     job folder and multiprocessing's folder (pymp-*) stay behind, until the next command on the store ends them
     truthfully and removes the folders. The killed job leaks no semaphore (issue 21: the resource tracker warned).
-    The temp dir short, beside tmp_path: multiprocessing's folder goes in it (`workdirs.socket_temp`)."""
-    jobs = Path(tempfile.mkdtemp(prefix="j-", dir=tmp_path.parent))
+    The test's own temp dir (`clean_state`), short: multiprocessing's folder goes in it (`workdirs.socket_temp`)."""
+    jobs = Path(os.environ["TMPDIR"])
     env = {"TMPDIR": str(jobs)}
     sweep = start_cli("-m", "train.steps=100000,6", "data.num_samples=64", *FAST, cwd=tmp_path, env=env)
     steps = wait_for_steps(jobs, 2, alive=sweep)
@@ -62,13 +62,16 @@ def test_a_sweep_killed_outright_is_cleaned_up_by_the_next_command(tmp_path):
     assert not steps.parent.exists() and not list(jobs.glob("pymp-*"))
 
 
-def test_a_sweep_under_a_temp_dir_too_deep_for_a_socket_trains_and_leaves_no_folder(tmp_path):
+def test_a_sweep_under_a_temp_dir_too_deep_for_a_socket_trains_and_leaves_no_folder(tmp_path, monkeypatch):
     """multiprocessing makes its folder in the temp dir and the fork server's socket in it; an AF_UNIX path holds 107
     bytes, and under a deeper TMPDIR (a scheduler's, a test's) every job failed with `OSError: AF_UNIX path too long`
     and a traceback. The folder now goes in /tmp there, and goes at the end as it did."""
     deep = tmp_path / ("d" * 40) / ("e" * 40)
     deep.mkdir(parents=True)
-    assert workdirs.socket_temp() != deep and len(str(deep)) + workdirs.SOCKET_ROOM > workdirs.SOCKET_PATH_MAX
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    assert workdirs.socket_temp() == Path("/tmp") and len(str(deep)) + workdirs.SOCKET_ROOM > workdirs.SOCKET_PATH_MAX
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path.parent))
+    assert workdirs.socket_temp() == tmp_path.parent  # a temp dir short enough keeps the folder
     proc = run_cli("batch.split=4x1", "train.steps=2", *FAST, cwd=tmp_path, env={"TMPDIR": str(deep)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "[job] tiny 4x1: ok" in proc.stdout, proc.stderr[-2000:]

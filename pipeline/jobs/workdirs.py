@@ -43,10 +43,10 @@ def remove_orphans() -> int:
     processes that ran jobs and are gone (a SIGKILLed sweep leaves both). Folders without our process file are
     left alone: they are being made, or not ours."""
     removed = 0
-    temp = Path(tempfile.gettempdir())
+    temp, sockets = Path(tempfile.gettempdir()), socket_temp()
     folders = [f for prefix in TEMP_PREFIXES for f in temp.glob(f"{prefix}*")]
-    if socket_temp() != temp:
-        folders += socket_temp().glob("pymp-*")
+    if sockets != temp:
+        folders += sockets.glob("pymp-*")
     for folder in folders:
         try:
             process = json.loads((folder / PROCESS_FILE).read_text(encoding="utf-8"))
